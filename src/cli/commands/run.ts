@@ -1,0 +1,117 @@
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { CapsuleError } from '../../errors.js';
+import type { RunResult } from '../../runners/types.js';
+import { EXIT } from '../exit-codes.js';
+import { addGateFlags, type GateFlags } from '../flags.js';
+import { action, json, write, type CliIO } from '../output.js';
+import { openSession } from '../session.js';
+
+const SIGNALS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGKILL: 9,
+  SIGSEGV: 11,
+  SIGPIPE: 13,
+  SIGTERM: 15,
+};
+
+/** capsule's exit code for a finished run: the capability's own, or what ended it. */
+export function exitCodeOf(result: RunResult): number {
+  if (result.timedOut) return EXIT.TIMEOUT;
+  if (result.canceled) return EXIT.CANCELED;
+  if (result.exitCode !== null) return result.exitCode;
+  if (result.signal !== null) return 128 + (SIGNALS[result.signal] ?? 0);
+  return EXIT.FAILURE;
+}
+
+/** One line on stderr when a limit ended the run, so a person sees why the output stops. */
+export function limitNote(result: RunResult, timeoutMs: number, outputBytes: number): string {
+  const notes: string[] = [];
+  if (result.timedOut) notes.push(`timed out after ${timeoutMs} ms (limits.timeoutMs) and was killed`);
+  if (result.truncated)
+    notes.push(`output passed ${outputBytes} bytes (limits.outputBytes): cut and the run killed`);
+  if (result.oomKilled) notes.push('hit its memory limit (limits.memoryMb) and was killed');
+  if (result.canceled) notes.push('was canceled');
+  return notes.length ? `capsule: the run ${notes.join('; ')}\n` : '';
+}
+
+async function readInput(opts: { input?: string; inputFile?: string }): Promise<unknown> {
+  if (opts.input !== undefined && opts.inputFile !== undefined) {
+    throw new CapsuleError('USAGE', 'Use either --input or --input-file, not both.');
+  }
+  let text = opts.input ?? '{}';
+  if (opts.inputFile !== undefined) {
+    try {
+      text = await readFile(opts.inputFile, 'utf8');
+    } catch (err) {
+      throw new CapsuleError(
+        'NOT_FOUND',
+        `Cannot read --input-file ${opts.inputFile}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
+      );
+    }
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
+      field: '--input',
+      hint: `Quote the JSON for your shell, e.g. --input '{"name":"world"}'.`,
+    });
+  }
+}
+
+export function registerRun(program: Command, io: CliIO): void {
+  addGateFlags(
+    program
+      .command('run')
+      .description(
+        "Run a capability through the permission gate. Its stdout/stderr pass through and its exit code is capsule's exit code.\n" +
+          "capsule's own codes: 64 usage, 65 invalid input/manifest, 66 not found, 69 runner unavailable, 77 permission denied, 124 timed out, 130 canceled.",
+      )
+      .argument('<name>', 'capability name (see capsule list)')
+      .option('--input <json>', 'input document as JSON (default {})')
+      .option('--input-file <file>', 'read the input document from a file')
+      .option(
+        '--json',
+        'print one JSON document with the decision and the whole result instead of passing output through',
+      ),
+  ).action(
+    action(
+      io,
+      async (name: string, opts: GateFlags & { input?: string; inputFile?: string; json?: boolean }) => {
+        const input = await readInput(opts);
+        const session = await openSession(io, {
+          grants: opts.grant,
+          noPrompt: !opts.prompt,
+          mode: opts.mode,
+        });
+        const abort = new AbortController();
+        const onSigint = (): void => abort.abort();
+        process.once('SIGINT', onSigint);
+        try {
+          const { decision, result } = await session.executor.run(name, input, { signal: abort.signal });
+          const cap = await session.registry.get(name);
+          if (opts.json) {
+            await write(
+              io.stdout,
+              json({ capability: name, contentHash: cap.contentHash, decision, result }),
+            );
+          } else {
+            await write(io.stdout, result.stdout);
+            await write(io.stderr, result.stderr);
+            await write(
+              io.stderr,
+              limitNote(result, cap.manifest.limits.timeoutMs, cap.manifest.limits.outputBytes),
+            );
+          }
+          return exitCodeOf(result);
+        } finally {
+          process.removeListener('SIGINT', onSigint);
+          await session.close();
+        }
+      },
+    ),
+  );
+}

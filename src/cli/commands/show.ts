@@ -1,0 +1,54 @@
+import type { Command } from 'commander';
+import { defaultIsolation } from '../../executor/isolation.js';
+import { action, json, write, type CliIO } from '../output.js';
+import { openProject } from '../session.js';
+import { EXIT } from '../exit-codes.js';
+
+export function registerShow(program: Command, io: CliIO): void {
+  program
+    .command('show')
+    .description('Show one capability: manifest, resolved grants, content hash and isolation.')
+    .argument('<name>', 'capability name')
+    .option('--json', 'print JSON')
+    .action(
+      action(io, async (name: string, opts: { json?: boolean }) => {
+        const { registry } = await openProject(io);
+        const cap = await registry.get(name);
+        const isolation = defaultIsolation(cap);
+        if (opts.json) {
+          await write(
+            io.stdout,
+            json({
+              name: cap.name,
+              dir: cap.dir,
+              contentHash: cap.contentHash,
+              isolation,
+              manifest: cap.manifest,
+              fsGrants: cap.fsGrants,
+            }),
+          );
+          return EXIT.OK;
+        }
+        const m = cap.manifest;
+        const grants = [
+          ...cap.fsGrants.map((g) => `fs ${g.mode} ${g.declared} (${g.hostPath})`),
+          ...m.grants.network.map((h) => `network ${h}`),
+          ...m.grants.env.map((e) => `env ${e}`),
+        ];
+        const lines = [
+          `${cap.name} — ${m.description}`,
+          `environment: ${cap.environment}`,
+          `entry:       ${m.interpreter ? `${m.interpreter} ` : ''}${m.entry}${m.args.length ? ` ${m.args.join(' ')}` : ''}`,
+          `folder:      ${cap.dir}`,
+          `hash:        ${cap.contentHash}`,
+          `isolation:   ${isolation.summary}`,
+          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}`,
+          `grants:      ${grants.length ? grants.join('; ') : 'none (everything denied)'}`,
+          `input:       ${JSON.stringify(m.inputSchema)}`,
+          `permission:  run_capability:${cap.name}`,
+        ];
+        await write(io.stdout, `${lines.join('\n')}\n`);
+        return EXIT.OK;
+      }),
+    );
+}

@@ -1,0 +1,27 @@
+import { Option, type Command } from 'commander';
+
+export const MODES = ['default', 'plan', 'edit', 'bypass'] as const;
+
+function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+/** The gate flags shared by every command that runs something (MISSION.md section 6). */
+export function addGateFlags(command: Command): Command {
+  return command
+    .option(
+      '--grant <key>',
+      'session-level grant for this process (repeatable), e.g. run_capability:hello',
+      collect,
+      [],
+    )
+    .option('--no-prompt', 'never ask: every Ask becomes a denial (exit 77)')
+    .addOption(new Option('--mode <mode>', 'permission mode').choices(MODES));
+}
+
+export interface GateFlags {
+  grant: string[];
+  /** commander maps --no-prompt to prompt=false. */
+  prompt: boolean;
+  mode?: (typeof MODES)[number];
+}

@@ -1,0 +1,68 @@
+import { CapsuleError } from '../errors.js';
+import { EXIT, exitCodeFor } from './exit-codes.js';
+
+/** Where the CLI writes; injected so tests can capture it. */
+export interface CliIO {
+  stdout: NodeJS.WritableStream;
+  stderr: NodeJS.WritableStream;
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+  /** Whether stdin is an interactive terminal (prompts are possible). */
+  interactive: boolean;
+  /** Set by the command that ran; the process exits with it. */
+  exitCode: number;
+}
+
+/** Wrap a command action that returns its exit code (commander actions return void). */
+export function action<A extends unknown[]>(
+  io: CliIO,
+  fn: (...args: A) => Promise<number>,
+): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    io.exitCode = await fn(...args);
+  };
+}
+
+export function write(stream: NodeJS.WritableStream, text: string): Promise<void> {
+  if (text === '') return Promise.resolve();
+  return new Promise((resolve) => {
+    stream.write(text, () => resolve());
+  });
+}
+
+export function json(value: unknown): string {
+  return `${JSON.stringify(value, null, 2)}\n`;
+}
+
+/** Error thrown by command actions to end with a given code after printing nothing more. */
+export class CliExit extends Error {
+  constructor(readonly exitCode: number) {
+    super(`exit ${exitCode}`);
+  }
+}
+
+/** Render an error for a person (or as JSON with --json); returns the exit code. */
+export async function reportError(io: CliIO, err: unknown, asJson: boolean): Promise<number> {
+  if (err instanceof CliExit) return err.exitCode;
+  if (err instanceof CapsuleError) {
+    const exitCode = exitCodeFor(err.code);
+    if (asJson) {
+      await write(io.stdout, json({ error: { code: err.code, message: err.message, ...err.details } }));
+      return exitCode;
+    }
+    let text = `capsule: ${err.message}\n`;
+    for (const issue of err.details.issues?.slice(1, 20) ?? []) {
+      text += `  ${issue.file ? `${issue.file}: ` : ''}${issue.field ? `${issue.field}: ` : ''}${issue.message}\n`;
+    }
+    if (err.details.hint) text += `hint: ${err.details.hint}\n`;
+    await write(io.stderr, text);
+    return exitCode;
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  const stack = io.env.CAPSULE_DEBUG && err instanceof Error ? `\n${err.stack}` : '';
+  await write(
+    io.stderr,
+    `capsule: internal error: ${message}${stack}\nThis is a bug in capsule; set CAPSULE_DEBUG=1 for details and report it.\n`,
+  );
+  return EXIT.INTERNAL;
+}

@@ -1,0 +1,187 @@
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import { CapsuleError } from '../errors.js';
+import { zodIssues } from '../manifest/parse.js';
+import { ENVIRONMENTS } from '../manifest/schema.js';
+
+export const PROJECT_CONFIG_FILE = 'capsule.json';
+
+/** seed 001's modes; see docs/permissions.md for the mode × kind table. */
+export const PERMISSION_MODES = ['default', 'plan', 'edit', 'bypass'] as const;
+export type PermissionMode = (typeof PERMISSION_MODES)[number];
+
+/** Levels a capsule.json allowlist entry may hold. Once / AlwaysThisSession never reach the file. */
+export const PROJECT_ENTRY_LEVELS = ['AlwaysThisProject', 'Deny'] as const;
+export type ProjectEntryLevel = (typeof PROJECT_ENTRY_LEVELS)[number];
+
+/** `tool:action` with a lower-case tool name; the action is free text (see the key grammar). */
+const KEY_SYNTAX = /^[a-z][a-z0-9_]*:[\s\S]+$/;
+/** `Tool` or `Tool(glob)`. */
+const RULE_SYNTAX = /^[a-z][a-z0-9_]*(\([\s\S]*\))?$/;
+const CONTENT_HASH = /^sha256:[0-9a-f]{64}$/;
+
+const ENTRY_LEVEL_MESSAGE =
+  'must be "AlwaysThisProject", "Deny" or an object {"level", "contentHash"}; session grants live in memory only (use --grant KEY)';
+
+export const allowlistEntrySchema = z
+  .union(
+    [
+      z.enum(PROJECT_ENTRY_LEVELS),
+      z.strictObject({
+        level: z.enum(PROJECT_ENTRY_LEVELS).describe('AlwaysThisProject (allow) or Deny.'),
+        contentHash: z
+          .string()
+          .regex(CONTENT_HASH, 'must be sha256:<64 hex digits>')
+          .optional()
+          .describe(
+            'Capability content hash the grant is bound to. A capability grant without it never applies (ask again).',
+          ),
+        environment: z.enum(ENVIRONMENTS).optional().describe('Environment at grant time (informational).'),
+        grantedAt: z.string().optional().describe('ISO time of the grant (informational).'),
+        note: z.string().optional().describe('Free text for humans.'),
+      }),
+    ],
+    { error: ENTRY_LEVEL_MESSAGE },
+  )
+  .describe('A project allowlist entry: a level, or an object with the level and the bound content hash.');
+
+export type AllowlistEntryInput = z.infer<typeof allowlistEntrySchema>;
+
+/** An allowlist entry in one shape, whatever form it had in the file. */
+export interface AllowlistEntry {
+  key: string;
+  level: ProjectEntryLevel;
+  contentHash?: string | undefined;
+  environment?: string | undefined;
+  grantedAt?: string | undefined;
+}
+
+export function normalizeAllowlist(allowlist: Record<string, AllowlistEntryInput>): AllowlistEntry[] {
+  return Object.entries(allowlist).map(([key, value]) =>
+    typeof value === 'string'
+      ? { key, level: value }
+      : {
+          key,
+          level: value.level,
+          contentHash: value.contentHash,
+          environment: value.environment,
+          grantedAt: value.grantedAt,
+        },
+  );
+}
+
+export const projectConfigSchema = z
+  .strictObject({
+    schemaVersion: z.literal(1).default(1).describe('capsule.json format version. Currently 1.'),
+    roots: z
+      .array(z.string().min(1))
+      .min(1)
+      .default(['capabilities'])
+      .describe('Capability roots, relative to the project root. Each holds one folder per capability.'),
+    mode: z
+      .enum(PERMISSION_MODES)
+      .default('default')
+      .describe('Permission mode at start: default | plan | edit | bypass. `--mode` overrides it.'),
+    allowlist: z
+      .record(
+        z
+          .string()
+          .regex(KEY_SYNTAX, 'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)'),
+        allowlistEntrySchema,
+      )
+      .default({})
+      .describe(
+        'Project allowlist: permission key → level. Read at start and on explicit reload only. run_command keys and unsandboxed capabilities are refused here (ceiling rule).',
+      ),
+    permissions: z
+      .strictObject({
+        allow: z
+          .array(z.string().regex(RULE_SYNTAX, 'must be Tool or Tool(glob), e.g. run_command(git *)'))
+          .default([])
+          .describe('Allow rules `Tool` or `Tool(glob)`.'),
+        deny: z
+          .array(z.string().regex(RULE_SYNTAX, 'must be Tool or Tool(glob), e.g. run_command(rm *)'))
+          .default([])
+          .describe('Deny rules `Tool` or `Tool(glob)`; deny from any source wins.'),
+      })
+      .default({ allow: [], deny: [] })
+      .describe('Rules evaluated before the mode: deny → allow → mode → Ask.'),
+  })
+  .describe('capsule.json: the project configuration, at the project root.');
+
+export type ProjectConfig = z.infer<typeof projectConfigSchema>;
+
+export interface LoadedProjectConfig {
+  /** Real path of the project root (the folder holding capsule.json, or the cwd). */
+  root: string;
+  /** Absolute path of capsule.json (it may not exist). */
+  file: string;
+  exists: boolean;
+  config: ProjectConfig;
+}
+
+/** The project root is the nearest ancestor holding capsule.json, else the current directory. */
+export async function findProjectRoot(cwd: string): Promise<{ root: string; exists: boolean }> {
+  let dir = path.resolve(cwd);
+  for (;;) {
+    try {
+      const st = await stat(path.join(dir, PROJECT_CONFIG_FILE));
+      if (st.isFile()) return { root: dir, exists: true };
+    } catch {
+      // not here; keep walking up
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return { root: path.resolve(cwd), exists: false };
+    dir = parent;
+  }
+}
+
+/** Pure: parse capsule.json text; errors name the file and the field. */
+export function parseProjectConfig(text: string, file: string): ProjectConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new CapsuleError('CONFIG_INVALID', `${file} is not valid JSON: ${(err as Error).message}`, {
+      file,
+      hint: 'Fix the JSON by hand; capsule never overwrites a file it cannot read.',
+    });
+  }
+  const parsed = projectConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
+    const first = issues[0];
+    throw new CapsuleError(
+      'CONFIG_INVALID',
+      `${file} is invalid: ${first?.field ?? '(top level)'} ${first?.message ?? ''}`.trim(),
+      { file, field: first?.field, issues, hint: 'See docs/permissions.md for the capsule.json format.' },
+    );
+  }
+  return parsed.data;
+}
+
+export async function loadProjectConfig(cwd: string): Promise<LoadedProjectConfig> {
+  const { root } = await findProjectRoot(cwd);
+  const file = path.join(root, PROJECT_CONFIG_FILE);
+  const { exists, config } = await readProjectConfigFile(file);
+  return { root, file, exists, config };
+}
+
+/** Read and validate one capsule.json; a missing file gives the defaults (empty allowlist). */
+export async function readProjectConfigFile(
+  file: string,
+): Promise<{ exists: boolean; config: ProjectConfig }> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return { exists: false, config: projectConfigSchema.parse({}) };
+    throw new CapsuleError('CONFIG_INVALID', `${file} cannot be read (${code ?? 'error'}).`, {
+      file,
+      hint: 'Check that capsule.json is a readable file.',
+    });
+  }
+  return { exists: true, config: parseProjectConfig(text, file) };
+}

@@ -1,0 +1,149 @@
+import { readFile, realpath, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { parseManifest } from './parse.js';
+import { resolveInside, isInside } from './paths.js';
+import { hashFiles, walkFolder } from './hash.js';
+import { MANIFEST_FILE } from './schema.js';
+import type { Capability, InvalidCapability, ResolvedFsGrant } from './types.js';
+import type { InputValidator } from './input.js';
+
+export interface LoadOptions {
+  /** Real path of the capability root the folder was found under. */
+  root: string;
+  /** Real path of the project root; fs grants resolve relative to it and must stay inside. */
+  projectRoot: string;
+  /** Real paths no capability may be granted write access to (capsule's own config, audit log, profiles). */
+  protectedPaths: readonly string[];
+  inputValidator: InputValidator;
+}
+
+export type LoadResult = { ok: true; capability: Capability } | { ok: false; invalid: InvalidCapability };
+
+/**
+ * Thin loader: reads one capability folder, runs the pure parser, then the checks that need the
+ * disk (folder name, entry and grants inside their roots after symlinks, content hash).
+ */
+export async function loadCapability(folderPath: string, options: LoadOptions): Promise<LoadResult> {
+  const folder = path.basename(folderPath);
+  const manifestPath = path.join(folderPath, MANIFEST_FILE);
+  const fail = (issues: InvalidCapability['issues']): LoadResult => ({
+    ok: false,
+    invalid: { folder, dir: folderPath, issues },
+  });
+
+  let dir: string;
+  try {
+    dir = await realpath(folderPath);
+  } catch (err) {
+    return fail([
+      {
+        file: folderPath,
+        message: `disappeared or cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+      },
+    ]);
+  }
+  if (!isInside(options.root, dir) || dir === options.root) {
+    return fail([
+      { file: folderPath, message: `is a symlink that leaves the capability root ${options.root}` },
+    ]);
+  }
+
+  let text: string;
+  try {
+    const st = await stat(manifestPath);
+    if (st.size > 1024 * 1024) return fail([{ file: manifestPath, message: 'is larger than 1 MiB' }]);
+    text = await readFile(manifestPath, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return fail([
+      {
+        file: manifestPath,
+        message:
+          code === 'ENOENT'
+            ? `is missing: every capability folder needs a ${MANIFEST_FILE}`
+            : `cannot be read (${code ?? 'error'})`,
+      },
+    ]);
+  }
+
+  const parsed = parseManifest(text);
+  if (!parsed.ok)
+    return fail(parsed.issues.map((i) => ({ file: manifestPath, field: i.field, message: i.message })));
+  const manifest = parsed.manifest;
+  const issues: InvalidCapability['issues'] = [];
+
+  if (manifest.name !== folder) {
+    issues.push({ file: manifestPath, field: 'name', message: `must equal the folder name "${folder}"` });
+  }
+
+  const entry = await resolveInside(dir, manifest.entry, dir);
+  if (!entry.ok)
+    issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} ${entry.message}` });
+  else if (!(await stat(entry.realPath)).isFile()) {
+    issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} is not a regular file` });
+  }
+
+  if (manifest.source !== undefined) {
+    const source = await resolveInside(dir, manifest.source, dir);
+    if (!source.ok)
+      issues.push({ file: manifestPath, field: 'source', message: `${manifest.source} ${source.message}` });
+  }
+
+  const fsGrants: ResolvedFsGrant[] = [];
+  for (const [i, grant] of manifest.grants.fs.entries()) {
+    const field = `grants.fs[${i}].path`;
+    const resolved = await resolveInside(options.projectRoot, grant.path, options.projectRoot);
+    if (!resolved.ok) {
+      issues.push({ file: manifestPath, field, message: `${grant.path} ${resolved.message}` });
+      continue;
+    }
+    if (grant.mode === 'rw') {
+      const hit = options.protectedPaths.find((p) => isInside(resolved.realPath, p));
+      if (hit !== undefined) {
+        issues.push({
+          file: manifestPath,
+          field,
+          message: `${grant.path} would give write access to capsule's own file ${hit}; grant a narrower path or use mode "ro"`,
+        });
+        continue;
+      }
+    }
+    fsGrants.push({ declared: grant.path, hostPath: resolved.realPath, mode: grant.mode });
+  }
+
+  const schemaProblem = options.inputValidator.check(manifest.inputSchema);
+  if (schemaProblem !== undefined) {
+    issues.push({
+      file: manifestPath,
+      field: 'inputSchema',
+      message: `is not a valid JSON Schema: ${schemaProblem}`,
+    });
+  }
+
+  const walk = await walkFolder(dir);
+  for (const p of walk.problems) issues.push({ file: path.join(dir, p.file), message: p.message });
+
+  if (issues.length > 0 || !entry.ok) return fail(issues);
+
+  let contentHash: string;
+  try {
+    contentHash = await hashFiles(dir, walk.files);
+  } catch (err) {
+    return fail([{ file: dir, message: `cannot be hashed: ${(err as Error).message}` }]);
+  }
+
+  return {
+    ok: true,
+    capability: {
+      name: manifest.name,
+      environment: manifest.environment,
+      manifest,
+      dir,
+      manifestPath,
+      entryPath: entry.realPath,
+      contentHash,
+      root: options.root,
+      fsGrants,
+    },
+  };
+}

@@ -1,0 +1,201 @@
+import { z } from 'zod';
+
+export const MANIFEST_FILE = 'capability.json';
+export const CURRENT_SCHEMA_VERSION = 1;
+export const ENVIRONMENTS = ['shell', 'wasm', 'docker'] as const;
+export const INTERPRETERS = ['sh', 'bash', 'node', 'python3'] as const;
+
+/** Safe identifier: it becomes a folder name, a permission key and a container label. */
+export const CAPABILITY_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+const ENV_VAR_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+
+/**
+ * A path written in a manifest: relative, forward slashes, no `..` segment, no NUL.
+ * This is the syntactic check; the loader also resolves symlinks and checks the real path.
+ */
+export const relativePath = z
+  .string()
+  .min(1)
+  .max(1024)
+  .refine((p) => !p.includes('\0'), 'must not contain a NUL byte')
+  .refine((p) => !p.startsWith('/') && !/^[A-Za-z]:/.test(p), 'must be a relative path, not an absolute one')
+  .refine((p) => !p.includes('\\'), 'must use forward slashes')
+  .refine((p) => !p.split('/').includes('..'), 'must not contain a ".." segment');
+
+export const limitsSchema = z
+  .strictObject({
+    timeoutMs: z
+      .int()
+      .min(1)
+      .max(3_600_000)
+      .default(10_000)
+      .describe(
+        'Wall-clock limit for one run in milliseconds; the whole process tree / worker / container is killed when it passes.',
+      ),
+    memoryMb: z
+      .int()
+      .min(1)
+      .max(16_384)
+      .default(256)
+      .describe(
+        'Memory cap in MiB (container memory = memory+swap; Wasm linear memory maximum). Not enforced by the shell runner, which is not a sandbox.',
+      ),
+    outputBytes: z
+      .int()
+      .min(1)
+      .max(256 * 1024 * 1024)
+      .default(1024 * 1024)
+      .describe(
+        'Cap for stdout and for stderr, each, in bytes. Past it the run is killed and `truncated` is reported.',
+      ),
+    pids: z
+      .int()
+      .min(1)
+      .max(4096)
+      .default(64)
+      .describe('Maximum number of processes/threads (container pids limit).'),
+  })
+  .describe('Resource limits enforced by every runner; a limit hit is reported in the result.');
+
+export const fsGrantSchema = z.strictObject({
+  path: relativePath.describe(
+    'Path relative to the project root (the folder holding capsule.json). Must resolve inside it.',
+  ),
+  mode: z.enum(['ro', 'rw']).default('ro').describe('`ro` read-only (default) or `rw` read-write.'),
+});
+
+export const grantsSchema = z
+  .strictObject({
+    fs: z
+      .array(fsGrantSchema)
+      .max(64)
+      .default([])
+      .describe('Filesystem paths the capability may see. Empty: none.'),
+    network: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(255)
+          .regex(/^[A-Za-z0-9.:\-[\]]+$/, 'must be host or host:port'),
+      )
+      .max(64)
+      .default([])
+      .describe('Network hosts (host or host:port) the capability may reach. Empty: no network at all.'),
+    env: z
+      .array(z.string().regex(ENV_VAR_NAME, 'must be an environment variable name'))
+      .max(128)
+      .default([])
+      .describe('Host environment variables passed through by name. Empty: an empty environment.'),
+  })
+  .describe('What the capability may touch. Everything not granted is denied.');
+
+export const dockerSchema = z
+  .strictObject({
+    image: z
+      .string()
+      .min(1)
+      .max(255)
+      .regex(/^[a-z0-9][a-z0-9._\-/:@]*$/, 'must be an image reference like capsule/busybox:1')
+      .describe('Image to run; the images in runtimes/docker are built locally on demand.'),
+    runtime: z
+      .enum(['runc', 'runsc'])
+      .default('runc')
+      .describe('OCI runtime; `runsc` is gVisor when installed.'),
+    reusable: z
+      .boolean()
+      .default(false)
+      .describe('Opt in to a warm container reused between calls (faster; state may leak between calls).'),
+    privileged: z
+      .boolean()
+      .default(false)
+      .describe('Privileged container. Makes the capability NOT sandboxed.'),
+    network: z.enum(['none', 'host']).default('none').describe('`host` makes the capability NOT sandboxed.'),
+    pidMode: z
+      .enum(['private', 'host'])
+      .default('private')
+      .describe('`host` makes the capability NOT sandboxed.'),
+    ipcMode: z
+      .enum(['private', 'host'])
+      .default('private')
+      .describe('`host` makes the capability NOT sandboxed.'),
+    capAdd: z
+      .array(z.string().regex(/^[A-Z_]+$/))
+      .default([])
+      .describe('Linux capabilities to add back. Any makes the capability NOT sandboxed.'),
+  })
+  .describe('Docker-only settings.');
+
+export const manifestSchema = z
+  .strictObject({
+    schemaVersion: z
+      .literal(CURRENT_SCHEMA_VERSION, {
+        error: `must be ${CURRENT_SCHEMA_VERSION} (the only manifest version this capsule reads)`,
+      })
+      .describe('Manifest format version. Currently 1.'),
+    name: z
+      .string()
+      .regex(CAPABILITY_NAME, 'must be 1-64 chars of a-z, 0-9, "-" or "_", starting with a letter or digit')
+      .describe('Safe identifier; must equal the folder name.'),
+    description: z.string().min(1).max(2000).describe('What the capability does, for people and agents.'),
+    environment: z
+      .enum(ENVIRONMENTS)
+      .describe('Where it runs: `shell` (host process, not a sandbox), `wasm` or `docker`.'),
+    entry: relativePath.describe(
+      'File to run, relative to the capability folder: a script (shell/docker) or a .wasm module/component (wasm).',
+    ),
+    interpreter: z
+      .enum(INTERPRETERS)
+      .optional()
+      .describe('shell/docker: program that runs `entry` (e.g. `sh`). Omitted: `entry` itself is executed.'),
+    args: z.array(z.string().max(4096)).max(64).default([]).describe('Extra arguments after the entry.'),
+    source: relativePath
+      .optional()
+      .describe(
+        'wasm: the JavaScript source a component was built from (kept beside it, part of the content hash).',
+      ),
+    docker: dockerSchema.optional(),
+    inputSchema: z
+      .record(z.string(), z.unknown())
+      .default({ type: 'object' })
+      .describe('JSON Schema the input document must satisfy before anything runs.'),
+    limits: limitsSchema.default({ timeoutMs: 10_000, memoryMb: 256, outputBytes: 1024 * 1024, pids: 64 }),
+    grants: grantsSchema.default({ fs: [], network: [], env: [] }),
+  })
+  .superRefine((m, ctx) => {
+    if (m.environment === 'docker' && m.docker === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['docker'],
+        message: 'is required when environment is "docker" (at least docker.image)',
+      });
+    }
+    if (m.environment !== 'docker' && m.docker !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['docker'],
+        message: 'is only allowed when environment is "docker"',
+      });
+    }
+    if (m.environment === 'wasm' && !m.entry.endsWith('.wasm')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['entry'],
+        message: 'must be a .wasm file when environment is "wasm"',
+      });
+    }
+    if (m.environment === 'wasm' && m.interpreter !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['interpreter'],
+        message: 'is not used by wasm capabilities; remove it',
+      });
+    }
+    if (m.environment !== 'wasm' && m.source !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['source'], message: 'is only used by wasm capabilities' });
+    }
+  })
+  .describe('capability.json: one capability folder under a capability root.');
+
+export type Manifest = z.infer<typeof manifestSchema>;
+export type ManifestInput = z.input<typeof manifestSchema>;

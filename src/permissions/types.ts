@@ -1,0 +1,59 @@
+/**
+ * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
+ */
+
+/** seed 001: the kind of a tool decides what the mode does with it. */
+export type ToolKind = 'READ_ONLY' | 'FILE_EDIT' | 'OTHER';
+
+/** A narrow permission key, e.g. `run_command:git`, `run_capability:hello`. */
+export interface PermissionKey {
+  /** Tool name, e.g. `run_command`. */
+  tool: string;
+  /** Action part, e.g. `git`; for a compound command the whole normalized command. */
+  action: string;
+  /** Full key string `tool:action`. */
+  raw: string;
+  /** True when the key covers a compound command (never matched by prefix or wildcard grants). */
+  compound: boolean;
+}
+
+/** seed 000: every tool declares None (no check) or Ask(key). */
+export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
+
+/** Answers to an Ask. */
+export type GrantLevel = 'Once' | 'AlwaysThisSession' | 'AlwaysThisProject';
+export type AskAnswer = GrantLevel | 'Deny';
+
+/** Everything the gate needs to decide one call. */
+export interface PermissionRequest {
+  tool: string;
+  kind: ToolKind;
+  key: PermissionKey;
+  /** What rules `Tool(glob)` match against: the command, the path, the capability name. */
+  subject: string;
+  /**
+   * Whether execution is in a real sandbox, judged from the effective configuration at run time
+   * (wasm; docker with a hardened profile). False caps the grant at the session allowlist.
+   */
+  sandboxed: boolean;
+  /** Why it is (not) sandboxed, for explain and the prompt. */
+  isolation?: string | undefined;
+  /** Content hash of the capability the key refers to; project grants are bound to it. */
+  contentHash?: string | undefined;
+}
+
+export type DecisionOutcome = 'allow' | 'deny';
+
+export interface Decision {
+  outcome: DecisionOutcome;
+  /** What decided: `deny-rule`, `allow-rule`, `mode`, `project-allowlist`, `session-allowlist`, `prompt`, `no-prompt`, … */
+  source: string;
+  /** Human- and agent-readable reason (plan mode tells the agent to present its plan). */
+  reason: string;
+  key: string;
+}
+
+/** The gate every mutating tool call passes before `execute()`. */
+export interface PermissionGate {
+  check(request: PermissionRequest, signal?: AbortSignal): Promise<Decision>;
+}

@@ -1,0 +1,56 @@
+import type { Capability, Environment } from '../manifest/types.js';
+
+/**
+ * The one result shape every runner returns. A non-zero exit is data, not an exception:
+ * runners throw only when they cannot start the capability at all (a CapsuleError).
+ */
+export interface RunResult {
+  environment: Environment;
+  /** Process / guest exit code; null when killed by a signal or never started. */
+  exitCode: number | null;
+  /** Signal name that ended the process (e.g. `SIGKILL`), or null. */
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  /** The wall-clock limit (`limits.timeoutMs`) was hit and the run was killed. */
+  timedOut: boolean;
+  /** The caller's AbortSignal fired and the run was killed. */
+  canceled: boolean;
+  /** stdout or stderr went past `limits.outputBytes`; the run was killed and output cut. */
+  truncated: boolean;
+  /** The memory limit was hit (container OOM-killed, Wasm memory cap reached). */
+  oomKilled: boolean;
+  durationMs: number;
+}
+
+export interface RunRequest {
+  capability: Capability;
+  /** The input document as JSON text: stdin for processes, `run(input)` for components. */
+  input: string;
+  signal?: AbortSignal | undefined;
+}
+
+/** One interface per runner; implementations live beside it (shell, wasm, docker). */
+export interface Runner {
+  readonly environment: Environment;
+  /** Whether this runner can run here now (e.g. the Docker engine answers), with a reason when not. */
+  available(): Promise<{ ok: true } | { ok: false; reason: string }>;
+  run(request: RunRequest): Promise<RunResult>;
+  /** Release pooled workers / containers. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+export function emptyResult(environment: Environment): RunResult {
+  return {
+    environment,
+    exitCode: null,
+    signal: null,
+    stdout: '',
+    stderr: '',
+    timedOut: false,
+    canceled: false,
+    truncated: false,
+    oomKilled: false,
+    durationMs: 0,
+  };
+}

@@ -1,0 +1,53 @@
+import { z } from 'zod';
+
+import type { RunResult } from '../runners/types.js';
+import type { PermissionCheck, Tool } from './tool.js';
+import type { CapabilityContext } from './context.js';
+
+export const runCapabilityParameters = z.strictObject({
+  name: z.string().min(1).max(64).describe('Capability name, as listed by list_capabilities.'),
+  input: z
+    .unknown()
+    .optional()
+    .describe('Input document (any JSON value; validated against the capability input schema). Default {}.'),
+});
+
+export type RunCapabilityArgs = z.infer<typeof runCapabilityParameters>;
+
+export function capabilityKey(name: string): PermissionCheck['permission'] {
+  return {
+    type: 'ask',
+    key: { tool: 'run_capability', action: name, raw: `run_capability:${name}`, compound: false },
+  };
+}
+
+/** run_capability: resolves the capability afresh, validates the input, runs it in its environment. */
+export function createRunCapabilityTool(): Tool<
+  typeof runCapabilityParameters,
+  RunResult,
+  CapabilityContext
+> {
+  return {
+    name: 'run_capability',
+    description:
+      'Run a capability by name with a JSON input; returns exit code, stdout, stderr and limit flags.',
+    kind: 'OTHER',
+    parameters: runCapabilityParameters,
+    async permission(args, ctx) {
+      const capability = await ctx.resolveCapability(args.name);
+      const isolation = ctx.isolation(capability);
+      return {
+        permission: capabilityKey(capability.name),
+        subject: capability.name,
+        sandboxed: isolation.sandboxed,
+        isolation: isolation.summary,
+        contentHash: capability.contentHash,
+      };
+    },
+    async execute(args, ctx) {
+      const capability = await ctx.resolveCapability(args.name);
+      const inputText = ctx.validateInput(capability, JSON.stringify(args.input ?? {}));
+      return ctx.runCapability(capability, inputText, ctx.signal);
+    },
+  };
+}

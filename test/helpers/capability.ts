@@ -1,0 +1,60 @@
+import { chmod, mkdir, mkdtemp, realpath, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { InputValidator } from '../../src/manifest/input.js';
+import { loadCapability } from '../../src/manifest/load.js';
+import type { Capability } from '../../src/manifest/types.js';
+
+/** A fresh temporary project: `<tmp>/capabilities/` is its capability root. */
+export async function tempProject(prefix = 'capsule-test-'): Promise<{ root: string; capRoot: string }> {
+  const root = await realpath(await mkdtemp(path.join(tmpdir(), prefix)));
+  const capRoot = path.join(root, 'capabilities');
+  await mkdir(capRoot, { recursive: true });
+  return { root, capRoot };
+}
+
+/** Write a capability folder (manifest merged over shell defaults) and return its folder path. */
+export async function writeCapability(
+  capRoot: string,
+  name: string,
+  manifest: Record<string, unknown>,
+  files: Record<string, string> = {},
+): Promise<string> {
+  const dir = path.join(capRoot, name);
+  await mkdir(dir, { recursive: true });
+  const full = {
+    schemaVersion: 1,
+    name,
+    description: `test capability ${name}`,
+    environment: 'shell',
+    entry: 'run.sh',
+    interpreter: 'sh',
+    ...manifest,
+  };
+  await writeFile(path.join(dir, 'capability.json'), JSON.stringify(full, null, 2));
+  for (const [file, text] of Object.entries(files)) {
+    await mkdir(path.dirname(path.join(dir, file)), { recursive: true });
+    await writeFile(path.join(dir, file), text);
+    if (file.endsWith('.sh')) await chmod(path.join(dir, file), 0o755);
+  }
+  return dir;
+}
+
+/** Write and load a capability; throws with the issues when it is invalid. */
+export async function makeCapability(
+  name: string,
+  script: string,
+  manifest: Record<string, unknown> = {},
+  files: Record<string, string> = {},
+): Promise<{ capability: Capability; root: string }> {
+  const { root, capRoot } = await tempProject();
+  const dir = await writeCapability(capRoot, name, manifest, { 'run.sh': script, ...files });
+  const loaded = await loadCapability(dir, {
+    root: capRoot,
+    projectRoot: root,
+    protectedPaths: [path.join(root, 'capsule.json')],
+    inputValidator: new InputValidator(),
+  });
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.invalid.issues));
+  return { capability: loaded.capability, root };
+}

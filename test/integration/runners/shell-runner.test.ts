@@ -1,0 +1,122 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ShellRunner } from '../../../src/runners/shell-runner.js';
+import { makeCapability } from '../../helpers/capability.js';
+
+/** Alive and not a zombie (an orphan killed here is reaped by init, maybe a little later). */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+describe('ShellRunner', () => {
+  const runner = new ShellRunner({
+    hostEnv: { ...process.env, GRANTED_VAR: 'visible', SECRET_TOKEN: 'hunter2' },
+  });
+  afterAll(() => runner.close());
+
+  it('passes input on stdin, runs in the capability folder, returns exit code and output', async () => {
+    const { capability } = await makeCapability('echo', 'pwd; cat; echo; echo oops >&2; exit 3\n');
+    const r = await runner.run({ capability, input: '{"a":1}' });
+    expect(r).toMatchObject({
+      environment: 'shell',
+      exitCode: 3,
+      signal: null,
+      timedOut: false,
+      truncated: false,
+      canceled: false,
+    });
+    expect(r.stdout).toBe(`${capability.dir}\n{"a":1}\n`);
+    expect(r.stderr).toBe('oops\n');
+    expect(r.durationMs).toBeGreaterThan(0);
+  });
+
+  it('scrubs the environment down to a fixed PATH and the granted variables', async () => {
+    const { capability } = await makeCapability('env', 'env | sort\n', {
+      grants: { env: ['GRANTED_VAR', 'NOT_SET_ANYWHERE'] },
+    });
+    const r = await runner.run({ capability, input: '{}' });
+    const vars = r.stdout
+      .trim()
+      .split('\n')
+      .filter((l) => !l.startsWith('PWD='));
+    expect(vars).toEqual(['GRANTED_VAR=visible', 'PATH=/usr/local/bin:/usr/bin:/bin']);
+    expect(r.stdout).not.toContain('hunter2');
+  });
+
+  it('kills the whole process tree at the wall-clock limit, even a SIGTERM-ignoring one', async () => {
+    const { capability, root } = await makeCapability(
+      'stubborn',
+      `trap '' TERM\n(trap '' TERM; sleep 30; echo survived > "${'$'}1") &\necho $! > grandchild.pid\nsleep 30\n`,
+      { limits: { timeoutMs: 300 }, args: [] },
+    );
+    const marker = path.join(root, 'survived');
+    capability.manifest.args.push(marker);
+    const started = Date.now();
+    const r = await runner.run({ capability, input: '{}' });
+    expect(r.timedOut).toBe(true);
+    expect(r.exitCode).toBeNull();
+    expect(r.signal).toBe('SIGKILL');
+    expect(Date.now() - started).toBeLessThan(3000);
+    const grandchild = Number(await readFile(path.join(capability.dir, 'grandchild.pid'), 'utf8'));
+    expect(alive(grandchild)).toBe(false);
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('kills a grandchild that outlives its parent', async () => {
+    const { capability } = await makeCapability('orphan', '(sleep 30) &\necho $! > orphan.pid\nexit 0\n');
+    const started = Date.now();
+    const r = await runner.run({ capability, input: '{}' });
+    expect(r.exitCode).toBe(0);
+    expect(Date.now() - started).toBeLessThan(3000);
+    const orphan = Number(await readFile(path.join(capability.dir, 'orphan.pid'), 'utf8'));
+    await new Promise((res) => setTimeout(res, 50));
+    expect(alive(orphan)).toBe(false);
+  });
+
+  it('caps a 1 GB output flood, kills the process, and keeps memory bounded', async () => {
+    const { capability } = await makeCapability('flood', 'head -c 1000000000 /dev/zero | tr "\\0" x\n', {
+      limits: { outputBytes: 65536, timeoutMs: 20_000 },
+    });
+    const before = process.memoryUsage().rss;
+    const started = Date.now();
+    const r = await runner.run({ capability, input: '{}' });
+    expect(r.truncated).toBe(true);
+    expect(r.stdout.length).toBe(65536);
+    expect(r.exitCode).toBeNull();
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(process.memoryUsage().rss - before).toBeLessThan(200 * 1024 * 1024);
+  });
+
+  it('cancels on AbortSignal and reports it', async () => {
+    const { capability } = await makeCapability('slow', 'sleep 30\n');
+    const abort = new AbortController();
+    setTimeout(() => abort.abort(), 100);
+    const r = await runner.run({ capability, input: '{}', signal: abort.signal });
+    expect(r.canceled).toBe(true);
+    expect(r.timedOut).toBe(false);
+    expect(r.durationMs).toBeLessThan(3000);
+  });
+
+  it('does not fail when the capability ignores its stdin', async () => {
+    const { capability } = await makeCapability('deaf', 'exit 0\n');
+    const r = await runner.run({ capability, input: 'x'.repeat(2_000_000) });
+    expect(r.exitCode).toBe(0);
+  });
+
+  it('reports an entry that cannot be executed as a clear error', async () => {
+    const { capability } = await makeCapability('noexec', 'echo hi\n', {}, {});
+    delete capability.manifest.interpreter;
+    capability.entryPath = path.join(capability.dir, 'capability.json');
+    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+      code: 'RUNNER_FAILED',
+      details: { field: 'entry' },
+    });
+  });
+});
