@@ -133,7 +133,18 @@ export class Executor implements CapabilityContext {
   }
 
   private contextFor(extra: object): CapabilityContext {
-    // Bind the session's capability operations into a per-call context (with the call's signal).
-    return Object.assign(Object.create(this) as CapabilityContext, extra);
+    // A per-call context: the call's signal, and one resolution per capability name, so what
+    // permission() judged (environment, content hash) is exactly what execute() runs.
+    const resolved = new Map<string, Promise<Capability>>();
+    const ctx = Object.assign(Object.create(this) as CapabilityContext, extra);
+    ctx.resolveCapability = (name: string) => {
+      let found = resolved.get(name);
+      if (found === undefined) {
+        found = this.registry.get(name);
+        resolved.set(name, found);
+      }
+      return found;
+    };
+    return ctx;
   }
 }

@@ -1,8 +1,9 @@
-import { readdir, realpath } from 'node:fs/promises';
+import { lstat, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import { InputValidator } from '../manifest/input.js';
 import { loadCapability } from '../manifest/load.js';
+import { CAPABILITY_NAME } from '../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../manifest/types.js';
 
 export interface RegistryOptions {
@@ -102,27 +103,64 @@ export class Registry {
     return this.last ?? this.scan();
   }
 
-  /** Resolve one capability by name, from a fresh scan (the manifest is read at run time). */
+  /**
+   * Resolve one capability by name, reading its folder afresh (the manifest is read at run time).
+   * Only the folder named `name` in each root is loaded, so a lookup costs one capability, not a scan.
+   */
   async get(name: string): Promise<Capability> {
-    const { capabilities, invalid } = await this.scan();
-    const found = capabilities.find((c) => c.name === name);
-    if (found !== undefined) return found;
-    const broken = invalid.find((i) => i.folder === name);
-    if (broken !== undefined) {
-      const first = broken.issues[0];
+    if (!CAPABILITY_NAME.test(name)) {
+      throw new CapsuleError('NOT_FOUND', `"${name.slice(0, 80)}" is not a capability name.`, {
+        hint: 'Names are 1-64 chars of a-z, 0-9, "-" and "_". Run "capsule list" to see what exists.',
+      });
+    }
+    const projectRoot = await realpath(this.options.projectRoot);
+    const found: Capability[] = [];
+    for (const rootPath of this.roots) {
+      let root: string;
+      try {
+        root = await realpath(rootPath);
+        await lstat(path.join(root, name));
+      } catch {
+        continue;
+      }
+      const loaded = await loadCapability(path.join(root, name), {
+        root,
+        projectRoot,
+        protectedPaths: this.options.protectedPaths ?? [],
+        inputValidator: this.inputValidator,
+      });
+      if (!loaded.ok) {
+        const first = loaded.invalid.issues[0];
+        throw new CapsuleError(
+          'MANIFEST_INVALID',
+          `Capability "${name}" is invalid: ${first ? `${first.file}${first.field ? ` (${first.field})` : ''}: ${first.message}` : 'see capsule validate'}`,
+          {
+            file: first?.file,
+            field: first?.field,
+            issues: loaded.invalid.issues,
+            hint: `Run "capsule validate" for every problem.`,
+          },
+        );
+      }
+      found.push(loaded.capability);
+    }
+    const [first, second] = found;
+    if (first === undefined) {
+      throw new CapsuleError('NOT_FOUND', `No capability named "${name}" in ${this.roots.join(', ')}.`, {
+        hint: 'Run "capsule list" to see what exists.',
+      });
+    }
+    if (second !== undefined) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
-        `Capability "${name}" is invalid: ${first ? `${first.file}${first.field ? ` (${first.field})` : ''}: ${first.message}` : 'see capsule validate'}`,
+        `Capability "${name}" exists in two roots: ${first.dir} and ${second.dir}.`,
         {
-          file: first?.file,
-          field: first?.field,
-          issues: broken.issues,
-          hint: `Run "capsule validate" for every problem.`,
+          file: second.manifestPath,
+          field: 'name',
+          hint: 'Rename or remove one of them.',
         },
       );
     }
-    throw new CapsuleError('NOT_FOUND', `No capability named "${name}" in ${this.roots.join(', ')}.`, {
-      hint: 'Run "capsule list" to see what exists.',
-    });
+    return first;
   }
 }

@@ -1,0 +1,29 @@
+// npm run bench: every measurement in one run, each against its raw floor measured in the same run.
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { benchShell } from './shell.mjs';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const rows = [];
+const suites = [['shell', () => benchShell({ root })]];
+for (const [name, run] of suites) {
+  process.stderr.write(`bench: ${name}…\n`);
+  rows.push(...(await run()));
+}
+
+const byName = new Map(rows.map((r) => [r.name, r]));
+const fmt = (n) => (n === undefined ? '' : n >= 100 ? n.toFixed(0) : n >= 1 ? n.toFixed(2) : n.toFixed(3));
+const width = Math.max(...rows.map((r) => r.name.length));
+let out = `${'measurement'.padEnd(width)}  ${'median ms'.padStart(10)}  ${'p95 ms'.padStart(10)}  ratio vs floor\n`;
+for (const r of rows) {
+  const floor = r.floor ? byName.get(r.floor) : undefined;
+  const ratio = floor ? `${(r.median / floor.median).toFixed(2)}×` : r.perSecond ? `${Math.round(r.perSecond)}/s` : '(floor)';
+  r.ratio = floor ? r.median / floor.median : undefined;
+  out += `${r.name.padEnd(width)}  ${fmt(r.median).padStart(10)}  ${fmt(r.p95).padStart(10)}  ${ratio}\n`;
+}
+process.stdout.write(out);
+await mkdir(path.join(root, 'bench', 'results'), { recursive: true });
+const file = path.join(root, 'bench', 'results', `${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+await writeFile(file, JSON.stringify({ date: new Date().toISOString(), node: process.version, rows }, null, 2));
+process.stderr.write(`bench: wrote ${path.relative(root, file)}\n`);
