@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import { registerCi } from './commands/ci.js';
 import { registerList } from './commands/list.js';
 import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
@@ -28,6 +29,7 @@ export function buildProgram(io: CliIO): Command {
   registerShow(program, io);
   registerValidate(program, io);
   registerRun(program, io);
+  registerCi(program, io);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

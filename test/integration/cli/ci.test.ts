@@ -1,0 +1,82 @@
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { XMLParser } from 'fast-xml-parser';
+import { describe, expect, it } from 'vitest';
+import { cli } from '../../helpers/cli.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
+
+async function project(): Promise<string> {
+  const { root, capRoot } = await tempProject();
+  const echo = { 'run.sh': 'cat\n' };
+  await writeCapability(capRoot, 'echo', {}, echo);
+  await writeFile(
+    path.join(capRoot, 'echo', 'cases.json'),
+    JSON.stringify({
+      schemaVersion: 1,
+      cases: [
+        { name: 'echoes', input: { a: 1 }, expect: { json: { a: 1 } } },
+        { name: 'wrong on purpose', input: { a: 1 }, expect: { json: { a: 2 } } },
+        { name: 'no expectation', input: {}, expect: {} },
+      ],
+    }),
+  );
+  await writeCapability(capRoot, 'untested', {}, echo);
+  return root;
+}
+
+describe('capsule ci', () => {
+  it('runs checks non-interactively, writes JUnit, and exits 1 on any failure', async () => {
+    const root = await project();
+    const junit = path.join(root, 'report.xml');
+    const r = await cli(['ci', '--grant', 'run_capability:echo', '--junit', junit], { cwd: root });
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('1 passed, 2 failed, 0 errors');
+    expect(r.stdout).toContain('no cases.json: untested');
+    expect(r.stderr).toMatch(/^PASS {2}echo \/ echoes \[shell\]/m);
+    expect(r.stderr).toMatch(/^FAIL {2}echo \/ no expectation \[shell\] .*no expected output/m);
+    const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(
+      await readFile(junit, 'utf8'),
+    );
+    expect(doc.testsuites).toMatchObject({ tests: '3', failures: '2', errors: '0' });
+    expect(doc.testsuites.testsuite.testcase.map((t: { name: string }) => t.name)).toEqual([
+      'echoes [shell]',
+      'wrong on purpose [shell]',
+      'no expectation [shell]',
+    ]);
+  });
+
+  it('treats Ask as a denial without a grant, and refuses to overwrite a report without --force', async () => {
+    const root = await project();
+    const junit = path.join(root, 'report.xml');
+    await writeFile(junit, 'precious');
+    const refused = await cli(['ci', '--junit', junit], { cwd: root });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain('--force');
+    expect(await readFile(junit, 'utf8')).toBe('precious');
+    const denied = await cli(['ci', '--json', '--junit', junit, '--force'], { cwd: root });
+    expect(denied.code).toBe(1);
+    const doc = JSON.parse(denied.stdout) as { failed: number; outcomes: Array<{ message: string }> };
+    expect(doc.failed).toBe(3);
+    expect(doc.outcomes[0]?.message).toContain('run_capability:echo');
+  });
+
+  it('passes on the shipped examples when granted', async () => {
+    const r = await cli([
+      'ci',
+      '--grant',
+      'run_capability:word-count',
+      '--grant',
+      'run_capability:shout',
+      '--json',
+    ]);
+    const doc = JSON.parse(r.stdout) as {
+      passed: number;
+      failed: number;
+      errors: number;
+      outcomes: Array<{ capability: string; message?: string }>;
+    };
+    const mine = doc.outcomes.filter((o) => o.capability === 'word-count' || o.capability === 'shout');
+    expect(mine.length).toBe(4);
+    expect(mine.every((o) => o.message === undefined)).toBe(true);
+  });
+});
