@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { registerCi } from './commands/ci.js';
+import { registerCompare } from './commands/compare.js';
 import { registerList } from './commands/list.js';
 import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
@@ -30,6 +31,7 @@ export function buildProgram(io: CliIO): Command {
   registerValidate(program, io);
   registerRun(program, io);
   registerCi(program, io);
+  registerCompare(program, io);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

@@ -1,0 +1,133 @@
+import { access, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { parseCases } from '../../checks/cases.js';
+import { compareCapability, type CompareInput } from '../../compare/compare.js';
+import { renderHtml, renderTable } from '../../compare/render.js';
+import { writeFileAtomic } from '../../config/config-store.js';
+import { CapsuleError } from '../../errors.js';
+import { ENVIRONMENTS } from '../../manifest/schema.js';
+import type { Environment } from '../../manifest/types.js';
+import { EXIT } from '../exit-codes.js';
+import { addGateFlags, type GateFlags } from '../flags.js';
+import { action, json, write, type CliIO } from '../output.js';
+import { openSession } from '../session.js';
+
+/** compare's own exit code when a requested environment could not run but the others agree. */
+export const EXIT_INCOMPLETE = 2;
+
+function parseEnvs(value: string): Environment[] {
+  const envs = value
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
+  const bad = envs.filter((e) => !(ENVIRONMENTS as readonly string[]).includes(e));
+  if (bad.length > 0 || envs.length === 0) {
+    throw new CapsuleError('USAGE', `--env ${value}: unknown environment ${bad.join(', ')}`.trim(), {
+      hint: 'Use a comma list of shell, wasm, docker.',
+    });
+  }
+  return [...new Set(envs)] as Environment[];
+}
+
+async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): Promise<CompareInput[]> {
+  if (opts.input !== undefined && opts.cases !== undefined)
+    throw new CapsuleError('USAGE', 'Use either --input or --cases, not both.');
+  if (opts.cases !== undefined) {
+    const file = path.resolve(io.cwd, opts.cases);
+    const text = await readFile(file, 'utf8').catch(() => {
+      throw new CapsuleError('NOT_FOUND', `Cannot read --cases ${file}.`, { file });
+    });
+    return parseCases(text, file).map((c) => ({ name: c.name, input: c.input }));
+  }
+  try {
+    return [{ name: 'input', input: JSON.parse(opts.input ?? '{}') }];
+  } catch (err) {
+    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
+      field: '--input',
+    });
+  }
+}
+
+export function registerCompare(program: Command, io: CliIO): void {
+  addGateFlags(
+    program
+      .command('compare')
+      .description(
+        'Run one capability in several environments and compare outputs, exit codes and timings.\n' +
+          'A JavaScript-authored capability is portable: a component in wasm, node on the host, node in the node image.\n' +
+          `Exit 0 when outputs are equal, 1 when they differ, ${EXIT_INCOMPLETE} when a requested environment could not run.`,
+      )
+      .argument('<name>', 'capability name')
+      .option('--env <list>', 'comma list of environments', 'shell,wasm,docker')
+      .option('--input <json>', 'one input document (default {})')
+      .option('--cases <file>', 'a cases.json whose inputs to use')
+      .option('--runs <n>', 'runs per input and environment (timings: median and p95)', '5')
+      .option('--sequential', 'run environments one after another (cleaner timings; default: concurrently)')
+      .option('--html <file>', 'write a self-contained HTML report with an SVG chart')
+      .option('--force', 'overwrite an existing --html file')
+      .option('--json', 'print the report as JSON'),
+  ).action(
+    action(
+      io,
+      async (
+        name: string,
+        opts: GateFlags & {
+          env: string;
+          input?: string;
+          cases?: string;
+          runs: string;
+          sequential?: boolean;
+          html?: string;
+          force?: boolean;
+          json?: boolean;
+        },
+      ) => {
+        const environments = parseEnvs(opts.env);
+        const runs = Number(opts.runs);
+        if (!Number.isInteger(runs) || runs < 1 || runs > 1000)
+          throw new CapsuleError('USAGE', `--runs ${opts.runs}: must be an integer from 1 to 1000.`);
+        const inputs = await readInputs(io, opts);
+        const htmlFile = opts.html === undefined ? undefined : path.resolve(io.cwd, opts.html);
+        if (
+          htmlFile !== undefined &&
+          !opts.force &&
+          (await access(htmlFile).then(
+            () => true,
+            () => false,
+          ))
+        ) {
+          throw new CapsuleError('ALREADY_EXISTS', `${htmlFile} already exists.`, {
+            file: htmlFile,
+            hint: 'Pass --force to overwrite it.',
+          });
+        }
+        const session = await openSession(io, {
+          grants: opts.grant,
+          noPrompt: !opts.prompt,
+          mode: opts.mode,
+        });
+        try {
+          const report = await compareCapability({
+            executor: session.executor,
+            name,
+            environments,
+            inputs,
+            runs,
+            sequential: opts.sequential ?? false,
+            onProgress: (m) => {
+              if (!opts.json && io.interactive) void write(io.stderr, `${m}\n`);
+            },
+          });
+          if (htmlFile !== undefined) await writeFileAtomic(htmlFile, renderHtml(report));
+          await write(io.stdout, opts.json ? json(report) : renderTable(report));
+          if (htmlFile !== undefined && !opts.json) await write(io.stdout, `HTML report: ${htmlFile}\n`);
+          if (!report.equal) return EXIT.FAILURE;
+          return report.environments.every((e) => e.status === 'ok') ? EXIT.OK : EXIT_INCOMPLETE;
+        } finally {
+          await session.close();
+        }
+      },
+    ),
+  );
+}

@@ -1,0 +1,114 @@
+import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { dockerSchema } from '../manifest/schema.js';
+import type { Capability, Environment } from '../manifest/types.js';
+
+/** The JS adapter that gives a `run(input)` module the stdin/stdout contract (runtimes/js). */
+export function defaultAdapterPath(): string {
+  // From src/compare or dist/compare alike, runtimes/ is two levels up.
+  return fileURLToPath(new URL('../../runtimes/js/run-module.mjs', import.meta.url));
+}
+
+const ADAPTER_NAME = '.capsule-run-module.mjs';
+const IMAGE_FOR_INTERPRETER: Partial<Record<string, string>> = {
+  sh: 'capsule/busybox:1',
+  node: 'capsule/node:1',
+};
+
+export type Variant =
+  | { ok: true; capability: Capability; how: string; cleanup?: () => Promise<void> }
+  | { ok: false; reason: string };
+
+function isJsModule(file: string | undefined): file is string {
+  return file !== undefined && /\.(m?js)$/.test(file);
+}
+
+function dockerVariant(
+  capability: Capability,
+  image: string,
+  overrides: Partial<Capability['manifest']> = {},
+): Capability {
+  return {
+    ...capability,
+    environment: 'docker',
+    manifest: {
+      ...capability.manifest,
+      ...overrides,
+      environment: 'docker',
+      docker: dockerSchema.parse({ image }),
+      source: undefined,
+    },
+  };
+}
+
+/**
+ * The capability as it would run in another environment, when it is portable there:
+ * - a JS-authored wasm capability (`source` exports run(input)) runs as node on the host and in the node image;
+ * - a shell capability interpreted by sh or node runs in the busybox or node image.
+ * Anything else is not portable, with the reason.
+ */
+export async function deriveVariant(
+  capability: Capability,
+  environment: Environment,
+  adapterPath: string = defaultAdapterPath(),
+): Promise<Variant> {
+  if (environment === capability.environment) return { ok: true, capability, how: 'as written' };
+  const m = capability.manifest;
+
+  if (capability.environment === 'wasm' && isJsModule(m.source)) {
+    if (environment === 'wasm') return { ok: true, capability, how: 'as written' };
+    // Stage a copy with the adapter inside, so the docker runner's folder mount carries it too.
+    const staged = await mkdtemp(path.join(tmpdir(), `capsule-variant-${capability.name}-`));
+    await cp(capability.dir, staged, { recursive: true });
+    await cp(adapterPath, path.join(staged, ADAPTER_NAME));
+    const overrides = { entry: ADAPTER_NAME, interpreter: 'node' as const, args: [m.source] };
+    const base: Capability = { ...capability, dir: staged, entryPath: path.join(staged, ADAPTER_NAME) };
+    const cleanup = (): Promise<void> => rm(staged, { recursive: true, force: true });
+    if (environment === 'shell') {
+      return {
+        ok: true,
+        how: `node on the host running ${m.source}`,
+        cleanup,
+        capability: {
+          ...base,
+          environment: 'shell',
+          manifest: { ...m, ...overrides, environment: 'shell', source: undefined },
+        },
+      };
+    }
+    return {
+      ok: true,
+      how: `node in capsule/node:1 running ${m.source}`,
+      cleanup,
+      capability: dockerVariant(base, 'capsule/node:1', overrides),
+    };
+  }
+
+  if (capability.environment === 'shell' && environment === 'docker') {
+    const image = m.interpreter === undefined ? undefined : IMAGE_FOR_INTERPRETER[m.interpreter];
+    if (image === undefined) {
+      return {
+        ok: false,
+        reason: `a shell capability run by ${m.interpreter ?? 'its own entry'} has no matching sandbox image (sh → capsule/busybox:1, node → capsule/node:1)`,
+      };
+    }
+    return {
+      ok: true,
+      capability: dockerVariant(capability, image),
+      how: `${m.interpreter ?? ''} in ${image}`,
+    };
+  }
+
+  if (environment === 'wasm') {
+    return {
+      ok: false,
+      reason: `only capabilities authored as a JavaScript module (wasm with "source") run in wasm; "${capability.name}" is ${capability.environment}`,
+    };
+  }
+  return {
+    ok: false,
+    reason: `a ${capability.environment} capability without a JavaScript "source" module cannot run in ${environment}`,
+  };
+}
