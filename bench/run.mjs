@@ -2,11 +2,15 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
-const suites = [['shell', () => benchShell({ root })]];
+const suites = [
+  ['shell', () => benchShell({ root })],
+  ['registry', () => benchRegistry()],
+];
 for (const [name, run] of suites) {
   process.stderr.write(`bench: ${name}…\n`);
   rows.push(...(await run()));
@@ -18,7 +22,13 @@ const width = Math.max(...rows.map((r) => r.name.length));
 let out = `${'measurement'.padEnd(width)}  ${'median ms'.padStart(10)}  ${'p95 ms'.padStart(10)}  ratio vs floor\n`;
 for (const r of rows) {
   const floor = r.floor ? byName.get(r.floor) : undefined;
-  const ratio = floor ? `${(r.median / floor.median).toFixed(2)}×` : r.perSecond ? `${Math.round(r.perSecond)}/s` : '(floor)';
+  const ratio = floor
+    ? `${(r.median / floor.median).toFixed(2)}×`
+    : r.perSecond
+      ? `${Math.round(r.perSecond)}/s`
+      : r.isFloor
+        ? '(floor)'
+        : '-';
   r.ratio = floor ? r.median / floor.median : undefined;
   out += `${r.name.padEnd(width)}  ${fmt(r.median).padStart(10)}  ${fmt(r.p95).padStart(10)}  ${ratio}\n`;
 }

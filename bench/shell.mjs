@@ -32,7 +32,7 @@ export async function benchShell({ root, iterations = 50 }) {
   }
   await executor.close();
   return [
-    { name: 'shell: bare execa spawn', ...stats(bare) },
+    { name: 'shell: bare execa spawn', isFloor: true, ...stats(bare) },
     { name: 'shell: capsule run (lookup+gate+validate+run)', ...stats(ours), floor: 'shell: bare execa spawn' },
   ];
 }

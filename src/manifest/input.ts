@@ -9,11 +9,14 @@ export class InputValidator {
   private readonly ajv = new Ajv({ allErrors: true, strict: false });
   private readonly cache = new Map<string, ValidateFunction>();
 
-  /** undefined when the schema compiles; otherwise the reason. */
+  /**
+   * undefined when the schema is a valid JSON Schema; otherwise the reason. Checked against the
+   * meta-schema only (cheap); compiling waits for the first run, so a scan of many capabilities stays fast.
+   */
   check(schema: Record<string, unknown>): string | undefined {
     try {
-      this.compile(schema);
-      return undefined;
+      if (this.ajv.validateSchema(schema) === true) return undefined;
+      return this.ajv.errorsText(this.ajv.errors, { dataVar: 'inputSchema' });
     } catch (err) {
       return (err as Error).message;
     }
@@ -33,7 +36,19 @@ export class InputValidator {
         hint: `Pass a JSON document, e.g. --input '{"name":"world"}'.`,
       });
     }
-    const validate = this.compile(capability.manifest.inputSchema);
+    let validate: ValidateFunction;
+    try {
+      validate = this.compile(capability.manifest.inputSchema);
+    } catch (err) {
+      throw new CapsuleError(
+        'MANIFEST_INVALID',
+        `The inputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
+        {
+          file: capability.manifestPath,
+          field: 'inputSchema',
+        },
+      );
+    }
     if (!validate(value)) {
       const issues = (validate.errors ?? []).map((e) => ({
         field: `input${e.instancePath.replace(/\//g, '.')}`,

@@ -6,6 +6,22 @@ import { loadCapability } from '../manifest/load.js';
 import { CAPABILITY_NAME } from '../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../manifest/types.js';
 
+const SCAN_CONCURRENCY = 16;
+
+/** Map with at most `limit` promises in flight; results in input order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i] as T);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
+
 export interface RegistryOptions {
   /** Capability roots (absolute, or relative to projectRoot). Each holds one folder per capability. */
   roots: readonly string[];
@@ -58,23 +74,28 @@ export class Registry {
         continue;
       }
       entries.sort((a, b) => a.name.localeCompare(b.name));
-      for (const entry of entries) {
-        if (entry.name.startsWith('.')) continue;
-        if (!entry.isDirectory() && !entry.isSymbolicLink()) continue;
-        const loaded = await loadCapability(path.join(root, entry.name), {
+      const folders = entries.filter(
+        (e) => !e.name.startsWith('.') && (e.isDirectory() || e.isSymbolicLink()),
+      );
+      // Load folders concurrently (I/O bound), then record them in folder order so results are stable.
+      const loaded = await mapLimit(folders, SCAN_CONCURRENCY, (entry) =>
+        loadCapability(path.join(root, entry.name), {
           root,
           projectRoot,
           protectedPaths,
           inputValidator: this.inputValidator,
-        });
-        if (!loaded.ok) {
+        }),
+      );
+      for (const [i, entry] of folders.entries()) {
+        const one = loaded[i] as Awaited<ReturnType<typeof loadCapability>>;
+        if (!one.ok) {
           // A symlink to a file (not a folder) is simply not a capability folder.
-          if (entry.isSymbolicLink() && loaded.invalid.issues.some((i) => i.message.includes('ENOTDIR')))
+          if (entry.isSymbolicLink() && one.invalid.issues.some((x) => x.message.includes('ENOTDIR')))
             continue;
-          result.invalid.push(loaded.invalid);
+          result.invalid.push(one.invalid);
           continue;
         }
-        const cap = loaded.capability;
+        const cap = one.capability;
         const previous = seen.get(cap.name);
         if (previous !== undefined) {
           result.invalid.push({
