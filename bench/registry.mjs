@@ -32,7 +32,8 @@ export async function benchRegistry({ count = 1000, rounds = 5 } = {}) {
       let t = performance.now();
       const first = await registry.scan();
       cold.push(performance.now() - t);
-      if (first.capabilities.length !== count) throw new Error(`expected ${count} capabilities, got ${first.capabilities.length}`);
+      if (first.capabilities.length !== count)
+        throw new Error(`expected ${count} capabilities, got ${first.capabilities.length}`);
       t = performance.now();
       await registry.scan();
       warm.push(performance.now() - t);

@@ -2,6 +2,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchPermissions } from './permissions.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 
@@ -10,6 +11,7 @@ const rows = [];
 const suites = [
   ['shell', () => benchShell({ root })],
   ['registry', () => benchRegistry()],
+  ['permissions', () => benchPermissions()],
 ];
 for (const [name, run] of suites) {
   process.stderr.write(`bench: ${name}…\n`);
@@ -35,5 +37,8 @@ for (const r of rows) {
 process.stdout.write(out);
 await mkdir(path.join(root, 'bench', 'results'), { recursive: true });
 const file = path.join(root, 'bench', 'results', `${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-await writeFile(file, JSON.stringify({ date: new Date().toISOString(), node: process.version, rows }, null, 2));
+await writeFile(
+  file,
+  JSON.stringify({ date: new Date().toISOString(), node: process.version, rows }, null, 2),
+);
 process.stderr.write(`bench: wrote ${path.relative(root, file)}\n`);

@@ -7,11 +7,18 @@ export async function benchShell({ root, iterations = 50 }) {
   const { Registry } = await import('../dist/registry/registry.js');
   const { ShellRunner } = await import('../dist/runners/shell-runner.js');
   const { Executor } = await import('../dist/executor/executor.js');
-  const { MinimalGate } = await import('../dist/permissions/minimal-gate.js');
+  const { PermissionEngine } = await import('../dist/permissions/engine.js');
+  const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
   const registry = new Registry({ roots: ['capabilities'], projectRoot: root });
   const executor = new Executor({
     registry,
-    gate: new MinimalGate({ sessionGrants: ['run_capability:shout'] }),
+    // The real gate; audit off so the bench leaves no log in the repo (its cost is measured in the permissions suite).
+    gate: await PermissionEngine.create({
+      projectRoot: root,
+      sessionGrants: ['run_capability:shout'],
+      prompter: createNonInteractivePrompter(),
+      audit: false,
+    }),
     runners: [new ShellRunner()],
   });
   const cap = await registry.get('shout');
@@ -19,7 +26,12 @@ export async function benchShell({ root, iterations = 50 }) {
   const ours = [];
   for (let i = 0; i < iterations + 5; i++) {
     let t = performance.now();
-    await execa('sh', [cap.entryPath], { cwd: cap.dir, input: '{"a":"b"}', extendEnv: false, env: { PATH: '/usr/bin:/bin' } });
+    await execa('sh', [cap.entryPath], {
+      cwd: cap.dir,
+      input: '{"a":"b"}',
+      extendEnv: false,
+      env: { PATH: '/usr/bin:/bin' },
+    });
     const b = performance.now() - t;
     t = performance.now();
     const { result } = await executor.run('shout', { a: 'b' });
@@ -33,6 +45,10 @@ export async function benchShell({ root, iterations = 50 }) {
   await executor.close();
   return [
     { name: 'shell: bare execa spawn', isFloor: true, ...stats(bare) },
-    { name: 'shell: capsule run (lookup+gate+validate+run)', ...stats(ours), floor: 'shell: bare execa spawn' },
+    {
+      name: 'shell: capsule run (lookup+gate+validate+run)',
+      ...stats(ours),
+      floor: 'shell: bare execa spawn',
+    },
   ];
 }

@@ -84,12 +84,19 @@ export const projectConfigSchema = z
       .default('default')
       .describe('Permission mode at start: default | plan | edit | bypass. `--mode` overrides it.'),
     allowlist: z
-      .record(
-        z
-          .string()
-          .regex(KEY_SYNTAX, 'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)'),
-        allowlistEntrySchema,
-      )
+      .record(z.string(), allowlistEntrySchema)
+      .superRefine((record, ctx) => {
+        // Checked here rather than as a key schema so the issue names the offending key as its field.
+        for (const key of Object.keys(record)) {
+          if (!KEY_SYNTAX.test(key)) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [key],
+              message: 'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)',
+            });
+          }
+        }
+      })
       .default({})
       .describe(
         'Project allowlist: permission key → level. Read at start and on explicit reload only. run_command keys and unsandboxed capabilities are refused here (ceiling rule).',

@@ -40,6 +40,11 @@ export interface PermissionRequest {
   isolation?: string | undefined;
   /** Content hash of the capability the key refers to; project grants are bound to it. */
   contentHash?: string | undefined;
+  /**
+   * For a compound command: every simple command inside it (normalized). Deny rules are matched
+   * against each part as well as the whole; allow rules never are.
+   */
+  parts?: readonly string[] | undefined;
 }
 
 export type DecisionOutcome = 'allow' | 'deny';
@@ -51,6 +56,8 @@ export interface Decision {
   /** Human- and agent-readable reason (plan mode tells the agent to present its plan). */
   reason: string;
   key: string;
+  /** The rule text or allowlist key that decided, when one did. */
+  matched?: string | undefined;
 }
 
 /** The gate every mutating tool call passes before `execute()`. */

@@ -1,0 +1,72 @@
+import type { Command } from 'commander';
+import { createCommandParser } from '../../permissions/command-parser.js';
+import { createRunCommandTool } from '../../permissions/run-command-tool.js';
+import type { CapabilityContext } from '../../tools/context.js';
+import { EXIT } from '../exit-codes.js';
+import { addGateFlags, type GateFlags } from '../flags.js';
+import { action, json, write, type CliIO } from '../output.js';
+import { openSession } from '../session.js';
+import { commandLine } from './key.js';
+
+const SIGNALS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGKILL: 9,
+  SIGPIPE: 13,
+  SIGTERM: 15,
+};
+
+export function registerExec(program: Command, io: CliIO): void {
+  addGateFlags(
+    program
+      .command('exec')
+      .description(
+        'Run a shell command through the permission gate (the run_command tool). It runs with bash in the\n' +
+          "project root only if allowed; its stdout/stderr pass through and its exit code is capsule's.\n" +
+          'A denial exits 77 and says which key to grant. Compound commands need their own whole-string grant.',
+      )
+      .argument('<command...>', "the command, after --, e.g. -- 'git status'")
+      .option(
+        '--json',
+        'print one JSON document {key, compound, decision, exitCode, signal, stdout, stderr}',
+      ),
+  ).action(
+    action(io, async (words: string[], opts: GateFlags & { json?: boolean }) => {
+      const command = commandLine(words);
+      const parser = await createCommandParser();
+      const session = await openSession(io, {
+        grants: opts.grant,
+        noPrompt: !opts.prompt,
+        mode: opts.mode,
+        parser,
+      });
+      const abort = new AbortController();
+      const onSigint = (): void => abort.abort();
+      process.once('SIGINT', onSigint);
+      try {
+        const tool = createRunCommandTool<CapabilityContext>({
+          parser,
+          cwd: session.project.root,
+          passThrough: opts.json !== true,
+          env: io.env,
+        });
+        const { decision, result } = await session.executor.call(tool, { command }, { signal: abort.signal });
+        const code =
+          result.exitCode ?? (result.signal !== null ? 128 + (SIGNALS[result.signal] ?? 0) : EXIT.FAILURE);
+        if (opts.json) {
+          const key = decision?.key;
+          await write(
+            io.stdout,
+            json({ key, compound: parser.analyze(command).compound, decision, ...result }),
+          );
+        }
+        return code;
+      } finally {
+        process.removeListener('SIGINT', onSigint);
+        await session.close();
+        parser.close();
+      }
+    }),
+  );
+}

@@ -1,0 +1,112 @@
+import { randomBytes } from 'node:crypto';
+import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { CapsuleError } from '../errors.js';
+import { withFileLock, type FileLockOptions } from './file-lock.js';
+import { parseProjectConfig, type AllowlistEntryInput, type ProjectConfig } from './project-config.js';
+
+/** Where capsule keeps its own state under the project root (audit log, locks, profiles). */
+export const STATE_DIR = '.capsule';
+
+export function configLockPath(configFile: string): string {
+  return path.join(path.dirname(configFile), STATE_DIR, 'locks', `${path.basename(configFile)}.lock`);
+}
+
+/**
+ * Read-modify-write of capsule.json under the cross-process lock: re-read the file fresh, refuse
+ * (CONFIG_INVALID, nothing written) if it does not parse, apply `mutate` to the raw JSON object (so
+ * unknown formatting choices of the human are the only thing lost), validate the result, then write
+ * (unless `mutate` returns false: nothing to change)
+ * a temp file in the same folder and rename it over: readers see the old or the new file, never a torn one.
+ */
+export async function updateProjectConfigFile(
+  file: string,
+  mutate: (raw: Record<string, unknown>) => boolean | void,
+  lock: FileLockOptions = {},
+): Promise<ProjectConfig> {
+  return withFileLock(
+    configLockPath(file),
+    async () => {
+      let raw: Record<string, unknown>;
+      let mode = 0o644;
+      let text: string | undefined;
+      try {
+        text = await readFile(file, 'utf8');
+        mode = (await stat(file)).mode & 0o777;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+          throw new CapsuleError(
+            'CONFIG_INVALID',
+            `${file} cannot be read (${(err as NodeJS.ErrnoException).code}).`,
+            {
+              file,
+            },
+          );
+        }
+      }
+      if (text === undefined) {
+        raw = { schemaVersion: 1 };
+      } else {
+        parseProjectConfig(text, file); // throws on a broken file: never overwrite what we cannot read
+        raw = JSON.parse(text) as Record<string, unknown>;
+      }
+      if (mutate(raw) === false) return parseProjectConfig(JSON.stringify(raw), file);
+      const out = `${JSON.stringify(raw, null, 2)}\n`;
+      const config = parseProjectConfig(out, file);
+      await writeFileAtomic(file, out, mode);
+      return config;
+    },
+    lock,
+  );
+}
+
+/** Add or replace one allowlist entry (the human side: prompt answers and `capsule grants`). */
+export function setAllowlistEntry(
+  file: string,
+  key: string,
+  entry: AllowlistEntryInput,
+): Promise<ProjectConfig> {
+  return updateProjectConfigFile(file, (raw) => {
+    const current = raw.allowlist;
+    const allowlist =
+      current !== null && typeof current === 'object' && !Array.isArray(current)
+        ? (current as Record<string, unknown>)
+        : {};
+    allowlist[key] = entry;
+    raw.allowlist = allowlist;
+  });
+}
+
+/** Remove one allowlist entry; reports whether it was there. */
+export async function removeAllowlistEntry(file: string, key: string): Promise<boolean> {
+  let found = false;
+  await updateProjectConfigFile(file, (raw) => {
+    const current = raw.allowlist;
+    if (current !== null && typeof current === 'object' && !Array.isArray(current) && key in current) {
+      found = true;
+      delete (current as Record<string, unknown>)[key];
+    }
+    return found;
+  });
+  return found;
+}
+
+export async function writeFileAtomic(file: string, text: string, mode = 0o644): Promise<void> {
+  const tmp = path.join(
+    path.dirname(file),
+    `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`,
+  );
+  try {
+    const handle = await open(tmp, 'wx', mode);
+    try {
+      await handle.writeFile(text, 'utf8');
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await unlink(tmp).catch(() => undefined);
+    throw err;
+  }
+}

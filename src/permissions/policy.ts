@@ -1,0 +1,242 @@
+import type { AllowlistEntry, PermissionMode } from '../config/project-config.js';
+import { CapsuleError } from '../errors.js';
+import { ceilingFor, type CeilingVerdict } from './ceiling.js';
+import type { GlobCache } from './glob.js';
+import { grantCovers, isWildcardGrant, WRITE_FILE } from './keys.js';
+import { allowRuleMatches, denyRuleMatches, type RuleSet } from './rules.js';
+import type { SessionAllowlist, SessionEntry } from './session-allowlist.js';
+import type { AskAnswer, PermissionRequest } from './types.js';
+
+/** The project allowlist indexed for lookup: exact keys in a map, wildcard keys in a list. */
+export interface ProjectAllowlist {
+  file: string;
+  exact: ReadonlyMap<string, AllowlistEntry>;
+  wildcard: readonly AllowlistEntry[];
+}
+
+export function indexProjectAllowlist(file: string, entries: readonly AllowlistEntry[]): ProjectAllowlist {
+  const exact = new Map<string, AllowlistEntry>();
+  const wildcard: AllowlistEntry[] = [];
+  for (const e of entries) {
+    if (isWildcardGrant(e.key)) wildcard.push(e);
+    else exact.set(e.key, e);
+  }
+  return { file, exact, wildcard };
+}
+
+/** Everything decide() reads. The engine owns it; decide() itself has no side effects. */
+export interface PolicyState {
+  mode: PermissionMode;
+  rules: RuleSet;
+  project: ProjectAllowlist;
+  session: SessionAllowlist;
+  globs: GlobCache;
+  /** Names the protected path a write would hit (capsule.json, the audit log, profiles), or undefined. */
+  protectedTarget?: ((subject: string) => string | undefined) | undefined;
+}
+
+export type PolicyStep =
+  | 'self-protection'
+  | 'deny-rule'
+  | 'allowlist-deny'
+  | 'allow-rule'
+  | 'mode'
+  | 'project-allowlist'
+  | 'session-allowlist'
+  | 'ask';
+
+export interface TraceStep {
+  step: PolicyStep;
+  matched: boolean;
+  detail: string;
+}
+
+export type Verdict =
+  | {
+      outcome: 'allow' | 'deny';
+      source: PolicyStep;
+      reason: string;
+      matched?: string | undefined;
+      /** The session entry that allowed (the engine counts one use of it). */
+      sessionEntry?: SessionEntry | undefined;
+      trace: TraceStep[];
+    }
+  | {
+      outcome: 'ask';
+      source: 'ask';
+      reason: string;
+      ceiling: CeilingVerdict;
+      /** Answers the prompt may offer: AlwaysThisProject only when the ceiling allows it. */
+      options: AskAnswer[];
+      /** Why an existing grant did not apply (stale hash, expired), for the prompt. */
+      note?: string | undefined;
+      trace: TraceStep[];
+    };
+
+export function planModeReason(request: PermissionRequest): string {
+  return (
+    `Plan mode: ${request.key.raw} would change things, so it is denied while planning. ` +
+    'Present your plan to the user and call exit_plan_mode to ask for approval; once approved you can make changes.'
+  );
+}
+
+/**
+ * The decision procedure, pure (it reads the state and the clock inside the session allowlist):
+ *   self-protection → deny rules & Deny entries (any source) → allow rules → mode
+ *   → project allowlist (ceiling + content hash) → session allowlist → ask.
+ * Throws CEILING_VIOLATION for a project entry that breaks the ceiling rule.
+ */
+export function decide(state: PolicyState, request: PermissionRequest): Verdict {
+  const trace: TraceStep[] = [];
+  const key = request.key.raw;
+  const done = (
+    outcome: 'allow' | 'deny',
+    source: PolicyStep,
+    reason: string,
+    matched?: string,
+    sessionEntry?: SessionEntry,
+  ): Verdict => {
+    trace.push({ step: source, matched: true, detail: reason });
+    return { outcome, source, reason, matched, sessionEntry, trace };
+  };
+
+  if (
+    (request.key.tool === WRITE_FILE || request.kind === 'FILE_EDIT') &&
+    state.protectedTarget !== undefined
+  ) {
+    const hit = state.protectedTarget(request.subject);
+    if (hit !== undefined) {
+      return done(
+        'deny',
+        'self-protection',
+        `${key} is refused: ${hit} belongs to capsule itself (config, allowlist, audit log, profiles). ` +
+          'Only a human changes it, by hand or through the capsule CLI.',
+        hit,
+      );
+    }
+  }
+
+  for (const rule of state.rules.deny) {
+    if (denyRuleMatches(rule, request, state.globs)) {
+      return done(
+        'deny',
+        'deny-rule',
+        `${key} is denied by the rule ${rule.text} (${rule.origin}).`,
+        rule.text,
+      );
+    }
+  }
+  trace.push({
+    step: 'deny-rule',
+    matched: false,
+    detail: `${state.rules.deny.length} deny rule(s), none matched`,
+  });
+
+  const denyEntry = findProjectEntries(state.project, request).find((e) => e.level === 'Deny');
+  if (denyEntry !== undefined) {
+    return done(
+      'deny',
+      'allowlist-deny',
+      `${key} is denied by the allowlist entry "${denyEntry.key}": "Deny" in ${state.project.file}.`,
+      denyEntry.key,
+    );
+  }
+
+  for (const rule of state.rules.allow) {
+    if (allowRuleMatches(rule, request, state.globs)) {
+      return done(
+        'allow',
+        'allow-rule',
+        `${key} is allowed by the rule ${rule.text} (${rule.origin}).`,
+        rule.text,
+      );
+    }
+  }
+  trace.push({
+    step: 'allow-rule',
+    matched: false,
+    detail: `${state.rules.allow.length} allow rule(s), none matched`,
+  });
+
+  const mode = state.mode;
+  if (request.kind === 'READ_ONLY') return done('allow', 'mode', `${mode} mode allows read-only tools.`);
+  if (mode === 'bypass') return done('allow', 'mode', 'bypass mode allows everything no deny rule matches.');
+  if (mode === 'plan') return done('deny', 'mode', planModeReason(request));
+  if (mode === 'edit' && request.kind === 'FILE_EDIT')
+    return done('allow', 'mode', 'edit mode allows file edits.');
+  trace.push({ step: 'mode', matched: false, detail: `${mode} mode asks for ${request.kind} tools` });
+
+  const ceiling = ceilingFor(request);
+  let note: string | undefined;
+  for (const entry of findProjectEntries(state.project, request)) {
+    if (entry.level !== 'AlwaysThisProject') continue;
+    const bound = entry.contentHash !== undefined;
+    if (bound && entry.contentHash !== request.contentHash) {
+      // Stale: the grant was for other content (code or environment changed). Ask again.
+      note = `the project grant "${entry.key}" was for other content (${entry.contentHash}); the capability changed since`;
+      trace.push({ step: 'project-allowlist', matched: false, detail: note });
+      continue;
+    }
+    if (ceiling.ceiling !== 'project') {
+      throw new CapsuleError(
+        'CEILING_VIOLATION',
+        `${state.project.file}: the allowlist entry "${entry.key}" grants ${key} for the whole project, ` +
+          `but it is not sandboxed (${ceiling.reason}); such keys reach the session allowlist at most.`,
+        {
+          file: state.project.file,
+          field: `allowlist.${entry.key}`,
+          key: entry.key,
+          hint: `Remove the entry (capsule grants revoke '${entry.key}') and grant it per session with --grant.`,
+        },
+      );
+    }
+    if (!bound && request.contentHash !== undefined) {
+      // A hand-written capability entry without a hash is bound to nothing: fail closed, ask again.
+      note = `the project entry "${entry.key}" has no contentHash, so it is not bound to this capability's content`;
+      trace.push({ step: 'project-allowlist', matched: false, detail: note });
+      continue;
+    }
+    return done(
+      'allow',
+      'project-allowlist',
+      `${key} is allowed by "${entry.key}" in ${state.project.file}.`,
+      entry.key,
+    );
+  }
+  if (note === undefined)
+    trace.push({ step: 'project-allowlist', matched: false, detail: 'no project entry covers it' });
+
+  const found = state.session.find(request);
+  if (found.found) {
+    return done(
+      'allow',
+      'session-allowlist',
+      `${key} is allowed by the session grant "${found.entry.key}" (${found.entry.origin}).`,
+      found.entry.key,
+      found.entry,
+    );
+  }
+  trace.push({ step: 'session-allowlist', matched: false, detail: found.reason });
+  if (note === undefined && found.reason !== 'no session grant covers this key') note = found.reason;
+
+  const options: AskAnswer[] =
+    ceiling.ceiling === 'project'
+      ? ['Once', 'AlwaysThisSession', 'AlwaysThisProject', 'Deny']
+      : ['Once', 'AlwaysThisSession', 'Deny'];
+  const reason = `${key} needs approval.`;
+  trace.push({ step: 'ask', matched: true, detail: reason });
+  return { outcome: 'ask', source: 'ask', reason, ceiling, options, note, trace };
+}
+
+/** Project entries covering the request: the exact key first, then wildcards. */
+function findProjectEntries(project: ProjectAllowlist, request: PermissionRequest): AllowlistEntry[] {
+  const out: AllowlistEntry[] = [];
+  const exact = project.exact.get(request.key.raw);
+  if (exact !== undefined) out.push(exact);
+  for (const e of project.wildcard) {
+    // A Deny wildcard is broad on purpose: `tool:*` Deny also covers compound commands.
+    const broadDeny = e.level === 'Deny' && e.key === `${request.key.tool}:*`;
+    if (broadDeny || grantCovers(e.key, request.key)) out.push(e);
+  }
+  return out;
+}

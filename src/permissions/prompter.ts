@@ -1,0 +1,143 @@
+import { createInterface } from 'node:readline';
+import type { CeilingVerdict } from './ceiling.js';
+import type { AskAnswer, PermissionRequest } from './types.js';
+
+export interface PromptQuestion {
+  request: PermissionRequest;
+  key: string;
+  /** The answers that may be given; AlwaysThisProject is absent when the ceiling forbids it. */
+  options: readonly AskAnswer[];
+  ceiling: CeilingVerdict;
+  /** Why an earlier grant no longer applies, if one existed. */
+  note?: string | undefined;
+}
+
+/** Injected into the engine: who answers an Ask. */
+export interface Prompter {
+  /** False when no human can be asked: every Ask becomes a denial that says how to allow the key. */
+  readonly interactive: boolean;
+  ask(question: PromptQuestion, signal?: AbortSignal): Promise<AskAnswer>;
+}
+
+/** `--no-prompt`, CI, no TTY: every Ask is a denial, immediately. */
+export function createNonInteractivePrompter(): Prompter {
+  return { interactive: false, ask: () => Promise.resolve('Deny') };
+}
+
+/** Answers from a list, in order (then Deny): for tests and scripted sessions. */
+export function createScriptedPrompter(
+  answers: readonly AskAnswer[],
+): Prompter & { asked: PromptQuestion[] } {
+  const queue = [...answers];
+  const asked: PromptQuestion[] = [];
+  return {
+    interactive: true,
+    asked,
+    ask(question) {
+      asked.push(question);
+      return Promise.resolve(queue.shift() ?? 'Deny');
+    },
+  };
+}
+
+export interface TerminalPrompterOptions {
+  input: NodeJS.ReadableStream & { isTTY?: boolean | undefined };
+  output: NodeJS.WritableStream;
+}
+
+const CHOICES: Record<AskAnswer, { letter: string; label: string }> = {
+  Once: { letter: 'o', label: 'once' },
+  AlwaysThisSession: { letter: 's', label: 'this session' },
+  AlwaysThisProject: { letter: 'p', label: 'this project' },
+  Deny: { letter: 'd', label: 'deny' },
+};
+
+/** Pure: what the prompt shows. */
+export function renderQuestion(q: PromptQuestion): string {
+  const lines = [`capsule: permission needed: ${q.key}`];
+  if (q.request.subject !== q.key.slice(q.key.indexOf(':') + 1))
+    lines.push(`  ${q.request.tool}: ${q.request.subject}`);
+  if (q.request.key.compound) lines.push('  compound command: approved as this exact string only');
+  if (q.note !== undefined) lines.push(`  note: ${q.note}`);
+  if (q.ceiling.ceiling === 'session')
+    lines.push(`  not sandboxed (${q.ceiling.reason}): session grant at most`);
+  else lines.push(`  sandboxed (${q.ceiling.reason})`);
+  const menu = q.options.map((a) => `[${CHOICES[a].letter}] ${CHOICES[a].label}`).join('  ');
+  lines.push(`  ${menu}  (default: deny)`);
+  return `${lines.join('\n')}\n> `;
+}
+
+/** Pure: the answer a typed line means, or undefined when it is not one of the offered options. */
+export function parseAnswer(line: string, options: readonly AskAnswer[]): AskAnswer | undefined {
+  const t = line.trim().toLowerCase();
+  if (t === '') return 'Deny';
+  for (const a of options) {
+    const c = CHOICES[a];
+    if (t === c.letter || t === c.label || t === a.toLowerCase()) return a;
+  }
+  return undefined;
+}
+
+/**
+ * The interactive terminal prompt: Once / session / project (only when the ceiling allows) / deny.
+ * Without a TTY it never waits: the answer is Deny. End of input and an aborted signal are Deny too.
+ */
+export function createTerminalPrompter(options: TerminalPrompterOptions): Prompter {
+  const interactive = options.input.isTTY === true;
+  return {
+    interactive,
+    async ask(question, signal) {
+      if (!interactive || signal?.aborted === true) return 'Deny';
+      const lines = readLines(options.input, signal);
+      try {
+        options.output.write(renderQuestion(question));
+        for (let attempt = 0; attempt < 3; attempt++) {
+          const line = await lines.next();
+          if (line === undefined) return 'Deny';
+          const answer = parseAnswer(line, question.options);
+          if (answer !== undefined) return answer;
+          options.output.write(
+            `  please answer ${question.options.map((a) => CHOICES[a].letter).join('/')}\n> `,
+          );
+        }
+        return 'Deny';
+      } finally {
+        lines.close();
+      }
+    },
+  };
+}
+
+/** Lines of the input as they come (queued, so none typed ahead is lost); undefined at end or abort. */
+function readLines(
+  input: NodeJS.ReadableStream,
+  signal: AbortSignal | undefined,
+): { next(): Promise<string | undefined>; close(): void } {
+  const rl = createInterface({ input, terminal: false });
+  const queue: string[] = [];
+  let ended = false;
+  let waiter: ((line: string | undefined) => void) | undefined;
+  const wake = (line: string | undefined): void => {
+    const w = waiter;
+    waiter = undefined;
+    w?.(line);
+  };
+  const end = (): void => {
+    ended = true;
+    wake(undefined);
+  };
+  rl.on('line', (line) => (waiter !== undefined ? wake(line) : queue.push(line)));
+  rl.once('close', end);
+  signal?.addEventListener('abort', end, { once: true });
+  return {
+    next() {
+      if (queue.length > 0) return Promise.resolve(queue.shift());
+      if (ended) return Promise.resolve(undefined);
+      return new Promise((resolve) => (waiter = resolve));
+    },
+    close() {
+      signal?.removeEventListener('abort', end);
+      rl.close();
+    },
+  };
+}

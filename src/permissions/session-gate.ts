@@ -1,0 +1,67 @@
+import { PERMISSION_MODES, type LoadedProjectConfig, type PermissionMode } from '../config/project-config.js';
+import { CapsuleError } from '../errors.js';
+import { canonicalGrantKey, createCommandParser, type CommandParser } from './command-parser.js';
+import { PermissionEngine } from './engine.js';
+import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } from './prompter.js';
+import type { RuleSource } from './rules.js';
+import { RUN_COMMAND } from './keys.js';
+import type { AuditSink } from './audit-log.js';
+
+export interface SessionGateOptions {
+  project: LoadedProjectConfig;
+  /** `--grant KEY`, repeatable: session grants for this process. */
+  grants?: readonly string[] | undefined;
+  /** `--no-prompt`: every Ask is a denial. */
+  noPrompt?: boolean | undefined;
+  /** `--mode`; default: capsule.json `mode`. */
+  mode?: string | undefined;
+  /** Whether a human is at a terminal (stdin and stderr are TTYs). */
+  interactive: boolean;
+  /** Where the terminal prompt reads and writes (default process.stdin / process.stderr). */
+  input?: (NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
+  output?: NodeJS.WritableStream | undefined;
+  /** Reuse a parser the caller already has (exec, explain); one is created when a run_command grant needs it. */
+  parser?: CommandParser | undefined;
+  profileRules?: readonly RuleSource[] | undefined;
+  audit?: AuditSink | false | undefined;
+  logger?: ((message: string) => void) | undefined;
+}
+
+export function parseMode(mode: string | undefined): PermissionMode | undefined {
+  if (mode === undefined) return undefined;
+  if ((PERMISSION_MODES as readonly string[]).includes(mode)) return mode as PermissionMode;
+  throw new CapsuleError('USAGE', `Unknown mode "${mode}": use one of ${PERMISSION_MODES.join(', ')}.`, {
+    field: '--mode',
+  });
+}
+
+/**
+ * The gate of one CLI (or server) session, with MISSION §6 semantics: `--grant` gives session grants,
+ * `--no-prompt` or no TTY turns every Ask into a denial (never a hang), `--mode` sets the mode.
+ */
+export async function createSessionEngine(options: SessionGateOptions): Promise<PermissionEngine> {
+  const grants = options.grants ?? [];
+  let parser = options.parser;
+  if (parser === undefined && grants.some((g) => g.startsWith(`${RUN_COMMAND}:`)))
+    parser = await createCommandParser();
+  const canonical = grants.map((g) => (parser !== undefined ? canonicalGrantKey(parser, g) : g));
+  const prompter: Prompter =
+    options.noPrompt === true || !options.interactive
+      ? createNonInteractivePrompter()
+      : createTerminalPrompter({
+          input: options.input ?? process.stdin,
+          output: options.output ?? process.stderr,
+        });
+  return PermissionEngine.create({
+    projectRoot: options.project.root,
+    configFile: options.project.file,
+    config: options.project.config,
+    mode: parseMode(options.mode),
+    sessionGrants: canonical,
+    prompter,
+    commandParser: parser,
+    profileRules: options.profileRules,
+    audit: options.audit,
+    logger: options.logger,
+  });
+}
