@@ -109,10 +109,8 @@ export class Executor implements CapabilityContext {
         context.signal,
       );
       if (decision.outcome !== 'allow') {
-        throw new CapsuleError('PERMISSION_DENIED', decision.reason, {
-          key: decision.key,
-          hint: `Allow it with --grant ${decision.key} (this process), or answer the prompt.`,
-        });
+        // The gate's reason already says how to allow the key (quoted for the shell where needed).
+        throw new CapsuleError('PERMISSION_DENIED', decision.reason, { key: decision.key });
       }
     }
     const result = await tool.execute(args, ctx);
