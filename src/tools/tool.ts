@@ -30,4 +30,6 @@ export interface PermissionCheck {
   sandboxed: boolean;
   isolation?: string | undefined;
   contentHash?: string | undefined;
+  /** run_command: every simple command inside a compound one (deny rules match each part). */
+  parts?: readonly string[] | undefined;
 }

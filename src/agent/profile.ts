@@ -1,0 +1,223 @@
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { PERMISSION_MODES, type PermissionMode } from '../config/project-config.js';
+import { CapsuleError } from '../errors.js';
+import { zodIssues } from '../manifest/parse.js';
+import { parseRule } from '../permissions/rules.js';
+import { PROFILES_DIR } from '../permissions/self-protection.js';
+import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
+
+/** An agent profile (seed 001): front matter validated, body kept as the system prompt. */
+export interface AgentProfile {
+  name: string;
+  description: string;
+  /** Tools the profile exposes; everything else is hidden from tools/list and refused. */
+  tools: ToolName[];
+  /** Mode the gate is reset to when the profile is selected. */
+  mode: PermissionMode;
+  allow: string[];
+  deny: string[];
+  /** A read-only sub-agent profile: sessions using it are children (depth 1, None tools only). */
+  subagent: boolean;
+  /** The Markdown body after the front matter (system prompt for the agent). */
+  prompt: string;
+  /** Where it was read from: `builtin:<file>` or the absolute path of a project profile. */
+  source: string;
+}
+
+const ruleList = (what: string) =>
+  z
+    .array(z.string().min(1))
+    .default([])
+    .describe(`${what} rules, Tool or Tool(glob), e.g. run_command(git *).`);
+
+/** Front matter schema. Unknown keys are ignored (stripped) so later fields stay compatible. */
+export const profileFrontMatterSchema = z
+  .object({
+    name: z
+      .string()
+      .regex(/^[a-z][a-z0-9_-]{0,63}$/, 'must be 1-64 chars of a-z, 0-9, "-" or "_", starting with a letter')
+      .describe('Profile name, used by --profile NAME.'),
+    description: z.string().min(1).max(2000).describe('What the profile is for.'),
+    tools: z
+      .union([z.literal('*'), z.array(z.string()).min(1)], {
+        error: (issue) =>
+          issue.input === undefined
+            ? 'is required: a list of tool names, or "*"'
+            : 'must be a list of tool names, or "*"',
+      })
+      .describe('Tool allowlist: tool names, or "*" for every tool. Tools outside it are hidden.'),
+    mode: z
+      .enum(PERMISSION_MODES)
+      .default('default')
+      .describe('Mode the gate is reset to: default | plan | edit | bypass.'),
+    allow: ruleList('Allow'),
+    deny: ruleList('Deny'),
+    subagent: z
+      .boolean()
+      .default(false)
+      .describe('True for a read-only sub-agent profile (only None tools, depth 1).'),
+  })
+  .describe('Agent profile front matter (YAML between --- lines at the top of a Markdown file).');
+
+function invalid(file: string, field: string | undefined, message: string, hint?: string): CapsuleError {
+  return new CapsuleError('PROFILE_INVALID', `${file}: ${field !== undefined ? `${field} ` : ''}${message}`, {
+    file,
+    field,
+    hint: hint ?? 'See docs/mcp.md ("Profiles") for the format.',
+  });
+}
+
+/** Pure: one profile file's text → a validated profile, or PROFILE_INVALID naming the file and field. */
+export function parseProfile(text: string, file: string): AgentProfile {
+  const m = /^---\r?\n([\s\S]*?)\r?\n---[ \t]*(?:\r?\n|$)([\s\S]*)$/.exec(text.replace(/^\uFEFF/, ''));
+  if (m === null) {
+    throw invalid(
+      file,
+      undefined,
+      'has no YAML front matter: it must start with a line "---", the fields, and "---".',
+    );
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(m[1] ?? '');
+  } catch (err) {
+    throw invalid(
+      file,
+      undefined,
+      `front matter is not valid YAML: ${(err as Error).message.split('\n')[0]}`,
+    );
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw invalid(file, undefined, 'front matter must be a YAML mapping (key: value lines).');
+  }
+  const parsed = profileFrontMatterSchema.safeParse(raw);
+  if (!parsed.success) {
+    const first = zodIssues(parsed.error)[0];
+    let message = first?.message ?? 'is invalid';
+    if (first?.field === 'mode') message = `must be one of ${PERMISSION_MODES.join(', ')}`;
+    throw invalid(file, first?.field, message);
+  }
+  const fm = parsed.data;
+  let tools: ToolName[];
+  if (fm.tools === '*') tools = [...TOOL_NAMES];
+  else {
+    tools = [];
+    for (const [i, name] of fm.tools.entries()) {
+      if (!isToolName(name)) {
+        throw invalid(
+          file,
+          `tools[${i}]`,
+          `"${name}" is not a capsule tool.`,
+          `Known tools: ${TOOL_NAMES.join(', ')}.`,
+        );
+      }
+      if (!tools.includes(name)) tools.push(name);
+    }
+  }
+  for (const [list, rules] of [
+    ['allow', fm.allow],
+    ['deny', fm.deny],
+  ] as const) {
+    for (const [i, rule] of rules.entries()) {
+      try {
+        parseRule(rule, `profile:${fm.name}`);
+      } catch (err) {
+        throw invalid(file, `${list}[${i}]`, (err as Error).message);
+      }
+    }
+  }
+  return {
+    name: fm.name,
+    description: fm.description,
+    tools,
+    mode: fm.mode,
+    allow: fm.allow,
+    deny: fm.deny,
+    subagent: fm.subagent,
+    prompt: (m[2] ?? '').trim(),
+    source: file,
+  };
+}
+
+/** The built-in profiles folder of this package (`profiles/` at the package root, beside dist/). */
+export function builtinProfilesDir(): string {
+  // src/agent and dist/agent are both two levels below the package root.
+  return fileURLToPath(new URL('../../profiles/', import.meta.url));
+}
+
+export interface ProfileCatalogOptions {
+  projectRoot: string;
+  /** Default: builtinProfilesDir(). */
+  builtinDir?: string | undefined;
+}
+
+interface Entry {
+  profile?: AgentProfile;
+  error?: CapsuleError;
+  file: string;
+}
+
+/**
+ * Built-in profiles plus the project's own (`.capsule/profiles/*.md`, a folder only the human edits:
+ * capsule's self-protection refuses tool writes there). A project profile replaces a built-in one
+ * of the same name. A broken file is reported when it is selected, not at load.
+ */
+export class ProfileCatalog {
+  private constructor(private readonly entries: Map<string, Entry>) {}
+
+  static async load(options: ProfileCatalogOptions): Promise<ProfileCatalog> {
+    const entries = new Map<string, Entry>();
+    const builtinDir = options.builtinDir ?? builtinProfilesDir();
+    await readFolder(builtinDir, entries, (f) => `builtin:${f}`);
+    await readFolder(path.join(options.projectRoot, PROFILES_DIR), entries, (f, abs) => abs);
+    return new ProfileCatalog(entries);
+  }
+
+  names(): string[] {
+    return [...this.entries.keys()].sort();
+  }
+
+  get(name: string): AgentProfile {
+    const entry = this.entries.get(name);
+    if (entry === undefined) {
+      throw new CapsuleError('NOT_FOUND', `No profile named "${name}".`, {
+        hint: `Available: ${this.names().join(', ')}. Project profiles live in ${PROFILES_DIR}/NAME.md.`,
+      });
+    }
+    if (entry.error !== undefined) throw entry.error;
+    return entry.profile as AgentProfile;
+  }
+}
+
+async function readFolder(
+  dir: string,
+  entries: Map<string, Entry>,
+  label: (file: string, abs: string) => string,
+): Promise<void> {
+  let files: string[];
+  try {
+    files = (await readdir(dir)).filter((f) => f.endsWith('.md')).sort();
+  } catch {
+    return; // no such folder: nothing to add
+  }
+  for (const f of files) {
+    const abs = path.join(dir, f);
+    const shown = label(f, abs);
+    // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
+    const fallbackName = f.slice(0, -3);
+    try {
+      const profile = parseProfile(await readFile(abs, 'utf8'), shown);
+      entries.set(profile.name, { profile, file: shown });
+    } catch (err) {
+      const error =
+        err instanceof CapsuleError
+          ? err
+          : invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+      entries.set(fallbackName, { error, file: shown });
+    }
+  }
+}

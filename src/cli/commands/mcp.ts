@@ -1,0 +1,54 @@
+import type { Writable } from 'node:stream';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import type { Command } from 'commander';
+import { openAgentSession } from '../../agent/open-session.js';
+import { createNonInteractivePrompter } from '../../permissions/prompter.js';
+import { CapsuleMcpServer } from '../../mcp/server.js';
+import { EXIT } from '../exit-codes.js';
+import { addGateFlags, type GateFlags } from '../flags.js';
+import { action, write, type CliIO } from '../output.js';
+import { VERSION } from '../program.js';
+
+export function registerMcp(program: Command, io: CliIO): void {
+  addGateFlags(
+    program
+      .command('mcp')
+      .description(
+        'Serve capsule to an agent over MCP (stdio). Asks become elicitation requests to the client; see docs/mcp.md.',
+      )
+      .option(
+        '--profile <name>',
+        'agent profile: build (default), plan, explore, reviewer, subagent, or a project profile',
+      ),
+  ).action(
+    action(io, async (opts: GateFlags & { profile?: string }) => {
+      const server = new CapsuleMcpServer({
+        version: VERSION,
+        openSession: (hooks) =>
+          openAgentSession({
+            cwd: io.cwd,
+            profile: opts.profile,
+            mode: opts.mode,
+            grants: opts.grant,
+            // --no-prompt: the client is never asked, every Ask is a denial naming the key.
+            prompter: opts.prompt ? hooks.prompter : createNonInteractivePrompter(),
+            approvePlan: hooks.approvePlan,
+            // stdout carries the protocol: everything else goes to stderr.
+            logger: (m) => void write(io.stderr, `capsule: ${m}\n`),
+            onRunnerProgress: (m) => void write(io.stderr, `capsule: ${m}\n`),
+          }),
+      });
+      await server.start(new StdioServerTransport(process.stdin, io.stdout as Writable));
+      await new Promise<void>((resolve) => {
+        // The client ends stdin to stop the server (or signals it): then close runners and exit.
+        process.stdin.once('end', resolve);
+        process.stdin.once('close', resolve);
+        process.once('SIGTERM', resolve);
+        process.once('SIGINT', resolve);
+        server.server.onclose = () => resolve();
+      });
+      await server.close();
+      return EXIT.OK;
+    }),
+  );
+}

@@ -1,0 +1,47 @@
+/**
+ * capsule's library API: every part is constructed explicitly (no module-level state).
+ *
+ *   const registry = new Registry({ roots: ['capabilities'], projectRoot });
+ *   const gate = await PermissionEngine.create({ projectRoot, prompter: createNonInteractivePrompter(), sessionGrants: ['run_capability:hello'] });
+ *   const executor = new Executor({ registry, gate, runners: [new WasmRunner({ cacheDir })] });
+ *   const { result } = await executor.run('hello', { name: 'world' });
+ */
+export { CapsuleError, isCapsuleError, type ErrorCode, type ErrorDetails } from './errors.js';
+
+export { manifestSchema, MANIFEST_FILE, type Manifest } from './manifest/schema.js';
+export { parseManifest } from './manifest/parse.js';
+export { loadCapability } from './manifest/load.js';
+export type { Capability, Environment, InvalidCapability } from './manifest/types.js';
+export { Registry, type RegistryOptions, type ScanResult } from './registry/registry.js';
+export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './config/project-config.js';
+
+export type { Runner, RunRequest, RunResult } from './runners/types.js';
+export { ShellRunner } from './runners/shell-runner.js';
+export { WasmRunner } from './runners/wasm/wasm-runner.js';
+export { componentizeJs } from './runners/wasm/componentize.js';
+export { DockerRunner } from './runners/docker/runner.js';
+export { dockerIsolation } from './runners/docker/isolation.js';
+
+export type {
+  PermissionGate,
+  PermissionRequest,
+  Decision,
+  ToolKind,
+  Permission,
+} from './permissions/types.js';
+export { PermissionEngine } from './permissions/engine.js';
+export { createCommandParser, keyCommand } from './permissions/command-parser.js';
+export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
+export { verifyAuditLog } from './permissions/audit-log.js';
+
+export type { Tool } from './tools/tool.js';
+export { createToolCatalog } from './tools/catalog.js';
+export { Executor, type ExecutorOptions } from './executor/executor.js';
+
+export { AgentSession } from './agent/agent-session.js';
+export { openAgentSession } from './agent/open-session.js';
+export { ProfileCatalog } from './agent/profile.js';
+export { CapsuleMcpServer } from './mcp/server.js';
+
+export { compareCapability, type CompareReport } from './compare/compare.js';
+export { runChecks } from './ci/run-checks.js';

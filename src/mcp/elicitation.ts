@@ -1,0 +1,118 @@
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import type { PlanApproval } from '../agent/agent-session.js';
+import type { PromptQuestion, Prompter } from '../permissions/prompter.js';
+import type { AskAnswer } from '../permissions/types.js';
+
+/** A human gets this long to answer an elicitation before it counts as a denial. */
+export const ELICITATION_TIMEOUT_MS = 10 * 60_000;
+
+const ANSWER_TITLES: Record<AskAnswer, string> = {
+  Once: 'Allow once',
+  AlwaysThisSession: 'Allow for this session',
+  AlwaysThisProject: 'Allow for this project (saved in capsule.json)',
+  Deny: 'Deny',
+};
+
+/** Whether the connected client declared form elicitation (known after initialize). */
+export function clientCanElicit(server: Server): boolean {
+  return server.getClientCapabilities()?.elicitation?.form !== undefined;
+}
+
+/** Pure: the text of a permission elicitation. */
+export function permissionMessage(q: PromptQuestion): string {
+  const lines = [`capsule: permission needed: ${q.key}`];
+  const action = q.key.slice(q.key.indexOf(':') + 1);
+  if (q.request.subject !== action) lines.push(`${q.request.tool}: ${q.request.subject}`);
+  if (q.request.key.compound) lines.push('Compound command: an approval covers this exact command only.');
+  if (q.note !== undefined) lines.push(`Note: ${q.note}.`);
+  lines.push(
+    q.ceiling.ceiling === 'project'
+      ? `Sandboxed (${q.ceiling.reason}).`
+      : `Not sandboxed (${q.ceiling.reason}): it can be allowed for this session at most.`,
+  );
+  return lines.join('\n');
+}
+
+/**
+ * The engine's prompter over MCP: an Ask becomes an elicitation request (Once / this session / this
+ * project — only when the ceiling allows — / deny). A client without elicitation cannot be asked:
+ * `interactive` is then false and the engine's denial says how to grant the key instead.
+ */
+export function createElicitationPrompter(server: Server): Prompter {
+  return {
+    get interactive() {
+      return clientCanElicit(server);
+    },
+    async ask(question, signal) {
+      if (!clientCanElicit(server) || signal?.aborted === true) return 'Deny';
+      const options = question.options;
+      try {
+        const result = await server.elicitInput(
+          {
+            mode: 'form',
+            message: permissionMessage(question),
+            requestedSchema: {
+              type: 'object',
+              properties: {
+                decision: {
+                  type: 'string',
+                  title: `Allow ${question.key}?`,
+                  oneOf: options.map((a) => ({ const: a, title: ANSWER_TITLES[a] })),
+                },
+              },
+              required: ['decision'],
+            },
+          },
+          { signal, timeout: ELICITATION_TIMEOUT_MS },
+        );
+        if (result.action !== 'accept') return 'Deny';
+        const decision = result.content?.decision;
+        return options.find((a) => a === decision) ?? 'Deny';
+      } catch {
+        // A failed, timed-out or canceled elicitation is a denial, never an allow.
+        return 'Deny';
+      }
+    },
+  };
+}
+
+/** exit_plan_mode's approval over MCP: the plan is shown and the human approves or rejects it. */
+export function createElicitationPlanApproval(server: Server): PlanApproval {
+  return async (plan, signal) => {
+    if (!clientCanElicit(server)) {
+      return {
+        approved: false,
+        feedback:
+          'this MCP client cannot show the plan to a human (it does not support elicitation); present the plan in your reply instead',
+      };
+    }
+    try {
+      const result = await server.elicitInput(
+        {
+          mode: 'form',
+          message: `capsule: the agent asks to leave plan mode with this plan.\n\n${plan}`,
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              decision: {
+                type: 'string',
+                title: 'Approve the plan?',
+                oneOf: [
+                  { const: 'approve', title: 'Approve: switch to edit mode' },
+                  { const: 'reject', title: 'Reject: keep planning' },
+                ],
+              },
+              feedback: { type: 'string', title: 'Feedback for the agent (optional)' },
+            },
+            required: ['decision'],
+          },
+        },
+        { signal, timeout: ELICITATION_TIMEOUT_MS },
+      );
+      const feedback = typeof result.content?.feedback === 'string' ? result.content.feedback : undefined;
+      return { approved: result.action === 'accept' && result.content?.decision === 'approve', feedback };
+    } catch {
+      return { approved: false, feedback: 'the approval request failed or was canceled' };
+    }
+  };
+}

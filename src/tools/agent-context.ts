@@ -1,0 +1,51 @@
+import type { PermissionMode } from '../config/project-config.js';
+import type { CommandParser } from '../permissions/command-parser.js';
+import type { Registry } from '../registry/registry.js';
+import type { CapabilityContext } from './context.js';
+import type { Componentize } from './generate.js';
+import type { Workspace } from './workspace.js';
+
+/** Progress of long work (componentizing, image builds); MCP turns it into progress notifications. */
+export type ProgressReporter = (progress: { message: string; progress: number; total?: number }) => void;
+
+/** A child session as the run_subagent tool sees it. */
+export interface SubAgent {
+  readonly depth: number;
+  toolNames(): string[];
+  call(name: string, args: unknown, options?: { signal?: AbortSignal | undefined }): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** What the plan-mode tools and sub-agent tool change: the session they run in. */
+export interface SessionControl {
+  readonly mode: PermissionMode;
+  setMode(mode: PermissionMode): void;
+  /** Ask the human to approve a plan (MCP: an elicitation). Resolves to their verdict. */
+  approvePlan(
+    plan: string,
+    signal?: AbortSignal,
+  ): Promise<{ approved: boolean; feedback?: string | undefined }>;
+  /** A read-only child session (run_subagent); refused at depth 1. */
+  spawnSubAgent(options: {
+    profile?: string | undefined;
+    grants?: readonly string[] | undefined;
+  }): Promise<SubAgent>;
+  /** Re-read the registry and the project allowlist (capsule.json). */
+  reload(): Promise<{ capabilities: number; invalid: number; allowlistEntries: number }>;
+}
+
+/** Everything the agent tools can reach while they run; one per session, plus the call's signal. */
+export interface AgentToolContext extends CapabilityContext {
+  workspace: Workspace;
+  /** Real paths no tool may write (capsule.json, the .capsule state folder); the loader checks grants against them. */
+  protectedPaths: readonly string[];
+  registry: Registry;
+  /** The permission engine's bash parser (run_command keying). */
+  commands: CommandParser;
+  control: SessionControl;
+  /** JS → Wasm component, from the Wasm runner; undefined when it is not available here. */
+  componentize?: Componentize | undefined;
+  progress?: ProgressReporter | undefined;
+  /** Cap for sleep(seconds). */
+  sleepMaxSeconds: number;
+}

@@ -1,0 +1,90 @@
+import {
+  createDescribeCapabilityTool,
+  createListCapabilitiesTool,
+  createRunCapabilityAgentTool,
+} from './capability-tools.js';
+import {
+  createEnterPlanModeTool,
+  createExitPlanModeTool,
+  createReloadTool,
+  createSleepTool,
+} from './control-tools.js';
+import type { AgentTool } from './define.js';
+import {
+  createDiffTool,
+  createEditFileTool,
+  createGlobTool,
+  createGrepTool,
+  createReadFileTool,
+  createWriteFileTool,
+} from './file-tools.js';
+import {
+  createGenerateDockerCapabilityTool,
+  createGenerateShellCapabilityTool,
+  createGenerateWasmCapabilityTool,
+} from './generate.js';
+import { createRunCommandTool } from './run-command.js';
+
+/** Every tool name of the catalog, in the order tools/list shows them. */
+export const TOOL_NAMES = [
+  'read_file',
+  'glob',
+  'grep',
+  'diff',
+  'list_capabilities',
+  'describe_capability',
+  'write_file',
+  'edit_file',
+  'run_command',
+  'generate_shell_capability',
+  'generate_wasm_capability',
+  'generate_docker_capability',
+  'run_capability',
+  'enter_plan_mode',
+  'exit_plan_mode',
+  'sleep',
+  'reload',
+  'run_subagent',
+] as const;
+
+export type ToolName = (typeof TOOL_NAMES)[number];
+
+export function isToolName(name: string): name is ToolName {
+  return (TOOL_NAMES as readonly string[]).includes(name);
+}
+
+/**
+ * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
+ * (seed 000 §4.8). run_subagent is not among them: a child can never create a grandchild.
+ */
+export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
+  'read_file',
+  'glob',
+  'grep',
+  'diff',
+  'list_capabilities',
+  'describe_capability',
+];
+
+/** A fresh catalog of the built-in tools (run_subagent is added by the agent session that owns it). */
+export function createToolCatalog(): AgentTool[] {
+  return [
+    createReadFileTool(),
+    createGlobTool(),
+    createGrepTool(),
+    createDiffTool(),
+    createListCapabilitiesTool(),
+    createDescribeCapabilityTool(),
+    createWriteFileTool(),
+    createEditFileTool(),
+    createRunCommandTool(),
+    createGenerateShellCapabilityTool(),
+    createGenerateWasmCapabilityTool(),
+    createGenerateDockerCapabilityTool(),
+    createRunCapabilityAgentTool(),
+    createEnterPlanModeTool(),
+    createExitPlanModeTool(),
+    createSleepTool(),
+    createReloadTool(),
+  ];
+}

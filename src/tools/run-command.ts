@@ -1,0 +1,124 @@
+import { execa } from 'execa';
+import { z } from 'zod';
+import { CapsuleError } from '../errors.js';
+import { commandCheck } from '../permissions/run-command-tool.js';
+import { defineTool, type AgentTool } from './define.js';
+
+export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
+export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
+export const RUN_COMMAND_OUTPUT_BYTES = 1024 * 1024;
+const KILL_GRACE_MS = 500;
+
+export interface CommandResult {
+  command: string;
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  canceled: boolean;
+  truncated: boolean;
+  durationMs: number;
+}
+
+const runCommandParameters = z.strictObject({
+  command: z
+    .string()
+    .min(1)
+    .max(64 * 1024)
+    .describe(
+      'A bash command line. A simple command is keyed run_command:<program>; anything compound by its whole text.',
+    ),
+  cwd: z
+    .string()
+    .min(1)
+    .max(4096)
+    .optional()
+    .describe('Working folder, relative to the project root (default: the project root).'),
+  timeoutMs: z
+    .int()
+    .min(1)
+    .max(RUN_COMMAND_MAX_TIMEOUT_MS)
+    .default(RUN_COMMAND_DEFAULT_TIMEOUT_MS)
+    .describe(
+      `Wall-clock limit; the whole process group is killed when it passes (max ${RUN_COMMAND_MAX_TIMEOUT_MS}).`,
+    ),
+});
+
+function killGroup(pid: number | undefined): void {
+  if (pid === undefined) return;
+  try {
+    // Negative pid: the whole process group (the command's own children included).
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // ESRCH: already gone.
+  }
+}
+
+/** run_command: a host command through bash, gated by the engine's command keying. Not a sandbox. */
+export function createRunCommandTool(): AgentTool {
+  return defineTool({
+    name: 'run_command',
+    description:
+      'Run a bash command in the project root on the host (NOT a sandbox). Returns exit code, stdout and stderr.',
+    kind: 'OTHER',
+    parameters: runCommandParameters,
+    async permission(args, ctx) {
+      if (args.cwd !== undefined) await ctx.workspace.resolve(args.cwd, 'cwd');
+      // The engine's keying: run_command:<program>, or the whole normalized string when compound.
+      return commandCheck(ctx.commands, args.command);
+    },
+    async execute(args, ctx): Promise<CommandResult> {
+      const cwd =
+        args.cwd === undefined ? ctx.workspace.root : (await ctx.workspace.resolve(args.cwd, 'cwd')).real;
+      const started = performance.now();
+      const child = execa('bash', ['-c', args.command], {
+        cwd,
+        reject: false,
+        stdin: 'ignore',
+        detached: true, // its own process group, so a kill reaches every descendant
+        cleanup: true,
+        stripFinalNewline: false,
+        maxBuffer: RUN_COMMAND_OUTPUT_BYTES,
+        encoding: 'utf8',
+      });
+      let timedOut = false;
+      let canceled = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        killGroup(child.pid);
+      }, args.timeoutMs);
+      const onAbort = (): void => {
+        canceled = true;
+        killGroup(child.pid);
+      };
+      if (ctx.signal?.aborted) onAbort();
+      ctx.signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        const r = await child;
+        if (r.isMaxBuffer) killGroup(child.pid);
+        return {
+          command: args.command,
+          exitCode: r.exitCode ?? null,
+          signal: r.signal ?? null,
+          stdout: String(r.stdout ?? ''),
+          stderr: String(r.stderr ?? ''),
+          timedOut,
+          canceled,
+          truncated: r.isMaxBuffer,
+          durationMs: Math.round(performance.now() - started),
+        };
+      } catch (err) {
+        throw new CapsuleError(
+          'RUNNER_FAILED',
+          `run_command could not start bash: ${(err as Error).message}`,
+        );
+      } finally {
+        clearTimeout(timer);
+        ctx.signal?.removeEventListener('abort', onAbort);
+        // Leftover background children of a finished command are killed with the group after a grace.
+        setTimeout(() => killGroup(child.pid), KILL_GRACE_MS).unref();
+      }
+    },
+  });
+}

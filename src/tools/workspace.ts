@@ -1,0 +1,151 @@
+import { randomBytes } from 'node:crypto';
+import { lstat, open, realpath, rename, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { CapsuleError } from '../errors.js';
+import { isInside } from '../manifest/paths.js';
+
+/** A path inside the project, resolved: what file tools read and write. */
+export interface ResolvedPath {
+  /** Absolute path with every existing symlink resolved (inside the project root). */
+  real: string;
+  /** Path relative to the project root, forward slashes (`.` for the root): the permission subject. */
+  relative: string;
+  /** Whether something exists there now. */
+  exists: boolean;
+}
+
+export interface WorkspaceOptions {
+  /** Project root (the folder holding capsule.json). Resolved to its real path by `Workspace.open`. */
+  projectRoot: string;
+  /**
+   * Names the protected path a target would hit (capsule.json, allowlists, the audit log, profiles),
+   * or undefined. Built from the permission engine's self-protection list.
+   */
+  protectedTarget: (absolutePath: string) => string | undefined;
+}
+
+/**
+ * The project root as seen by file tools: every argument is resolved after symlinks and must stay
+ * inside the root; writes never reach capsule's own files. One per session, built explicitly.
+ */
+export class Workspace {
+  private constructor(
+    readonly root: string,
+    private readonly protectedTarget: (absolutePath: string) => string | undefined,
+  ) {}
+
+  static async open(options: WorkspaceOptions): Promise<Workspace> {
+    return new Workspace(await realpath(options.projectRoot), options.protectedTarget);
+  }
+
+  /**
+   * Resolve a path argument (relative to the root, or absolute inside it). The deepest existing
+   * ancestor is resolved with realpath, so a symlink anywhere on the way cannot lead outside.
+   */
+  async resolve(input: string, field: string): Promise<ResolvedPath> {
+    if (input.includes('\0')) throw this.escape(input, field, 'contains a NUL byte');
+    const lexical = path.resolve(this.root, input);
+    if (!isInside(this.root, lexical))
+      throw this.escape(input, field, `is outside the project root ${this.root}`);
+    let existing = lexical;
+    const rest: string[] = [];
+    let exists = true;
+    for (;;) {
+      try {
+        existing = await realpath(existing);
+        break;
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && code !== 'ENOTDIR')
+          throw this.escape(input, field, `cannot be resolved (${code})`);
+        // A dangling symlink must not be written through either: it is resolved like any other.
+        if (await isSymlink(existing)) {
+          throw this.escape(input, field, 'is a symlink whose target does not exist');
+        }
+        exists = false;
+        rest.unshift(path.basename(existing));
+        const parent = path.dirname(existing);
+        if (parent === existing) throw this.escape(input, field, 'cannot be resolved');
+        existing = parent;
+      }
+    }
+    const real = path.join(existing, ...rest);
+    if (!isInside(this.root, real)) {
+      throw this.escape(input, field, `resolves outside the project root (through a symlink, to ${real})`);
+    }
+    const relative = path.relative(this.root, real).split(path.sep).join('/') || '.';
+    return { real, relative, exists };
+  }
+
+  /** Resolve a path that will be written: also refuses capsule's own files. */
+  async resolveForWrite(input: string, field: string): Promise<ResolvedPath> {
+    const resolved = await this.resolve(input, field);
+    this.assertWritable(resolved.real, field, input);
+    return resolved;
+  }
+
+  /** Throws PATH_ESCAPE when `absolutePath` is one of capsule's own files (or inside its state folder). */
+  assertWritable(absolutePath: string, field: string, shown = absolutePath): void {
+    const hit = this.protectedTarget(absolutePath);
+    if (hit !== undefined) {
+      throw new CapsuleError(
+        'PATH_ESCAPE',
+        `${field}: ${shown} belongs to capsule itself (${hit}); no tool may write it.`,
+        {
+          field,
+          hint: 'capsule.json, allowlists, the audit log and profiles are changed only by a human, by hand or with the capsule CLI.',
+        },
+      );
+    }
+  }
+
+  /** Write a file atomically: a temp file in the same folder, then rename (readers never see half). */
+  async writeAtomic(target: ResolvedPath, data: string): Promise<void> {
+    const dir = path.dirname(target.real);
+    const tmp = path.join(
+      dir,
+      `.${path.basename(target.real)}.capsule-${randomBytes(6).toString('hex')}.tmp`,
+    );
+    let mode = 0o644;
+    if (target.exists) mode = (await lstat(target.real)).mode & 0o777;
+    try {
+      const handle = await open(tmp, 'wx', mode);
+      try {
+        await handle.writeFile(data, 'utf8');
+      } finally {
+        await handle.close();
+      }
+      // rename replaces the directory entry itself, so it never writes through a symlink planted there.
+      await rename(tmp, target.real);
+    } catch (err) {
+      await unlink(tmp).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  relativeOf(absolutePath: string): string {
+    return path.relative(this.root, absolutePath).split(path.sep).join('/') || '.';
+  }
+
+  private escape(input: string, field: string, why: string): CapsuleError {
+    return new CapsuleError('PATH_ESCAPE', `${field}: "${input}" ${why}.`, {
+      field,
+      hint: 'File tools only reach files inside the project root; pass a path relative to it.',
+    });
+  }
+}
+
+async function isSymlink(p: string): Promise<boolean> {
+  try {
+    return (await lstat(p)).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+/** The self-protection list: capsule.json and the `.capsule/` state folder (allowlist locks, audit log, profiles). */
+export function protectedTargetFor(
+  protectedPaths: readonly string[],
+): (absolutePath: string) => string | undefined {
+  return (absolutePath) => protectedPaths.find((p) => isInside(p, absolutePath));
+}
