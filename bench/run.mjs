@@ -2,14 +2,18 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchDocker } from './docker.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
+import { benchWasm } from './wasm.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
 const suites = [
   ['shell', () => benchShell({ root })],
+  ['wasm', () => benchWasm({ root })],
+  ['docker', () => benchDocker({ root })],
   ['registry', () => benchRegistry()],
   ['permissions', () => benchPermissions()],
 ];

@@ -1,18 +1,13 @@
-import path from 'node:path';
 import { loadProjectConfig, type PermissionMode } from '../config/project-config.js';
-import { defaultIsolation, type IsolationJudge } from '../executor/isolation.js';
+import { createDefaultRunners } from '../executor/runners.js';
 import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey } from '../permissions/keys.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
 import { protectedPaths } from '../permissions/self-protection.js';
 import { Registry } from '../registry/registry.js';
-import { dockerIsolation } from '../runners/docker/isolation.js';
-import { DockerRunner } from '../runners/docker/runner.js';
-import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
-import { WasmRunner } from '../runners/wasm/wasm-runner.js';
 import type { Componentize } from '../tools/generate.js';
 import { AgentSession, type PlanApproval } from './agent-session.js';
 import { ProfileCatalog } from './profile.js';
@@ -39,26 +34,10 @@ export interface OpenAgentSessionOptions {
   logger?: ((message: string) => void) | undefined;
 }
 
-/** Effective isolation: docker capabilities are judged from their configuration, the rest by environment. */
-export const agentIsolation: IsolationJudge = (capability) => {
-  if (capability.environment !== 'docker') return defaultIsolation(capability);
-  const docker = dockerIsolation(capability);
-  return { sandboxed: docker.sandboxed, summary: docker.summary };
-};
-
 export const defaultComponentize: Componentize = async (source, options) => {
   const built = await componentizeJs(source, { onProgress: (e) => options.onProgress?.(e.message) });
   return built.component;
 };
-
-export function defaultRunners(projectRoot: string, onProgress?: (message: string) => void): Runner[] {
-  return [
-    new ShellRunner(),
-    new WasmRunner({ cacheDir: path.join(projectRoot, '.capsule', 'cache', 'wasm') }),
-    // No prewarming: an agent session may never run a docker capability.
-    new DockerRunner({ prewarm: 0, onProgress }),
-  ];
-}
 
 /**
  * Everything an agent session needs, built explicitly: project config, registry, the permission
@@ -94,12 +73,11 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   const session = await AgentSession.create({
     projectRoot: root,
     registry,
-    runners: options.runners ?? defaultRunners(root, onRunnerProgress),
+    runners: options.runners ?? createDefaultRunners({ projectRoot: root, onProgress: onRunnerProgress }),
     gate: engine,
     commands,
     profiles,
     profile,
-    isolation: agentIsolation,
     componentize: options.componentize ?? defaultComponentize,
     approvePlan: options.approvePlan,
     childGate: async ({ grants: childGrants, profile: childProfile }) =>

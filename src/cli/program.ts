@@ -1,10 +1,18 @@
 import { Command, CommanderError } from 'commander';
+import { registerAudit } from './commands/audit.js';
 import { registerCi } from './commands/ci.js';
 import { registerCompare } from './commands/compare.js';
+import { registerExec } from './commands/exec.js';
+import { registerExplain } from './commands/explain.js';
+import { registerGrants } from './commands/grants.js';
+import { registerImages } from './commands/images.js';
+import { registerKey } from './commands/key.js';
 import { registerList } from './commands/list.js';
+import { registerMcp } from './commands/mcp.js';
 import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
 import { registerValidate } from './commands/validate.js';
+import { registerWasmRun } from './commands/wasm-run.js';
 import { EXIT } from './exit-codes.js';
 import { reportError, write, type CliIO } from './output.js';
 
@@ -30,8 +38,16 @@ export function buildProgram(io: CliIO): Command {
   registerShow(program, io);
   registerValidate(program, io);
   registerRun(program, io);
+  registerMcp(program, io);
   registerCi(program, io);
   registerCompare(program, io);
+  registerImages(program, io);
+  registerExec(program, io);
+  registerKey(program, io);
+  registerExplain(program, io);
+  registerGrants(program, io);
+  registerAudit(program, io);
+  registerWasmRun(program, io);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

@@ -5,23 +5,27 @@ import {
   type LoadedProjectConfig,
 } from '../config/project-config.js';
 import { Executor } from '../executor/executor.js';
-import { MinimalGate } from '../permissions/minimal-gate.js';
-import type { PermissionGate } from '../permissions/types.js';
+import { createDefaultRunners } from '../executor/runners.js';
+import type { CommandParser } from '../permissions/command-parser.js';
+import type { PermissionEngine } from '../permissions/engine.js';
+import { createSessionEngine } from '../permissions/session-gate.js';
 import { Registry } from '../registry/registry.js';
-import { ShellRunner } from '../runners/shell-runner.js';
-import type { Runner } from '../runners/types.js';
 import type { CliIO } from './output.js';
 
 export interface SessionFlags {
   grants?: readonly string[];
   noPrompt?: boolean;
   mode?: string | undefined;
+  /** A bash parser the command already has (exec, explain), reused by the gate. */
+  parser?: CommandParser | undefined;
 }
 
 export interface CliSession {
   project: LoadedProjectConfig;
   registry: Registry;
   executor: Executor;
+  /** The permission engine behind the executor's gate (explain, grants). */
+  engine: PermissionEngine;
   close(): Promise<void>;
 }
 
@@ -40,18 +44,31 @@ export async function openProject(io: CliIO): Promise<{ project: LoadedProjectCo
   return { project, registry };
 }
 
-function createRunners(_project: LoadedProjectConfig): Runner[] {
-  return [new ShellRunner()];
-}
-
-function createGate(_project: LoadedProjectConfig, flags: SessionFlags, _io: CliIO): PermissionGate {
-  return new MinimalGate({ sessionGrants: flags.grants ?? [] });
+function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO): Promise<PermissionEngine> {
+  return createSessionEngine({
+    project,
+    grants: flags.grants,
+    noPrompt: flags.noPrompt,
+    mode: flags.mode,
+    interactive: io.interactive,
+    output: io.stderr,
+    parser: flags.parser,
+  });
 }
 
 /** Everything one CLI invocation needs, built explicitly (no module-level state). */
 export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSession> {
   const { project, registry } = await openProject(io);
-  const runners = createRunners(project);
-  const executor = new Executor({ registry, gate: createGate(project, flags, io), runners });
-  return { project, registry, executor, close: () => executor.close() };
+  const runners = createDefaultRunners({
+    projectRoot: project.root,
+    env: io.env,
+    onProgress: (message) => void io.stderr.write(`${message}\n`),
+  });
+  const engine = await createGate(project, flags, io);
+  const executor = new Executor({
+    registry,
+    gate: engine,
+    runners,
+  });
+  return { project, registry, executor, engine, close: () => executor.close() };
 }

@@ -1,4 +1,5 @@
 import type { Capability } from '../manifest/types.js';
+import { dockerIsolation } from '../runners/docker/isolation.js';
 
 export interface IsolationReport {
   /** Runs in a real sandbox (may reach the project allowlist). */
@@ -19,11 +20,10 @@ export function defaultIsolation(capability: Capability): IsolationReport {
       };
     case 'wasm':
       return { sandboxed: true, summary: 'wasm: WebAssembly sandbox, no network, only granted preopens' };
-    case 'docker':
-      // Until the docker runner reports the effective profile, fail closed: not sandboxed.
-      return {
-        sandboxed: false,
-        summary: 'docker: isolation profile not verified — treated as not sandboxed',
-      };
+    case 'docker': {
+      // Privileged, host namespaces, added capabilities, rw host mounts: not sandboxed.
+      const docker = dockerIsolation(capability);
+      return { sandboxed: docker.sandboxed, summary: docker.summary };
+    }
   }
 }

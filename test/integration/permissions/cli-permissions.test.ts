@@ -248,8 +248,6 @@ describe('--grant validation', () => {
   });
 });
 
-const HAS_SCRIPT = existsSync('/usr/bin/script');
-
 /** Run the built CLI under a pseudo-terminal (util-linux script), typing `answers` once the prompt shows. */
 async function inTerminal(
   cwd: string,
@@ -271,7 +269,7 @@ async function inTerminal(
   return { code: r.exitCode ?? -1, output };
 }
 
-describe.skipIf(!HAS_SCRIPT)('the interactive terminal prompt (a real pseudo-terminal)', () => {
+describe('the interactive terminal prompt (a real pseudo-terminal)', () => {
   it('once runs the command; deny exits 77 and it does not run', async () => {
     const { root } = await project();
     const yes = await inTerminal(root, ['exec', '--', 'touch Y'], 'o\n');

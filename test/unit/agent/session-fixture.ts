@@ -1,7 +1,6 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AgentSession, type PlanApproval } from '../../../src/agent/agent-session.js';
-import { agentIsolation } from '../../../src/agent/open-session.js';
 import { ProfileCatalog } from '../../../src/agent/profile.js';
 import { readProjectConfigFile } from '../../../src/config/project-config.js';
 import { createCommandParser } from '../../../src/permissions/command-parser.js';
@@ -64,7 +63,6 @@ export async function agentFixture(
     commands,
     profiles,
     profile: profiles.get(options.profile ?? 'build'),
-    isolation: agentIsolation,
     componentize: options.componentize,
     approvePlan: options.approvePlan,
     childGate: async ({ grants, profile }) =>

@@ -1,0 +1,161 @@
+// Docker runner latency: a bare, hardened dockerode create→attach→start→wait→remove (the naive floor)
+// vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs the
+// opt-in warm exec pool (docker.reusable). Measured alternately in one process so noise hits all three.
+import Docker from 'dockerode';
+import { PassThrough } from 'node:stream';
+import { stats } from './stats.mjs';
+
+export async function benchDocker({ root, iterations = 30 }) {
+  const { DockerRunner } = await import('../dist/runners/docker/runner.js');
+  const { DockerodeEngine } = await import('../dist/runners/docker/dockerode-engine.js');
+  const { ImageBuilder } = await import('../dist/runners/docker/images.js');
+  const { parseManifest } = await import('../dist/manifest/parse.js');
+  const { readFile, realpath } = await import('node:fs/promises');
+  const path = await import('node:path');
+
+  const engine = new DockerodeEngine();
+  await new ImageBuilder({ engine }).ensure('capsule/busybox:1');
+  const dir = await realpath(path.join(root, 'capabilities', 'hello-docker'));
+  const manifestPath = path.join(dir, 'capability.json');
+  const parsed = parseManifest(await readFile(manifestPath, 'utf8'));
+  if (!parsed.ok) throw new Error(`hello-docker: ${JSON.stringify(parsed.issues)}`);
+  const base = {
+    name: 'hello-docker',
+    environment: 'docker',
+    manifest: parsed.manifest,
+    dir,
+    manifestPath,
+    entryPath: path.join(dir, parsed.manifest.entry),
+    contentHash: 'sha256:bench',
+    root: path.dirname(dir),
+    fsGrants: [],
+  };
+  const reusable = {
+    ...base,
+    manifest: { ...base.manifest, docker: { ...base.manifest.docker, reusable: true } },
+  };
+  const input = '{"name":"bench"}';
+
+  const docker = new Docker();
+  const limits = parsed.manifest.limits;
+  async function bare() {
+    const c = await docker.createContainer({
+      Image: 'capsule/busybox:1',
+      Cmd: ['/bin/sh', '/capability/hello.sh'],
+      WorkingDir: '/capability',
+      User: '65534:65534',
+      Labels: { 'capsule.managed': '1', 'capsule.pid': String(process.pid), 'capsule.host': 'bench' },
+      OpenStdin: true,
+      StdinOnce: true,
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      NetworkDisabled: true,
+      HostConfig: {
+        NetworkMode: 'none',
+        ReadonlyRootfs: true,
+        CapDrop: ['ALL'],
+        SecurityOpt: ['no-new-privileges'],
+        Memory: limits.memoryMb * 1024 * 1024,
+        MemorySwap: limits.memoryMb * 1024 * 1024,
+        PidsLimit: limits.pids,
+        NanoCpus: 1e9,
+        Ulimits: [{ Name: 'nofile', Soft: 1024, Hard: 1024 }],
+        Tmpfs: { '/tmp': 'rw,noexec,nosuid,nodev,size=16m,mode=1777' },
+        Mounts: [{ Type: 'bind', Source: dir, Target: '/capability', ReadOnly: true }],
+        LogConfig: { Type: 'none', Config: {} },
+      },
+    });
+    const stream = await c.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true });
+    const out = new PassThrough();
+    docker.modem.demuxStream(stream, out, new PassThrough());
+    let text = '';
+    out.on('data', (d) => (text += d));
+    await c.start();
+    stream.end(input);
+    const r = await c.wait();
+    await c.remove({ force: true });
+    if (r.StatusCode !== 0 || !text.includes('hello'))
+      throw new Error(`bare run failed: ${r.StatusCode} ${text}`);
+  }
+
+  const fresh = new DockerRunner({ engine, prewarm: 1 });
+  const warm = new DockerRunner({ engine, prewarm: 0 });
+  const samples = { bare: [], fresh: [], warm: [] };
+  const timed = async (fn) => {
+    const t = performance.now();
+    await fn();
+    return performance.now() - t;
+  };
+  const check = (r) => {
+    if (r.exitCode !== 0 || !r.stdout.includes('hello'))
+      throw new Error(`capsule run failed: ${JSON.stringify(r)}`);
+  };
+  try {
+    for (let i = 0; i < iterations + 3; i++) {
+      const b = await timed(bare);
+      const f = await timed(async () => check(await fresh.run({ capability: base, input })));
+      const w = await timed(async () => check(await warm.run({ capability: reusable, input })));
+      // Let background removals and prewarms settle so they do not bill the next sample.
+      await new Promise((r) => setTimeout(r, 150));
+      if (i >= 3) {
+        samples.bare.push(b);
+        samples.fresh.push(f);
+        samples.warm.push(w);
+      }
+    }
+  } finally {
+    await fresh.close();
+    await warm.close();
+  }
+  // gVisor, when the engine has it: the same default path under runsc (fewer rounds: it is slower).
+  const gvisorRows = [];
+  if ((await engine.info()).runtimes.includes('runsc')) {
+    const gvisor = {
+      ...base,
+      manifest: { ...base.manifest, docker: { ...base.manifest.docker, runtime: 'runsc' } },
+    };
+    const runsc = new DockerRunner({ engine, prewarm: 1 });
+    const times = [];
+    try {
+      for (let i = 0; i < Math.min(iterations, 15) + 2; i++) {
+        const t = await timed(async () => check(await runsc.run({ capability: gvisor, input })));
+        await new Promise((r) => setTimeout(r, 150));
+        if (i >= 2) times.push(t);
+      }
+    } finally {
+      await runsc.close();
+    }
+    gvisorRows.push({
+      name: 'docker: capsule default on gVisor (runsc)',
+      ...stats(times),
+      floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
+    });
+  }
+  return [
+    { name: 'docker: bare dockerode hardened create+attach+start+wait+remove', ...stats(samples.bare) },
+    {
+      name: 'docker: capsule default (fresh container, prewarmed)',
+      ...stats(samples.fresh),
+      floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
+    },
+    {
+      name: 'docker: capsule exec pool (docker.reusable, state leaks)',
+      ...stats(samples.warm),
+      floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
+    },
+    ...gvisorRows,
+  ];
+}
+
+// Standalone: node bench/docker.mjs (after npm run build).
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const { fileURLToPath } = await import('node:url');
+  const path = await import('node:path');
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+  const rows = await benchDocker({ root, iterations: Number(process.env.ITERATIONS ?? 30) });
+  for (const r of rows)
+    process.stdout.write(
+      `${r.name.padEnd(72)} median ${r.median.toFixed(0)} ms  p95 ${r.p95.toFixed(0)} ms\n`,
+    );
+}

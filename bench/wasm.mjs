@@ -1,0 +1,193 @@
+// Wasm runner: warm calls through capsule (worker pool, fresh instance per call) vs the bare
+// instantiate-and-call floor in-process, cold first calls, and throughput with every worker busy.
+// Usage: import { benchWasm } from './wasm.mjs' (bench/run.mjs), or `node bench/wasm.mjs` after `npm run build`.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { openSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { WASI } from 'node:wasi';
+import { stats } from './stats.mjs';
+
+export async function benchWasm({ root, dist = path.join(root, 'dist'), iterations = 200 }) {
+  const { WasmRunner } = await import(path.join(dist, 'runners/wasm/wasm-runner.js'));
+  const { ModuleCache } = await import(path.join(dist, 'runners/wasm/module-cache.js'));
+  const { executeJob } = await import(path.join(dist, 'runners/wasm/worker.js'));
+  const shoutFile = path.join(root, 'capabilities/shout-wasm/shout.wasm');
+  const helloFile = path.join(root, 'capabilities/hello/hello.wasm');
+  const shout = await readFile(shoutFile);
+  const hello = await readFile(helloFile);
+  const input = Buffer.from('{"text":"hello"}');
+  const spec = (file, bytes, extra = {}) => ({
+    file,
+    bytes,
+    programName: 'bench',
+    args: [],
+    env: {},
+    input: file === helloFile ? Buffer.from('{"name":"bench"}') : input,
+    dirs: [],
+    timeoutMs: 10_000,
+    memoryMb: 64,
+    outputBytes: 1 << 20,
+    ...extra,
+  });
+  const rows = [];
+
+  // Cold: a new runner (new workers, empty caches, no disk cache) and its first call.
+  for (const [label, file, bytes] of [
+    ['preview1 module', shoutFile, shout],
+    ['component (transpile included)', helloFile, hello],
+  ]) {
+    const runner = new WasmRunner({ poolSize: 1 });
+    const t = performance.now();
+    const r = await runner.runRaw(spec(file, bytes));
+    const ms = performance.now() - t;
+    if (r.exitCode !== 0) throw new Error(`cold ${label} failed: ${Buffer.from(r.stderr)}`);
+    await runner.close();
+    rows.push({ name: `wasm: cold first call, ${label}`, n: 1, median: ms, p95: ms });
+  }
+  // Cold with a warm disk cache (a new CLI process after the first): the component skips the transpile.
+  {
+    const cacheDir = await mkdtemp(path.join(os.tmpdir(), 'capsule-bench-'));
+    const first = new WasmRunner({ poolSize: 1, cacheDir });
+    await first.runRaw(spec(helloFile, hello));
+    await first.close();
+    const runner = new WasmRunner({ poolSize: 1, cacheDir });
+    const t = performance.now();
+    await runner.runRaw(spec(helloFile, hello));
+    const ms = performance.now() - t;
+    await runner.close();
+    await rm(cacheDir, { recursive: true, force: true });
+    rows.push({ name: 'wasm: cold first call, component from disk cache', n: 1, median: ms, p95: ms });
+  }
+
+  // Floors, in-process: a cached WebAssembly.Module, a fresh instance per call.
+  const cache = new ModuleCache({});
+  const shoutPrepared = await cache.prepare(shout, { file: shoutFile, capPages: 1024 });
+  const helloPrepared = await cache.prepare(hello, { file: helloFile, capPages: 1024 });
+  const devNull = openSync('/dev/null', 'r+');
+  const bareModule = () => {
+    const wasi = new WASI({
+      version: 'preview1',
+      args: ['bench'],
+      env: {},
+      stdin: devNull,
+      stdout: devNull,
+      stderr: devNull,
+      returnOnExit: true,
+    });
+    const instance = new WebAssembly.Instance(shoutPrepared.module, {
+      wasi_snapshot_preview1: wasi.wasiImport,
+    });
+    return wasi.start(instance);
+  };
+  const moduleJob = {
+    kind: 'module',
+    module: shoutPrepared.module,
+    args: ['bench'],
+    env: {},
+    stdin: input,
+    preopens: [],
+    outputBytes: 1 << 20,
+    maxPages: 1024,
+  };
+  const componentJob = {
+    kind: 'component',
+    jsUrl: helloPrepared.jsUrl,
+    modules: helloPrepared.modules,
+    input: '{"name":"bench"}',
+    args: ['bench'],
+    env: {},
+    outputBytes: 1 << 20,
+    maxPages: 1024,
+  };
+  const runner = new WasmRunner({ poolSize: 2 });
+  await runner.warm();
+  const samples = { bare: [], inproc: [], ours: [], cbare: [], cours: [] };
+  for (let i = 0; i < iterations + 10; i++) {
+    let t = performance.now();
+    bareModule();
+    const b = performance.now() - t;
+    t = performance.now();
+    await executeJob(i, moduleJob);
+    const ip = performance.now() - t;
+    t = performance.now();
+    const r = await runner.runRaw(spec(shoutFile, shout));
+    const o = performance.now() - t;
+    if (Buffer.from(r.stdout).toString() !== '{"TEXT":"HELLO"}')
+      throw new Error('shout-wasm gave the wrong output');
+    t = performance.now();
+    const cr = await executeJob(i, componentJob);
+    const cb = performance.now() - t;
+    t = performance.now();
+    const c = await runner.runRaw(spec(helloFile, hello));
+    const co = performance.now() - t;
+    if (cr.type !== 'done' || Buffer.from(c.stdout).toString() !== 'Hello, bench!\n')
+      throw new Error('hello gave the wrong output');
+    if (i >= 10) {
+      samples.bare.push(b);
+      samples.inproc.push(ip);
+      samples.ours.push(o);
+      samples.cbare.push(cb);
+      samples.cours.push(co);
+    }
+  }
+  rows.push(
+    {
+      name: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
+      isFloor: true,
+      ...stats(samples.bare),
+    },
+    {
+      name: 'wasm: preview1 with capsule guards, in-process',
+      ...stats(samples.inproc),
+      floor: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
+    },
+    {
+      name: 'wasm: capsule warm call, preview1 (worker pool)',
+      ...stats(samples.ours),
+      floor: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
+    },
+    { name: 'wasm: bare component instantiate+call (in-process)', isFloor: true, ...stats(samples.cbare) },
+    {
+      name: 'wasm: capsule warm call, component (worker pool)',
+      ...stats(samples.cours),
+      floor: 'wasm: bare component instantiate+call (in-process)',
+    },
+  );
+
+  // Throughput: many calls in flight, every worker busy (pool size = min(2, cores)).
+  for (const [label, file, bytes, count] of [
+    ['preview1', shoutFile, shout, 1000],
+    ['component', helloFile, hello, 200],
+  ]) {
+    const t = performance.now();
+    await Promise.all(Array.from({ length: count }, () => runner.runRaw(spec(file, bytes))));
+    const s = (performance.now() - t) / 1000;
+    rows.push({
+      name: `wasm: throughput, ${label}, all workers busy`,
+      n: count,
+      median: (s * 1000) / count,
+      p95: undefined,
+      perSecond: count / s,
+    });
+  }
+  await runner.close();
+  return rows;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+  const rows = await benchWasm({ root, dist: process.env.CAPSULE_DIST ?? path.join(root, 'dist') });
+  for (const r of rows) {
+    const floor = r.floor ? rows.find((f) => f.name === r.floor) : undefined;
+    const extra = floor
+      ? `  ${(r.median / floor.median).toFixed(2)}× floor`
+      : r.perSecond
+        ? `  ${Math.round(r.perSecond)} calls/s`
+        : '';
+    console.log(
+      `${r.name.padEnd(62)} median ${r.median.toFixed(3)} ms${r.p95 !== undefined ? `  p95 ${r.p95.toFixed(3)} ms` : ''}${extra}`,
+    );
+  }
+}

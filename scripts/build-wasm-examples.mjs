@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+// Rebuilds the shipped Wasm example capabilities from their sources:
+//   capabilities/hello/hello.js        -> hello.wasm  (component, componentize-qjs, QuickJS, sync ABI)
+//   capabilities/shout-wasm/shout.wat  -> shout.wasm  (WASI preview1 module, wabt's WAT assembler)
+// Usage: node scripts/build-wasm-examples.mjs   (needs the devDependencies: npm install)
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+
+const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+const at = (...p) => path.join(root, ...p);
+
+async function writeAtomic(file, bytes) {
+  const tmp = `${file}.tmp-${process.pid}`;
+  await writeFile(tmp, bytes);
+  await rename(tmp, file);
+}
+
+const { componentize } = await import('componentize-qjs');
+const started = Date.now();
+const { component } = await componentize({
+  witPath: at('runtimes/wasm/capability.wit'),
+  jsSource: await readFile(at('capabilities/hello/hello.js'), 'utf8'),
+  sync: true,
+});
+await writeAtomic(at('capabilities/hello/hello.wasm'), component);
+console.log(`capabilities/hello/hello.wasm: ${component.length} bytes (${Date.now() - started} ms)`);
+
+const wabt = await (await import('wabt')).default();
+const wat = await readFile(at('capabilities/shout-wasm/shout.wat'), 'utf8');
+const { buffer } = wabt.parseWat('shout.wat', wat).toBinary({});
+await writeAtomic(at('capabilities/shout-wasm/shout.wasm'), buffer);
+console.log(`capabilities/shout-wasm/shout.wasm: ${buffer.length} bytes`);

@@ -1,0 +1,91 @@
+import type { Command } from 'commander';
+import { CapsuleError } from '../../errors.js';
+import { DockerodeEngine, engineMessage } from '../../runners/docker/dockerode-engine.js';
+import { IMAGE_RECIPES, ImageBuilder } from '../../runners/docker/images.js';
+import { EXIT } from '../exit-codes.js';
+import { action, json, write, type CliIO } from '../output.js';
+
+async function connect(io: CliIO): Promise<DockerodeEngine> {
+  const engine = new DockerodeEngine({ env: io.env });
+  try {
+    await engine.ping(5000);
+  } catch (err) {
+    throw new CapsuleError('RUNNER_UNAVAILABLE', `no Docker engine answers: ${engineMessage(err)}`, {
+      hint: 'start one (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
+    });
+  }
+  return engine;
+}
+
+/** `capsule images list|build`: the offline sandbox images from runtimes/docker. */
+export function registerImages(program: Command, io: CliIO): void {
+  const images = program
+    .command('images')
+    .description(
+      'The Docker sandbox images capsule builds offline from runtimes/docker (no registry needed).',
+    );
+
+  images
+    .command('list')
+    .description('Show each image capsule can build and whether the engine has it.')
+    .option('--json', 'print JSON: [{tag, folder, present}]')
+    .action(
+      action(io, async (opts: { json?: boolean }) => {
+        const engine = await connect(io);
+        const rows = await Promise.all(
+          IMAGE_RECIPES.map(async (r) => ({
+            tag: r.tag,
+            folder: `runtimes/docker/${r.folder}`,
+            present: await engine.imageExists(r.tag),
+          })),
+        );
+        if (opts.json) {
+          await write(io.stdout, json(rows));
+        } else {
+          const width = Math.max(...rows.map((r) => r.tag.length));
+          await write(
+            io.stdout,
+            rows
+              .map((r) => `${r.tag.padEnd(width)}  ${r.present ? 'present' : 'missing'}  ${r.folder}`)
+              .join('\n') + '\n',
+          );
+        }
+        return EXIT.OK;
+      }),
+    );
+
+  images
+    .command('build')
+    .description(
+      'Build the sandbox images (all, or the TAGs given); current ones are skipped unless --force.',
+    )
+    .argument('[tags...]', `images to build: ${IMAGE_RECIPES.map((r) => r.tag).join(', ')}`)
+    .option('--force', 'rebuild even when the image exists')
+    .action(
+      action(io, async (tags: string[], opts: { force?: boolean }) => {
+        const unknown = tags.filter((t) => !IMAGE_RECIPES.some((r) => r.tag === t));
+        if (unknown.length > 0) {
+          throw new CapsuleError('USAGE', `unknown image ${unknown.join(', ')}`, {
+            hint: `capsule builds ${IMAGE_RECIPES.map((r) => r.tag).join(', ')}`,
+          });
+        }
+        const engine = await connect(io);
+        const builder = new ImageBuilder({ engine });
+        for (const recipe of IMAGE_RECIPES) {
+          if (tags.length > 0 && !tags.includes(recipe.tag)) continue;
+          if (opts.force === true) {
+            await builder.build(recipe, (message) => void write(io.stderr, `${message}\n`));
+            continue;
+          }
+          // Builds when missing or built from other inputs (a new host node, an edited Dockerfile).
+          let built = false;
+          await builder.ensure(recipe.tag, (message) => {
+            built = true;
+            void write(io.stderr, `${message}\n`);
+          });
+          if (!built) await write(io.stderr, `${recipe.tag}: present and current (use --force to rebuild)\n`);
+        }
+        return EXIT.OK;
+      }),
+    );
+}

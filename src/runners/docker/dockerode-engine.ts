@@ -1,0 +1,293 @@
+import Docker from 'dockerode';
+import type { Duplex, Readable } from 'node:stream';
+import type {
+  BuildProgress,
+  ContainerSpec,
+  ContainerState,
+  ContainerSummary,
+  DockerEngine,
+  EngineInfo,
+} from './engine.js';
+
+export interface DockerodeEngineOptions {
+  /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock (dockerode's own lookup). */
+  socketPath?: string | undefined;
+  /** Environment to read DOCKER_HOST from; default process.env. */
+  env?: NodeJS.ProcessEnv | undefined;
+}
+
+/** Status codes the Engine API answers with, carried on dockerode's errors. */
+function statusOf(err: unknown): number | undefined {
+  const code = (err as { statusCode?: unknown } | null)?.statusCode;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/** The engine's own message ("No such image", "executable file not found") instead of dockerode's wrapper text. */
+export function engineMessage(err: unknown): string {
+  const json = (err as { json?: { message?: unknown } } | null)?.json;
+  if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * dockerode behind our DockerEngine interface. Only this file imports dockerode, so its
+ * callback-or-promise overloads and loose typings stay here.
+ */
+export class DockerodeEngine implements DockerEngine {
+  private readonly docker: Docker;
+  private readonly remote: boolean;
+
+  constructor(options: DockerodeEngineOptions = {}) {
+    const env = options.env ?? process.env;
+    const host = env['DOCKER_HOST'];
+    this.remote =
+      options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
+    this.docker =
+      options.socketPath !== undefined ? new Docker({ socketPath: options.socketPath }) : new Docker();
+  }
+
+  async info(): Promise<EngineInfo> {
+    const info = (await this.docker.info()) as { ServerVersion?: string; Runtimes?: Record<string, unknown> };
+    return {
+      serverVersion: info.ServerVersion ?? 'unknown',
+      runtimes: Object.keys(info.Runtimes ?? {}),
+      remote: this.remote,
+    };
+  }
+
+  async ping(timeoutMs: number): Promise<void> {
+    // A hung engine (socket accepts, never answers) must not hang the caller: race a timer.
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the Docker engine did not answer within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.docker.ping() as Promise<unknown>, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async createContainer(spec: ContainerSpec): Promise<string> {
+    const container = await this.docker.createContainer({
+      Image: spec.image,
+      ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
+      Cmd: spec.cmd,
+      WorkingDir: spec.workingDir,
+      User: spec.user,
+      Env: spec.env,
+      Labels: spec.labels,
+      AttachStdin: spec.openStdin,
+      AttachStdout: true,
+      AttachStderr: true,
+      OpenStdin: spec.openStdin,
+      StdinOnce: spec.openStdin,
+      Tty: false,
+      NetworkDisabled: spec.networkDisabled,
+      HostConfig: {
+        Runtime: spec.runtime,
+        NetworkMode: spec.networkMode,
+        PidMode: spec.pidMode,
+        IpcMode: spec.ipcMode,
+        Privileged: spec.privileged,
+        ReadonlyRootfs: spec.readonlyRootfs,
+        CapDrop: spec.capDrop,
+        CapAdd: spec.capAdd,
+        SecurityOpt: spec.securityOpt,
+        Memory: spec.memoryBytes,
+        MemorySwap: spec.memorySwapBytes,
+        PidsLimit: spec.pidsLimit,
+        NanoCpus: spec.nanoCpus,
+        Ulimits: spec.ulimits.map((u) => ({ Name: u.name, Soft: u.soft, Hard: u.hard })),
+        Tmpfs: spec.tmpfs,
+        Mounts: spec.mounts.map((m) => ({
+          Type: m.type,
+          Source: m.source,
+          Target: m.target,
+          ReadOnly: m.readOnly,
+        })),
+        LogConfig: { Type: spec.logDriver, Config: {} },
+        AutoRemove: false,
+      },
+    });
+    return container.id;
+  }
+
+  async attach(id: string): Promise<Duplex> {
+    const stream = await this.docker
+      .getContainer(id)
+      .attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true });
+    return stream as unknown as Duplex;
+  }
+
+  async start(id: string): Promise<void> {
+    await this.docker.getContainer(id).start();
+  }
+
+  async wait(id: string): Promise<number> {
+    const result = (await this.docker.getContainer(id).wait()) as { StatusCode?: number };
+    return result.StatusCode ?? -1;
+  }
+
+  async inspect(id: string): Promise<ContainerState> {
+    const info = await this.docker.getContainer(id).inspect();
+    return { running: info.State.Running, exitCode: info.State.ExitCode, oomKilled: info.State.OOMKilled };
+  }
+
+  async kill(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).kill({ signal: 'SIGKILL' });
+    } catch (err) {
+      // 409: not running any more (it exited on its own meanwhile); 404: already gone.
+      const status = statusOf(err);
+      if (status !== 409 && status !== 404) throw err;
+    }
+  }
+
+  async remove(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).remove({ force: true, v: true });
+    } catch (err) {
+      // 404: gone; 409: removal already in progress.
+      const status = statusOf(err);
+      if (status !== 404 && status !== 409) throw err;
+    }
+  }
+
+  async listContainers(labelFilters: string[]): Promise<ContainerSummary[]> {
+    const list = await this.docker.listContainers({ all: true, filters: { label: labelFilters } });
+    return list.map((c) => ({ id: c.Id, labels: c.Labels ?? {}, state: c.State }));
+  }
+
+  async putArchive(id: string, path: string, tar: Readable): Promise<void> {
+    await this.docker.getContainer(id).putArchive(tar, { path });
+  }
+
+  async exec(
+    id: string,
+    options: { cmd: string[]; user: string; workingDir: string; env: string[] },
+  ): Promise<{ execId: string; stream: Duplex }> {
+    const exec = await this.docker.getContainer(id).exec({
+      Cmd: options.cmd,
+      User: options.user,
+      WorkingDir: options.workingDir,
+      Env: options.env,
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+    });
+    const stream = await exec.start({ hijack: true, stdin: true, Tty: false });
+    return { execId: exec.id, stream: stream as unknown as Duplex };
+  }
+
+  async execExitCode(execId: string): Promise<number | null> {
+    const info = await this.docker.getExec(execId).inspect();
+    return info.Running ? null : (info.ExitCode ?? null);
+  }
+
+  async createVolume(name: string, labels: Record<string, string>): Promise<void> {
+    await this.docker.createVolume({ Name: name, Labels: labels });
+  }
+
+  async removeVolume(name: string): Promise<void> {
+    try {
+      await this.docker.getVolume(name).remove({ force: true });
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+
+  async listVolumes(labelFilters: string[]): Promise<string[]> {
+    const result = await this.docker.listVolumes({ filters: { label: labelFilters } });
+    return (result.Volumes ?? []).map((v) => v.Name);
+  }
+
+  async imageInfo(
+    ref: string,
+  ): Promise<{ id: string; tags: string[]; labels: Record<string, string> } | undefined> {
+    try {
+      const info = await this.docker.getImage(ref).inspect();
+      const tags = (info.RepoTags ?? []).filter((t) => t !== '<none>:<none>');
+      return { id: info.Id, tags, labels: info.Config?.Labels ?? {} };
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw err;
+    }
+  }
+
+  async imageExists(ref: string): Promise<boolean> {
+    try {
+      await this.docker.getImage(ref).inspect();
+      return true;
+    } catch (err) {
+      if (statusOf(err) === 404) return false;
+      throw err;
+    }
+  }
+
+  async buildImage(
+    context: Readable,
+    options: { tag: string; labels: Record<string, string> },
+    onProgress: (p: BuildProgress) => void,
+  ): Promise<void> {
+    const buildOptions: Docker.ImageBuildOptions = {
+      t: options.tag,
+      labels: options.labels,
+      rm: true,
+      forcerm: true,
+      // No registry is reachable: never try to pull a base image.
+      pull: false,
+    };
+    const stream: NodeJS.ReadableStream = await this.docker.buildImage(
+      context as NodeJS.ReadableStream,
+      buildOptions,
+    );
+    await new Promise<void>((resolve, reject) => {
+      let buffered = '';
+      let failure: string | undefined;
+      const handleLine = (line: string): void => {
+        if (line.trim() === '') return;
+        let event: { stream?: string; status?: string; error?: string; errorDetail?: { message?: string } };
+        try {
+          event = JSON.parse(line) as typeof event;
+        } catch {
+          onProgress({ message: line.trim() });
+          return;
+        }
+        if (event.error !== undefined || event.errorDetail !== undefined) {
+          failure = event.errorDetail?.message ?? event.error ?? 'build failed';
+          return;
+        }
+        const message = (event.stream ?? event.status ?? '').trim();
+        if (message !== '') onProgress({ message });
+      };
+      stream.on('data', (chunk: Buffer) => {
+        buffered += chunk.toString('utf8');
+        let newline = buffered.indexOf('\n');
+        while (newline >= 0) {
+          handleLine(buffered.slice(0, newline));
+          buffered = buffered.slice(newline + 1);
+          newline = buffered.indexOf('\n');
+        }
+      });
+      stream.on('error', reject);
+      stream.on('end', () => {
+        handleLine(buffered);
+        if (failure !== undefined) reject(new Error(failure));
+        else resolve();
+      });
+    });
+  }
+
+  async removeImage(ref: string, options: { force: boolean } = { force: true }): Promise<void> {
+    try {
+      await this.docker.getImage(ref).remove({ force: options.force });
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+}

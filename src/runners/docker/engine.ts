@@ -1,0 +1,115 @@
+import type { Duplex, Readable } from 'node:stream';
+
+/**
+ * The small slice of the Docker Engine API capsule uses, in our own types. The dockerode
+ * implementation lives beside it (dockerode-engine.ts); tests and a future remote/mock engine
+ * implement this interface instead of dockerode's callback-or-promise surface.
+ */
+
+export interface Mount {
+  /** Host path (bind) or volume name (volume). */
+  source: string;
+  /** Absolute path inside the container. */
+  target: string;
+  type: 'bind' | 'volume';
+  readOnly: boolean;
+}
+
+/** Everything needed to create one container; mapped 1:1 onto the Engine API by the implementation. */
+export interface ContainerSpec {
+  image: string;
+  /** Replaces the image's entrypoint when set. */
+  entrypoint?: string[] | undefined;
+  cmd: string[];
+  workingDir: string;
+  user: string;
+  env: string[];
+  labels: Record<string, string>;
+  openStdin: boolean;
+  runtime: string;
+  networkDisabled: boolean;
+  networkMode: 'none' | 'host';
+  pidMode: '' | 'host';
+  ipcMode: 'private' | 'host';
+  privileged: boolean;
+  readonlyRootfs: boolean;
+  capDrop: string[];
+  capAdd: string[];
+  securityOpt: string[];
+  memoryBytes: number;
+  memorySwapBytes: number;
+  pidsLimit: number;
+  nanoCpus: number;
+  ulimits: Array<{ name: string; soft: number; hard: number }>;
+  tmpfs: Record<string, string>;
+  mounts: Mount[];
+  /** Logging driver; `none` keeps an output flood from being written to the engine's disk. */
+  logDriver: string;
+}
+
+export interface ContainerState {
+  running: boolean;
+  exitCode: number;
+  oomKilled: boolean;
+}
+
+export interface ContainerSummary {
+  id: string;
+  labels: Record<string, string>;
+  state: string;
+}
+
+export interface EngineInfo {
+  serverVersion: string;
+  runtimes: string[];
+  /** True when the engine is reached over TCP/SSH (DOCKER_HOST), so host paths cannot be bind-mounted. */
+  remote: boolean;
+}
+
+export interface BuildProgress {
+  /** One line of build output (a step, a layer), already trimmed. */
+  message: string;
+}
+
+/** The operations capsule needs. Every method returns a promise; failures reject with an Error. */
+export interface DockerEngine {
+  info(): Promise<EngineInfo>;
+  ping(timeoutMs: number): Promise<void>;
+
+  createContainer(spec: ContainerSpec): Promise<string>;
+  /** Attach stdin/stdout/stderr before start so no output is lost. The stream carries multiplexed frames. */
+  attach(id: string): Promise<Duplex>;
+  start(id: string): Promise<void>;
+  /** Resolves with the exit code once the container is not running. */
+  wait(id: string): Promise<number>;
+  inspect(id: string): Promise<ContainerState>;
+  kill(id: string): Promise<void>;
+  remove(id: string): Promise<void>;
+  listContainers(labelFilters: string[]): Promise<ContainerSummary[]>;
+  /** Upload a tar archive and extract it at `path` inside a (created, not necessarily started) container. */
+  putArchive(id: string, path: string, tar: Readable): Promise<void>;
+
+  /** Run a command in a running container with stdin attached; returns the exec id and its stream. */
+  exec(
+    id: string,
+    options: { cmd: string[]; user: string; workingDir: string; env: string[] },
+  ): Promise<{ execId: string; stream: Duplex }>;
+  /** Exit code of a finished exec (null while running). */
+  execExitCode(execId: string): Promise<number | null>;
+
+  createVolume(name: string, labels: Record<string, string>): Promise<void>;
+  removeVolume(name: string): Promise<void>;
+  listVolumes(labelFilters: string[]): Promise<string[]>;
+
+  imageExists(ref: string): Promise<boolean>;
+  /** The image's id, tags and labels, or undefined when the engine does not have it. */
+  imageInfo(ref: string): Promise<{ id: string; tags: string[]; labels: Record<string, string> } | undefined>;
+  /** Build an image from a tar build context (Dockerfile at its root), reporting progress lines. */
+  buildImage(
+    context: Readable,
+    options: { tag: string; labels: Record<string, string> },
+    onProgress: (p: BuildProgress) => void,
+  ): Promise<void>;
+  /** Remove an image; without force the engine refuses (rejects) while a container uses it. */
+  removeImage(ref: string, options?: { force: boolean }): Promise<void>;
+}

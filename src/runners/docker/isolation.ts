@@ -1,0 +1,93 @@
+import path from 'node:path';
+import type { Capability } from '../../manifest/types.js';
+
+/**
+ * What a docker capability's effective configuration means for isolation. A pure function of the
+ * manifest and its resolved grants, so the permission layer can judge `sandboxed` before anything runs.
+ */
+export interface DockerIsolation {
+  /** True only for the hardened profile with nothing that reaches the host. */
+  sandboxed: boolean;
+  /** Why it is not sandboxed (empty when sandboxed). */
+  reasons: string[];
+  /** Why the runner refuses to run it at all (empty when it may run). */
+  refusals: Array<{ field: string; message: string }>;
+  /** One line for `PermissionRequest.isolation` and `explain`. */
+  summary: string;
+}
+
+const SOCKET_NAMES = new Set(['docker.sock', 'containerd.sock', 'podman.sock', 'dockershim.sock']);
+const HARDENED =
+  'no network, read-only rootfs, all capabilities dropped, no-new-privileges, uid 65534, memory/pids/cpu limits, noexec tmpfs';
+
+/** A granted path that is, or may contain, a container engine socket: access to it is root on the host. */
+function engineSocketIn(hostPath: string): boolean {
+  if (SOCKET_NAMES.has(path.basename(hostPath))) return true;
+  const normalized = path.resolve(hostPath);
+  return (
+    normalized === '/' ||
+    normalized === '/run' ||
+    normalized === '/var/run' ||
+    normalized === '/var' ||
+    normalized === '/run/docker'
+  );
+}
+
+export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGrants'>): DockerIsolation {
+  const { manifest } = capability;
+  const reasons: string[] = [];
+  const refusals: DockerIsolation['refusals'] = [];
+  if (manifest.environment !== 'docker' || manifest.docker === undefined) {
+    return {
+      sandboxed: false,
+      reasons: ['not a docker capability'],
+      refusals: [],
+      summary: 'docker: not a docker capability',
+    };
+  }
+  const docker = manifest.docker;
+
+  if (docker.privileged)
+    reasons.push('privileged mode (docker.privileged) gives the container root on the host');
+  if (docker.network === 'host') {
+    reasons.push("host networking (docker.network = 'host') shares the host's network stack");
+    refusals.push({
+      field: 'docker.network',
+      message:
+        '"host" is not supported: containers get no network until per-host egress enforcement exists; remove it',
+    });
+  }
+  if (docker.pidMode === 'host')
+    reasons.push("host PID namespace (docker.pidMode = 'host') sees and signals host processes");
+  if (docker.ipcMode === 'host') reasons.push("host IPC namespace (docker.ipcMode = 'host')");
+  if (docker.capAdd.length > 0)
+    reasons.push(`added Linux capabilities (docker.capAdd: ${docker.capAdd.join(', ')})`);
+
+  for (const [i, grant] of capability.fsGrants.entries()) {
+    if (engineSocketIn(grant.hostPath)) {
+      reasons.push(`grants.fs[${i}] ${grant.declared} exposes a container engine socket (root on the host)`);
+      refusals.push({
+        field: `grants.fs[${i}].path`,
+        message: `${grant.declared} is or may contain a container engine socket; grant a narrower path`,
+      });
+    } else if (grant.mode === 'rw') {
+      reasons.push(`writable host mount grants.fs[${i}] ${grant.declared} (rw)`);
+    }
+  }
+
+  if (manifest.grants.network.length > 0) {
+    reasons.push(`network hosts granted (${manifest.grants.network.join(', ')})`);
+    refusals.push({
+      field: 'grants.network',
+      message:
+        'docker capabilities cannot be granted network hosts yet (no per-host egress enforcement); remove grants.network or use another environment',
+    });
+  }
+
+  const runtime = docker.runtime === 'runsc' ? 'gVisor (runsc)' : 'runc';
+  const sandboxed = reasons.length === 0;
+  const summary = sandboxed
+    ? `docker ${runtime}, hardened: ${HARDENED}`
+    : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}`;
+  return { sandboxed, reasons, refusals, summary };
+}

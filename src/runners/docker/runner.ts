@@ -1,0 +1,459 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { lstat } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import tar from 'tar-fs';
+import { CapsuleError } from '../../errors.js';
+import type { Capability } from '../../manifest/types.js';
+import type { Runner, RunRequest, RunResult } from '../types.js';
+import { emptyResult } from '../types.js';
+import { GATE_ENTRYPOINT, runPrepared } from './call.js';
+import type { CallOutcome } from './call.js';
+import { DockerodeEngine, engineMessage } from './dockerode-engine.js';
+import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
+import { ExecPool } from './exec-pool.js';
+import { ImageBuilder } from './images.js';
+import type { ImageProgress } from './images.js';
+import { dockerIsolation } from './isolation.js';
+import type { DockerIsolation } from './isolation.js';
+import {
+  CAPABILITY_LABEL,
+  MANAGED_LABEL,
+  ROLE_LABEL,
+  currentHost,
+  isOrphan,
+  ownerLabels,
+  processAlive,
+} from './labels.js';
+import type { Owner } from './labels.js';
+import { PrewarmPool } from './pool.js';
+import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
+
+export interface DockerRunnerOptions {
+  /** Default: dockerode on DOCKER_HOST or the local socket. */
+  engine?: DockerEngine | undefined;
+  /** Default: an ImageBuilder on the same engine (runtimes/docker). */
+  images?: ImageBuilder | undefined;
+  /**
+   * How capability files reach the container. `bind`: a read-only bind mount of the folder (local engine).
+   * `copy`: a tar upload into a labelled volume (a remote engine cannot see host paths). Default `auto`:
+   * copy when the engine is remote (DOCKER_HOST over TCP/SSH), bind otherwise.
+   */
+  capabilityFiles?: 'auto' | 'bind' | 'copy' | undefined;
+  /**
+   * Containers prepared ahead per configuration, from its second call on (0: create each on the call's
+   * path). Default 1. `prewarm(capability)` prepares one before the first call.
+   */
+  prewarm?: number | undefined;
+  /**
+   * Start prepared containers ahead too, parked in a one-line stdin gate until their call (capsule's own
+   * images only: the gate needs /bin/sh). Default true.
+   */
+  prestart?: boolean | undefined;
+  /** Configurations kept prewarmed at once. Default 8. */
+  prewarmKeys?: number | undefined;
+  /** Warm containers reused through `exec` for capabilities marked `docker.reusable`. Default true. */
+  execPool?: boolean | undefined;
+  /** CPU share per container, in cores. Default 1. */
+  cpus?: number | undefined;
+  /** Process environment: DOCKER_HOST and granted variables are read from it. Default process.env. */
+  env?: NodeJS.ProcessEnv | undefined;
+  /** Image build progress (a missing capsule image is built on demand). */
+  onProgress?: ImageProgress | undefined;
+  /** Remove this runner's containers when the process gets SIGINT/SIGTERM, then re-raise it. Default false. */
+  handleProcessSignals?: boolean | undefined;
+  /** How long `available()` and the first call wait for the engine. Default 5000 ms. */
+  engineTimeoutMs?: number | undefined;
+}
+
+/**
+ * Runs docker capabilities in hardened, labelled, single-use containers (see docs/runners.md#docker).
+ * Construct one per session; `close()` removes everything it created.
+ */
+export class DockerRunner implements Runner {
+  readonly environment = 'docker' as const;
+  private readonly engine: DockerEngine;
+  private readonly images: ImageBuilder;
+  private readonly owner: Owner;
+  private readonly filesMode: 'auto' | 'bind' | 'copy';
+  private readonly cpus: number;
+  private readonly prestart: boolean;
+  private readonly hostEnv: NodeJS.ProcessEnv;
+  private readonly onProgress: ImageProgress;
+  private readonly engineTimeoutMs: number;
+  private readonly pool: PrewarmPool;
+  private readonly execPool: ExecPool | undefined;
+  /** Calls in flight: canceled by close(), which then waits for them to finish. */
+  private readonly active = new Map<AbortController, Promise<unknown>>();
+  /** Removals running in the background after a call returned; close() waits for them. */
+  private readonly removals = new Set<Promise<void>>();
+  /** Calls seen per configuration: prewarming starts with the second. */
+  private readonly callsByKey = new Map<string, number>();
+  /** Volumes holding copied capability folders, by content hash. */
+  private readonly volumes = new Map<string, Promise<string>>();
+  private ready: Promise<EngineInfo> | undefined;
+  private closed = false;
+  private readonly signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
+
+  constructor(options: DockerRunnerOptions = {}) {
+    this.engine = options.engine ?? new DockerodeEngine({ env: options.env });
+    this.images = options.images ?? new ImageBuilder({ engine: this.engine });
+    this.owner = { host: currentHost(), pid: process.pid, instance: randomBytes(6).toString('hex') };
+    this.filesMode = options.capabilityFiles ?? 'auto';
+    this.cpus = options.cpus ?? 1;
+    this.prestart = options.prestart ?? true;
+    this.hostEnv = options.env ?? process.env;
+    this.onProgress = options.onProgress ?? (() => {});
+    this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
+    this.pool = new PrewarmPool(this.engine, {
+      perKey: options.prewarm ?? 1,
+      maxKeys: options.prewarmKeys ?? 8,
+    });
+    this.execPool = options.execPool === false ? undefined : new ExecPool(this.engine);
+    if (options.handleProcessSignals === true) {
+      this.signalHandler = (signal) => {
+        process.removeListener('SIGINT', this.signalHandler as NodeJS.SignalsListener);
+        process.removeListener('SIGTERM', this.signalHandler as NodeJS.SignalsListener);
+        void this.close().finally(() => process.kill(process.pid, signal));
+      };
+      process.on('SIGINT', this.signalHandler);
+      process.on('SIGTERM', this.signalHandler);
+    }
+  }
+
+  /** The effective isolation of a capability under this runner (pure; see isolation.ts). */
+  isolation(capability: Capability): DockerIsolation {
+    return dockerIsolation(capability);
+  }
+
+  async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
+    try {
+      await this.engine.ping(this.engineTimeoutMs);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, reason: unavailableReason(err, this.hostEnv) };
+    }
+  }
+
+  async run(request: RunRequest): Promise<RunResult> {
+    try {
+      return await this.runChecked(request);
+    } catch (err) {
+      if (err instanceof CapsuleError) throw err;
+      // The engine failed mid-way (restarted, disk full…): still a clear error, never a stack trace.
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `the Docker engine failed during the run: ${engineMessage(err)}`,
+        {
+          file: request.capability.manifestPath,
+          hint: 'check the engine (docker info) and try again',
+        },
+      );
+    }
+  }
+
+  private async runChecked(request: RunRequest): Promise<RunResult> {
+    const { capability } = request;
+    if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    this.checkRunnable(capability);
+    const info = await this.ensureEngine();
+    const docker = capability.manifest.docker;
+    if (docker === undefined) throw new Error('unreachable: checked by checkRunnable');
+    if (docker.runtime !== 'runc' && !info.runtimes.includes(docker.runtime)) {
+      throw new CapsuleError('RUNNER_UNAVAILABLE', `the Docker engine has no "${docker.runtime}" runtime`, {
+        file: capability.manifestPath,
+        field: 'docker.runtime',
+        hint: 'install gVisor (apt-get install runsc) and register it with dockerd (--add-runtime runsc=/usr/bin/runsc), or use "runc"',
+      });
+    }
+    await this.images.ensure(docker.image, this.onProgress).catch((err: unknown) => {
+      if (err instanceof CapsuleError)
+        throw new CapsuleError(err.code, err.message, { ...err.details, file: capability.manifestPath });
+      throw err;
+    });
+    await this.checkGrantedPaths(capability);
+    const spec = await this.specFor(capability, info);
+
+    // close() may have run while we awaited the engine or an image build.
+    if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    // Timed from here: an image built on first use is not the capability's time.
+    const started = performance.now();
+    // close() cancels calls in flight through this, so they report `canceled` like an abort.
+    const internal = new AbortController();
+    const signal =
+      request.signal === undefined ? internal.signal : AbortSignal.any([request.signal, internal.signal]);
+    const call =
+      docker.reusable && this.execPool !== undefined
+        ? this.execPool.run(specKey(spec), spec, capability, request.input, signal)
+        : this.runFresh(spec, request, signal);
+    this.active.set(internal, call);
+    let outcome: CallOutcome;
+    try {
+      outcome = await call;
+    } finally {
+      this.active.delete(internal);
+    }
+    const { started: _started, ...fields } = outcome;
+    return { ...emptyResult('docker'), ...fields, durationMs: Math.round(performance.now() - started) };
+  }
+
+  /** Prepare containers for `capability` ahead of its first call. */
+  async prewarm(capability: Capability): Promise<void> {
+    this.checkRunnable(capability);
+    const info = await this.ensureEngine();
+    const docker = capability.manifest.docker;
+    if (docker === undefined) return;
+    await this.images.ensure(docker.image, this.onProgress);
+    const spec = await this.specFor(capability, info);
+    this.pool.refill(specKey(spec), spec);
+  }
+
+  /**
+   * Remove containers and volumes left by capsule processes that died on this host (crash, SIGKILL).
+   * Runs once before the first call; returns how many objects were removed.
+   */
+  async reapOrphans(): Promise<number> {
+    const orphan = (labels: Record<string, string>): boolean =>
+      isOrphan(labels, this.owner.host, processAlive);
+    const containers = (await this.engine.listContainers([`${MANAGED_LABEL}=1`])).filter((c) =>
+      orphan(c.labels),
+    );
+    await Promise.all(containers.map((c) => this.engine.remove(c.id).catch(() => {})));
+    // Volumes: listVolumes gives names only, so the owner pid is encoded in the name (see copyVolume).
+    const volumes = await this.engine.listVolumes([`${MANAGED_LABEL}=1`]);
+    const dead = volumes.filter((name) => {
+      const m = /^capsule-cap-(.+)-p(\d+)-/.exec(name);
+      return m !== null && m[1] === sanitize(this.owner.host) && !processAlive(Number(m[2]));
+    });
+    await Promise.all(dead.map((v) => this.engine.removeVolume(v).catch(() => {})));
+    return containers.length + dead.length;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) {
+      await Promise.all([...this.removals]);
+      return;
+    }
+    const engineReached = this.ready !== undefined;
+    this.closed = true;
+    if (this.signalHandler !== undefined) {
+      process.removeListener('SIGINT', this.signalHandler);
+      process.removeListener('SIGTERM', this.signalHandler);
+    }
+    for (const controller of this.active.keys()) controller.abort();
+    await Promise.allSettled([...this.active.values()]);
+    await Promise.all([this.pool.close(), this.execPool?.close()]);
+    await Promise.all([...this.removals]);
+    const volumes = await Promise.all([...this.volumes.values()].map((v) => v.catch(() => undefined)));
+    await Promise.all(
+      volumes.map((v) => (v === undefined ? undefined : this.engine.removeVolume(v).catch(() => {}))),
+    );
+    // Anything of ours still there (e.g. a call that raced close()). Skipped when the engine was never
+    // reached, so closing a runner that never ran (or has no engine) does not wait on one.
+    if (!engineReached) return;
+    const leftovers = await this.engine
+      .listContainers([`capsule.instance=${this.owner.instance}`])
+      .catch(() => []);
+    await Promise.all(leftovers.map((c) => this.engine.remove(c.id).catch(() => {})));
+  }
+
+  private async runFresh(
+    spec: ContainerSpec,
+    request: RunRequest,
+    signal: AbortSignal,
+  ): Promise<CallOutcome> {
+    const key = specKey(spec);
+    const limits = request.capability.manifest.limits;
+    let prepared;
+    try {
+      prepared = await this.pool.take(key, spec);
+    } catch (err) {
+      throw new CapsuleError('RUNNER_FAILED', `could not create the container: ${engineMessage(err)}`, {
+        file: request.capability.manifestPath,
+        field: 'docker',
+      });
+    }
+    // The next call's container is prepared while this one runs — from a configuration's second call on,
+    // so a one-shot process (a single `capsule run`) never pays for a container it will not use.
+    const calls = (this.callsByKey.get(key) ?? 0) + 1;
+    if (this.callsByKey.size > 1000) this.callsByKey.clear();
+    this.callsByKey.set(key, calls);
+    if (calls >= 2) this.pool.refill(key, spec);
+    const id = prepared.id;
+    try {
+      return await runPrepared(
+        this.engine,
+        prepared,
+        request.input,
+        { timeoutMs: limits.timeoutMs, outputBytes: limits.outputBytes },
+        signal,
+      );
+    } finally {
+      // The container has exited (or never started): remove it off the result's critical path.
+      const removal = this.engine
+        .remove(id)
+        .catch(() => {})
+        .finally(() => this.removals.delete(removal));
+      this.removals.add(removal);
+    }
+  }
+
+  private checkRunnable(capability: Capability): void {
+    if (capability.manifest.environment !== 'docker' || capability.manifest.docker === undefined) {
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${capability.name} is a ${capability.manifest.environment} capability, not a docker one`,
+        {
+          file: capability.manifestPath,
+          field: 'environment',
+        },
+      );
+    }
+    const refusal = dockerIsolation(capability).refusals[0];
+    if (refusal !== undefined) {
+      throw new CapsuleError('UNSUPPORTED', `${capability.name}: ${refusal.field} ${refusal.message}`, {
+        file: capability.manifestPath,
+        field: refusal.field,
+        hint: refusal.message,
+      });
+    }
+  }
+
+  /** Granted paths must still exist and must not be sockets (the engine's socket is root on the host). */
+  private async checkGrantedPaths(capability: Capability): Promise<void> {
+    for (const [i, grant] of capability.fsGrants.entries()) {
+      const field = `grants.fs[${i}].path`;
+      let st;
+      try {
+        st = await lstat(grant.hostPath);
+      } catch {
+        throw new CapsuleError('RUNNER_FAILED', `${grant.declared} does not exist any more`, {
+          file: capability.manifestPath,
+          field,
+          hint: 'create it or remove the grant',
+        });
+      }
+      if (st.isSocket()) {
+        throw new CapsuleError(
+          'UNSUPPORTED',
+          `${grant.declared} is a socket; capsule never mounts sockets into a container`,
+          {
+            file: capability.manifestPath,
+            field,
+          },
+        );
+      }
+    }
+  }
+
+  private ensureEngine(): Promise<EngineInfo> {
+    if (this.ready === undefined) {
+      const attempt = (async () => {
+        try {
+          await this.engine.ping(this.engineTimeoutMs);
+          const info = await this.engine.info();
+          await this.reapOrphans().catch(() => 0);
+          return info;
+        } catch (err) {
+          throw new CapsuleError('RUNNER_UNAVAILABLE', unavailableReason(err, this.hostEnv), {
+            hint: 'start a Docker engine (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
+          });
+        }
+      })();
+      this.ready = attempt;
+      // A failed attempt is not cached: the next call tries again.
+      attempt.catch(() => {
+        if (this.ready === attempt) this.ready = undefined;
+      });
+    }
+    return this.ready;
+  }
+
+  private async specFor(capability: Capability, info: EngineInfo): Promise<ContainerSpec> {
+    const copy = this.filesMode === 'copy' || (this.filesMode === 'auto' && info.remote);
+    if (copy && capability.fsGrants.length > 0) {
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${capability.name}: filesystem grants need a local Docker engine (host paths cannot be mounted into a remote one)`,
+        {
+          file: capability.manifestPath,
+          field: 'grants.fs',
+        },
+      );
+    }
+    const capabilityFiles = copy
+      ? ({ type: 'volume', volume: await this.copyVolume(capability) } as const)
+      : ({ type: 'bind', hostPath: capability.dir } as const);
+    return buildContainerSpec(capability, {
+      capabilityFiles,
+      labels: { ...ownerLabels(this.owner), [CAPABILITY_LABEL]: capability.name, [ROLE_LABEL]: 'call' },
+      hostEnv: this.hostEnv,
+      cpus: this.cpus,
+      // The exec pool never uses the gate (it runs its own keep-alive).
+      gate:
+        this.prestart &&
+        !capability.manifest.docker?.reusable &&
+        this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined
+          ? GATE_ENTRYPOINT
+          : undefined,
+    });
+  }
+
+  /** A volume holding a copy of the capability folder (remote engines), made once per content hash. */
+  private copyVolume(capability: Capability): Promise<string> {
+    const key = capability.contentHash;
+    const existing = this.volumes.get(key);
+    if (existing !== undefined) return existing;
+    const name = `capsule-cap-${sanitize(this.owner.host)}-p${this.owner.pid}-${this.owner.instance}-${key.replace(/^sha256:/, '').slice(0, 16)}`;
+    const job = (async () => {
+      await this.engine.createVolume(name, {
+        ...ownerLabels(this.owner),
+        [CAPABILITY_LABEL]: capability.name,
+      });
+      await this.images.ensure('capsule/busybox:1', this.onProgress);
+      // putArchive needs a container with the volume mounted; it is never started.
+      const helper = await this.engine.createContainer({
+        ...buildContainerSpec(capability, {
+          capabilityFiles: { type: 'volume', volume: name },
+          labels: { ...ownerLabels(this.owner), [ROLE_LABEL]: 'copy' },
+          hostEnv: {},
+          cpus: 0.1,
+        }),
+        image: 'capsule/busybox:1',
+        cmd: ['true'],
+        readonlyRootfs: false,
+        mounts: [{ type: 'volume', source: name, target: CAPABILITY_MOUNT, readOnly: false }],
+      });
+      try {
+        // Readable by the sandbox user whatever the host modes; symlinks stay symlinks (never followed).
+        const archive = tar.pack(capability.dir, {
+          umask: 0o022,
+          fmode: 0o444,
+          dmode: 0o555,
+        } as tar.PackOptions) as unknown as Readable;
+        await this.engine.putArchive(helper, CAPABILITY_MOUNT, archive);
+      } finally {
+        await this.engine.remove(helper);
+      }
+      return name;
+    })();
+    this.volumes.set(key, job);
+    job.catch(() => this.volumes.delete(key));
+    return job;
+  }
+}
+
+/** Same configuration → same key → interchangeable prewarmed containers. */
+export function specKey(spec: ContainerSpec): string {
+  return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
+}
+
+function sanitize(host: string): string {
+  return host.replace(/[^a-zA-Z0-9_.-]/g, '_').slice(0, 40);
+}
+
+function unavailableReason(err: unknown, env: NodeJS.ProcessEnv): string {
+  const message = engineMessage(err);
+  const where = env['DOCKER_HOST'] ?? '/var/run/docker.sock';
+  if (/ENOENT|ECONNREFUSED/.test(message)) return `no Docker engine answers at ${where} (${message})`;
+  return `the Docker engine at ${where} is not usable: ${message}`;
+}
