@@ -1,4 +1,4 @@
-import { cp, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -63,6 +63,8 @@ export async function deriveVariant(
     const staged = await mkdtemp(path.join(tmpdir(), `capsule-variant-${capability.name}-`));
     await cp(capability.dir, staged, { recursive: true });
     await cp(adapterPath, path.join(staged, ADAPTER_NAME));
+    // mkdtemp makes the folder 0700; the container's non-root user must be able to read it.
+    await chmod(staged, 0o755);
     const overrides = { entry: ADAPTER_NAME, interpreter: 'node' as const, args: [m.source] };
     const base: Capability = { ...capability, dir: staged, entryPath: path.join(staged, ADAPTER_NAME) };
     const cleanup = (): Promise<void> => rm(staged, { recursive: true, force: true });

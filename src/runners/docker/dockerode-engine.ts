@@ -33,6 +33,28 @@ export function engineMessage(err: unknown): string {
  * dockerode behind our DockerEngine interface. Only this file imports dockerode, so its
  * callback-or-promise overloads and loose typings stay here.
  */
+/**
+ * dockerode's own DOCKER_HOST lookup reads process.env; the injected environment decides here.
+ * unix:// → a socket path; tcp:// / http(s):// → host and port; anything else → dockerode's defaults.
+ */
+function connectionOptions(
+  socketPath: string | undefined,
+  host: string | undefined,
+): Docker.DockerOptions | undefined {
+  if (socketPath !== undefined) return { socketPath };
+  if (host === undefined || host === '') return { socketPath: '/var/run/docker.sock' };
+  if (host.startsWith('unix://')) return { socketPath: host.slice('unix://'.length) };
+  if (/^(tcp|https?):\/\//.test(host)) {
+    const url = new URL(host.replace(/^tcp:/, 'http:'));
+    return {
+      host: url.hostname,
+      port: url.port === '' ? 2375 : Number(url.port),
+      protocol: url.protocol === 'https:' ? 'https' : 'http',
+    };
+  }
+  return undefined;
+}
+
 export class DockerodeEngine implements DockerEngine {
   private readonly docker: Docker;
   private readonly remote: boolean;
@@ -42,8 +64,7 @@ export class DockerodeEngine implements DockerEngine {
     const host = env['DOCKER_HOST'];
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
-    this.docker =
-      options.socketPath !== undefined ? new Docker({ socketPath: options.socketPath }) : new Docker();
+    this.docker = new Docker(connectionOptions(options.socketPath, host));
   }
 
   async info(): Promise<EngineInfo> {
