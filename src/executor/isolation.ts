@@ -18,8 +18,17 @@ export function defaultIsolation(capability: Capability): IsolationReport {
         sandboxed: false,
         summary: 'shell: a host process (scrubbed env, time/output caps) — not a sandbox',
       };
-    case 'wasm':
+    case 'wasm': {
+      // Like a writable docker mount: what a rw grant writes lands on the host, so it is not contained.
+      const writable = capability.fsGrants.filter((g) => g.mode === 'rw').map((g) => g.declared);
+      if (writable.length > 0) {
+        return {
+          sandboxed: false,
+          summary: `wasm: WebAssembly sandbox, but it writes to the host through rw grant(s) ${writable.join(', ')} — not sandboxed`,
+        };
+      }
       return { sandboxed: true, summary: 'wasm: WebAssembly sandbox, no network, only granted preopens' };
+    }
     case 'docker': {
       // Privileged, host namespaces, added capabilities, rw host mounts: not sandboxed.
       const docker = dockerIsolation(capability);

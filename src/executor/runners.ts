@@ -18,7 +18,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   return [
     new ShellRunner({ hostEnv: env }),
     // Workers start on the first wasm call; compiled modules are cached under .capsule/cache.
-    new WasmRunner({ cacheDir: path.join(options.projectRoot, '.capsule', 'cache', 'wasm'), hostEnv: env }),
+    new WasmRunner({ cacheDir: path.join(options.projectRoot, '.capsule', 'cache'), hostEnv: env }),
     // A missing capsule image is built on first use, with its progress reported.
     new DockerRunner({ env, onProgress: options.onProgress }),
   ];

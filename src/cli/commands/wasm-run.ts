@@ -1,0 +1,151 @@
+import { realpath, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { CapsuleError } from '../../errors.js';
+import { findProjectRoot } from '../../config/project-config.js';
+import { WasmRunner } from '../../runners/wasm/wasm-runner.js';
+import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
+import { EXIT } from '../exit-codes.js';
+import { action, type CliIO } from '../output.js';
+
+interface WasmRunFlags {
+  dir: string[];
+  env: string[];
+  timeoutMs: string;
+  memoryMb: string;
+  outputBytes: string;
+}
+
+const collect = (value: string, previous: string[]): string[] => [...previous, value];
+
+function positiveInt(value: string, flag: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) {
+    throw new CapsuleError('USAGE', `${flag} must be a positive integer, got "${value}"`, { field: flag });
+  }
+  return n;
+}
+
+/** `HOST[::GUEST]` → a read-write directory grant (wasmtime's --dir semantics); GUEST defaults to HOST. */
+async function parseDir(spec: string, cwd: string): Promise<DirGrant> {
+  const sep = spec.indexOf('::');
+  const host = sep >= 0 ? spec.slice(0, sep) : spec;
+  const guest = sep >= 0 ? spec.slice(sep + 2) : spec;
+  if (host === '' || guest === '') {
+    throw new CapsuleError('USAGE', `--dir ${spec}: expected HOST or HOST::GUEST`, { field: '--dir' });
+  }
+  const resolved = path.resolve(cwd, host);
+  const st = await stat(resolved).catch(() => undefined);
+  if (st === undefined || !st.isDirectory()) {
+    throw new CapsuleError('NOT_FOUND', `--dir ${spec}: ${resolved} is not a directory`, {
+      field: '--dir',
+      hint: 'Give an existing host directory.',
+    });
+  }
+  return { hostPath: await realpath(resolved), guestPath: guest, mode: 'rw' };
+}
+
+function parseEnv(specs: readonly string[], hostEnv: NodeJS.ProcessEnv): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const spec of specs) {
+    const eq = spec.indexOf('=');
+    const key = eq >= 0 ? spec.slice(0, eq) : spec;
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) {
+      throw new CapsuleError('USAGE', `--env ${spec}: "${key}" is not an environment variable name`, {
+        field: '--env',
+      });
+    }
+    // `--env KEY` passes the host's value through, like wasmtime.
+    const value = eq >= 0 ? spec.slice(eq + 1) : hostEnv[key];
+    if (value !== undefined) env[key] = value;
+  }
+  return env;
+}
+
+async function readStdin(io: CliIO): Promise<Uint8Array> {
+  // A terminal cannot be read ahead of the run; the guest then sees an empty stdin.
+  if (io.interactive || process.stdin.isTTY === true) return new Uint8Array(0);
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+function writeBytes(stream: NodeJS.WritableStream, bytes: Uint8Array): Promise<void> {
+  if (bytes.length === 0) return Promise.resolve();
+  return new Promise((resolve) => stream.write(bytes, () => resolve()));
+}
+
+/** `capsule wasm run`: a WASI preview1 module (or a component) straight in the Wasm sandbox, like `wasmtime run`. */
+export function registerWasmRun(program: Command, io: CliIO): void {
+  const wasm = program
+    .command('wasm')
+    .description('Run WebAssembly directly in the Wasm sandbox (no manifest, no gate).');
+  wasm
+    .command('run')
+    .description(
+      'Run a WASI preview1 module like `wasmtime run`: its stdout, stderr and exit code pass through unchanged\n' +
+        '(proc_exit codes preserved; a trap exits 134, a timeout 124). Only --dir directories are visible\n' +
+        '(each as a disposable copy, changes written back); the environment holds only --env variables; no network.',
+    )
+    .argument('<module>', 'the .wasm file')
+    .argument('[args...]', 'arguments for the module, after -- (argv[0] is the module path)')
+    .option(
+      '--dir <HOST[::GUEST]>',
+      'preopen a host directory (read-write), at GUEST (default: HOST as given)',
+      collect,
+      [],
+    )
+    .option(
+      '--env <KEY[=VALUE]>',
+      'set an environment variable (KEY alone passes the host value)',
+      collect,
+      [],
+    )
+    .option('--timeout-ms <ms>', 'wall-clock limit', '3600000')
+    .option('--memory-mb <mb>', 'linear memory cap', '4096')
+    .option('--output-bytes <n>', 'cap for stdout and for stderr, each', String(256 * 1024 * 1024))
+    .action(
+      action(io, async (modulePath: string, args: string[], opts: WasmRunFlags) => {
+        const file = path.resolve(io.cwd, modulePath);
+        const dirs = await Promise.all(opts.dir.map((d) => parseDir(d, io.cwd)));
+        const env = parseEnv(opts.env, io.env);
+        const limits = {
+          timeoutMs: positiveInt(opts.timeoutMs, '--timeout-ms'),
+          memoryMb: Math.min(positiveInt(opts.memoryMb, '--memory-mb'), 4096),
+          outputBytes: positiveInt(opts.outputBytes, '--output-bytes'),
+        };
+        const { root } = await findProjectRoot(io.cwd);
+        const runner = new WasmRunner({ cacheDir: path.join(root, '.capsule', 'cache'), poolSize: 1 });
+        const abort = new AbortController();
+        const onSigint = (): void => abort.abort();
+        process.once('SIGINT', onSigint);
+        try {
+          const result = await runner.runRaw({
+            file,
+            programName: modulePath,
+            args,
+            env,
+            input: await readStdin(io),
+            dirs,
+            ...limits,
+            signal: abort.signal,
+          });
+          await writeBytes(io.stdout, result.stdout);
+          await writeBytes(io.stderr, result.stderr);
+          if (result.truncated)
+            await writeBytes(io.stderr, Buffer.from(`capsule: output cut at ${limits.outputBytes} bytes\n`));
+          if (result.oomKilled)
+            await writeBytes(
+              io.stderr,
+              Buffer.from(`capsule: memory limit of ${limits.memoryMb} MiB reached\n`),
+            );
+          if (result.timedOut) return EXIT.TIMEOUT;
+          if (result.canceled) return EXIT.CANCELED;
+          return result.exitCode ?? EXIT.FAILURE;
+        } finally {
+          process.removeListener('SIGINT', onSigint);
+          await runner.close();
+        }
+      }),
+    );
+}

@@ -1,0 +1,230 @@
+import { CapsuleError } from '../../errors.js';
+
+/** 64 KiB: the Wasm page size. */
+export const WASM_PAGE_BYTES = 65_536;
+
+export type WasmKind = 'module' | 'component';
+
+const MAGIC = [0x00, 0x61, 0x73, 0x6d];
+
+/**
+ * Tells a core module (version 1) from a component (version 0x0d, layer 1) by the 8-byte header.
+ * Anything else is not Wasm we can run: a CapsuleError naming the file.
+ */
+export function detectWasmKind(bytes: Uint8Array, file: string): WasmKind {
+  if (bytes.length < 8 || MAGIC.some((b, i) => bytes[i] !== b)) {
+    throw new CapsuleError('RUNNER_FAILED', `${file} is not a WebAssembly binary (bad magic number)`, {
+      file,
+      hint: 'Point the capability at a compiled .wasm file (a WASI preview1 module or a component).',
+    });
+  }
+  const version = [bytes[4], bytes[5], bytes[6], bytes[7]];
+  if (version[0] === 1 && version[1] === 0 && version[2] === 0 && version[3] === 0) return 'module';
+  if (version[0] === 0x0d && version[1] === 0 && version[2] === 1 && version[3] === 0) return 'component';
+  throw new CapsuleError('RUNNER_FAILED', `${file} has an unsupported WebAssembly version/layer`, {
+    file,
+    hint: 'Only core modules (version 1) and components (version 0x0d, layer 1) are supported.',
+  });
+}
+
+class Reader {
+  pos: number;
+  constructor(
+    readonly bytes: Uint8Array,
+    start: number,
+    readonly end: number,
+    readonly file: string,
+  ) {
+    this.pos = start;
+  }
+
+  fail(what: string): never {
+    throw new CapsuleError('RUNNER_FAILED', `${this.file} is a malformed WebAssembly module: ${what}`, {
+      file: this.file,
+      hint: 'Rebuild the module; the binary is truncated or corrupt.',
+    });
+  }
+
+  byte(): number {
+    if (this.pos >= this.end) this.fail(`unexpected end at byte ${this.pos}`);
+    return this.bytes[this.pos++] as number;
+  }
+
+  /** Unsigned LEB128 up to 64 bits, returned as a bigint so memory64 limits survive. */
+  uleb(): bigint {
+    let result = 0n;
+    let shift = 0n;
+    for (;;) {
+      const b = this.byte();
+      result |= BigInt(b & 0x7f) << shift;
+      if ((b & 0x80) === 0) return result;
+      shift += 7n;
+      if (shift > 63n) this.fail('LEB128 number too long');
+    }
+  }
+
+  u32(): number {
+    const v = this.uleb();
+    if (v > 0xffffffffn) this.fail('u32 out of range');
+    return Number(v);
+  }
+
+  /** Signed LEB128 (heap types); only its length matters here. */
+  sleb(): void {
+    for (let i = 0; i < 10; i++) if ((this.byte() & 0x80) === 0) return;
+    this.fail('LEB128 number too long');
+  }
+
+  skip(n: number): void {
+    if (this.pos + n > this.end) this.fail(`unexpected end at byte ${this.pos}`);
+    this.pos += n;
+  }
+
+  name(): string {
+    const len = this.u32();
+    const start = this.pos;
+    this.skip(len);
+    return Buffer.from(this.bytes.subarray(start, start + len)).toString('utf8');
+  }
+}
+
+interface Limits {
+  flags: number;
+  min: bigint;
+  max: bigint | undefined;
+}
+
+function readLimits(r: Reader): Limits {
+  const flags = r.byte();
+  if (flags > 0x07) r.fail(`unknown limits flags 0x${flags.toString(16)}`);
+  const min = r.uleb();
+  const max = (flags & 0x01) !== 0 ? r.uleb() : undefined;
+  return { flags, min, max };
+}
+
+function skipValType(r: Reader): void {
+  const t = r.byte();
+  // GC-proposal reference types carry a heap type after the prefix byte.
+  if (t === 0x63 || t === 0x64) r.sleb();
+}
+
+function encodeUleb(value: bigint): number[] {
+  const out: number[] = [];
+  let v = value;
+  do {
+    let b = Number(v & 0x7fn);
+    v >>= 7n;
+    if (v !== 0n) b |= 0x80;
+    out.push(b);
+  } while (v !== 0n);
+  return out;
+}
+
+export interface MemoryCapResult {
+  /** The module bytes with every defined memory's maximum lowered to the cap. */
+  bytes: Uint8Array;
+  /** Pages each defined memory may reach after the rewrite (empty: the module has no memory). */
+  maxPages: number[];
+}
+
+export interface MemoryCapOptions {
+  file: string;
+  capPages: number;
+  /** Core modules inside a component may import the main module's memory; standalone modules may not. */
+  allowMemoryImport: boolean;
+}
+
+/**
+ * Rewrites the declared maximum of every memory the module defines to at most `capPages`, before
+ * anything compiles it. V8 then refuses `memory.grow` past the cap, which is the only memory limit
+ * that holds for Wasm (worker resourceLimits do not cover it). Refuses memory imports (a host-provided
+ * memory would escape the cap), memory64, and memories whose minimum already exceeds the cap.
+ */
+export function capMemory(bytes: Uint8Array, options: MemoryCapOptions): MemoryCapResult {
+  const { file, capPages } = options;
+  if (detectWasmKind(bytes, file) !== 'module') {
+    throw new CapsuleError('RUNNER_FAILED', `${file} is a component, not a core module`, { file });
+  }
+  const r = new Reader(bytes, 8, bytes.length, file);
+  const pieces: Uint8Array[] = [bytes.subarray(0, 8)];
+  const maxPages: number[] = [];
+  while (r.pos < r.end) {
+    const sectionStart = r.pos;
+    const id = r.byte();
+    const size = r.u32();
+    const contentStart = r.pos;
+    r.skip(size);
+    const contentEnd = r.pos;
+    if (id === 2) {
+      const s = new Reader(bytes, contentStart, contentEnd, file);
+      const count = s.u32();
+      for (let i = 0; i < count; i++) {
+        const moduleName = s.name();
+        const fieldName = s.name();
+        const kind = s.byte();
+        if (kind === 0x00 || kind === 0x04) {
+          if (kind === 0x04) s.byte();
+          s.u32();
+        } else if (kind === 0x01) {
+          skipValType(s);
+          readLimits(s);
+        } else if (kind === 0x02) {
+          readLimits(s);
+          if (!options.allowMemoryImport) {
+            throw new CapsuleError(
+              'RUNNER_FAILED',
+              `${file} imports its memory (${moduleName}.${fieldName}); capsule refuses modules that import memory because the memory cap could not apply`,
+              {
+                file,
+                hint: 'Rebuild the module so it defines and exports its own memory (the default for wasm32-wasi).',
+              },
+            );
+          }
+        } else if (kind === 0x03) {
+          skipValType(s);
+          s.byte();
+        } else {
+          s.fail(`unknown import kind 0x${kind.toString(16)}`);
+        }
+      }
+      pieces.push(bytes.subarray(sectionStart, contentEnd));
+    } else if (id === 5) {
+      const s = new Reader(bytes, contentStart, contentEnd, file);
+      const count = s.u32();
+      const content: number[] = [...encodeUleb(BigInt(count))];
+      for (let i = 0; i < count; i++) {
+        const lim = readLimits(s);
+        if ((lim.flags & 0x04) !== 0) {
+          throw new CapsuleError(
+            'RUNNER_FAILED',
+            `${file} uses a 64-bit memory, which capsule does not run`,
+            {
+              file,
+              hint: 'Build for wasm32 (memory32).',
+            },
+          );
+        }
+        const cap = BigInt(capPages);
+        if (lim.min > cap) {
+          throw new CapsuleError(
+            'RUNNER_FAILED',
+            `${file} needs at least ${lim.min} pages (${Number(lim.min) / 16} MiB) of memory, more than the cap of ${capPages} pages (limits.memoryMb)`,
+            {
+              file,
+              field: 'limits.memoryMb',
+              hint: 'Raise limits.memoryMb or shrink the module’s initial memory.',
+            },
+          );
+        }
+        const max = lim.max === undefined || lim.max > cap ? cap : lim.max;
+        maxPages.push(Number(max));
+        content.push(lim.flags | 0x01, ...encodeUleb(lim.min), ...encodeUleb(max));
+      }
+      if (s.pos !== s.end) s.fail('trailing bytes in the memory section');
+      pieces.push(Uint8Array.from([5, ...encodeUleb(BigInt(content.length)), ...content]));
+    } else {
+      pieces.push(bytes.subarray(sectionStart, contentEnd));
+    }
+  }
+  return { bytes: Buffer.concat(pieces), maxPages };
+}

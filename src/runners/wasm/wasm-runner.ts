@@ -1,0 +1,343 @@
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { CapsuleError } from '../../errors.js';
+import type { Runner, RunRequest, RunResult } from '../types.js';
+import { WASM_PAGE_BYTES } from './binary.js';
+import { ModuleCache } from './module-cache.js';
+import type { Prepared } from './module-cache.js';
+import type { GuestPreopen, Job } from './protocol.js';
+import { guestPathFor, preparePreopens } from './sandbox-fs.js';
+import type { DirGrant } from './sandbox-fs.js';
+import { WorkerPool } from './worker-pool.js';
+
+/** Interfaces the component host provides (see worker.ts); anything else fails closed before running. */
+export const PROVIDED_INTERFACES: readonly string[] = [
+  'wasi:cli/environment',
+  'wasi:cli/exit',
+  'wasi:cli/stdin',
+  'wasi:cli/stdout',
+  'wasi:cli/stderr',
+  'wasi:cli/terminal-input',
+  'wasi:cli/terminal-output',
+  'wasi:cli/terminal-stdin',
+  'wasi:cli/terminal-stdout',
+  'wasi:cli/terminal-stderr',
+  'wasi:clocks/monotonic-clock',
+  'wasi:clocks/wall-clock',
+  'wasi:filesystem/preopens',
+  'wasi:filesystem/types',
+  'wasi:io/error',
+  'wasi:io/poll',
+  'wasi:io/streams',
+  'wasi:random/random',
+  'wasi:random/insecure',
+  'wasi:random/insecure-seed',
+  'wasi:sockets/instance-network',
+  'wasi:sockets/network',
+  'wasi:sockets/tcp-create-socket',
+  'wasi:sockets/udp-create-socket',
+  'wasi:sockets/tcp',
+  'wasi:sockets/udp',
+  'wasi:sockets/ip-name-lookup',
+];
+
+export interface WasmRunnerOptions {
+  /** On-disk cache for transpiled components, e.g. `<projectRoot>/.capsule/cache`. None: memory only. */
+  cacheDir?: string | undefined;
+  /** Pooled workers (default: min(2, available cores)). */
+  poolSize?: number | undefined;
+  /** Where disposable copies of granted directories are made (default: the OS temp dir). */
+  scratchDir?: string | undefined;
+  /** Largest total size of granted directories copied for one call (default 256 MiB). */
+  maxGrantCopyBytes?: number | undefined;
+  /** Host environment that granted variable names are read from (default: process.env). */
+  hostEnv?: NodeJS.ProcessEnv | undefined;
+}
+
+/** One direct run of a Wasm binary, without a manifest (what `capsule wasm run` and the runner share). */
+export interface WasmRunSpec {
+  /** Path of the .wasm file (for messages and the cache key's bytes). */
+  file: string;
+  bytes?: Uint8Array | undefined;
+  /** argv after argv[0]. */
+  args: readonly string[];
+  /** argv[0] the guest sees. */
+  programName: string;
+  env: Record<string, string>;
+  /** stdin for a module; the `run(input)` argument for a component. */
+  input: Uint8Array;
+  dirs: readonly DirGrant[];
+  timeoutMs: number;
+  memoryMb: number;
+  outputBytes: number;
+  signal?: AbortSignal | undefined;
+}
+
+/** RunResult with the guest's raw bytes, for callers that must pass output through unchanged. */
+export interface WasmRawResult extends Omit<RunResult, 'stdout' | 'stderr'> {
+  stdout: Uint8Array;
+  stderr: Uint8Array;
+}
+
+/**
+ * The Wasm runner: WASI preview1 modules (node:wasi behind capsule's guards) and components
+ * (jco-transpiled, run against capsule's own sandboxed preview2 host). Every call gets a fresh
+ * instance in a pooled worker, a hard wall-clock timeout, a memory cap written into the module,
+ * output caps, and only the granted directories — as disposable copies at `/<declared path>`.
+ */
+export class WasmRunner implements Runner {
+  readonly environment = 'wasm' as const;
+  readonly #cache: ModuleCache;
+  readonly #pool: WorkerPool;
+  readonly #options: WasmRunnerOptions;
+  #closed = false;
+
+  constructor(options: WasmRunnerOptions = {}) {
+    this.#options = options;
+    this.#cache = new ModuleCache({ cacheDir: options.cacheDir });
+    this.#pool = new WorkerPool({
+      size: options.poolSize ?? Math.max(1, Math.min(2, os.availableParallelism())),
+      workerUrl: resolveWorkerUrl,
+    });
+  }
+
+  async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
+    if (this.#closed) return { ok: false, reason: 'the Wasm runner was closed' };
+    return typeof (globalThis as { WebAssembly?: unknown }).WebAssembly === 'object'
+      ? { ok: true }
+      : { ok: false, reason: 'this Node has no WebAssembly' };
+  }
+
+  /** Starts the pooled workers now instead of on the first call. */
+  async warm(): Promise<void> {
+    await this.#pool.warm();
+  }
+
+  async run(request: RunRequest): Promise<RunResult> {
+    const { capability } = request;
+    if (capability.environment !== 'wasm') {
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `capability ${capability.name} is a ${capability.environment} capability, not wasm`,
+        {
+          file: capability.manifestPath,
+          field: 'environment',
+        },
+      );
+    }
+    const { limits, grants } = capability.manifest;
+    if (grants.network.length > 0) {
+      // The sandbox has no network at all; say so instead of silently running without it.
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `capability ${capability.name} asks for network access, which the Wasm sandbox never gives`,
+        {
+          file: capability.manifestPath,
+          field: 'grants.network',
+          hint: 'Remove grants.network (Wasm capabilities run without network), or use the docker environment.',
+        },
+      );
+    }
+    const hostEnv = this.#options.hostEnv ?? process.env;
+    const env: Record<string, string> = {};
+    for (const name of grants.env) {
+      const v = hostEnv[name];
+      if (v !== undefined) env[name] = v;
+    }
+    const raw = await this.runRaw({
+      file: capability.entryPath,
+      args: capability.manifest.args,
+      programName: capability.name,
+      env,
+      input: Buffer.from(request.input, 'utf8'),
+      dirs: capability.fsGrants.map((g) => ({
+        hostPath: g.hostPath,
+        guestPath: guestPathFor(g.declared),
+        mode: g.mode,
+      })),
+      timeoutMs: limits.timeoutMs,
+      memoryMb: limits.memoryMb,
+      outputBytes: limits.outputBytes,
+      signal: request.signal,
+    });
+    return {
+      ...raw,
+      stdout: Buffer.from(raw.stdout).toString('utf8'),
+      stderr: Buffer.from(raw.stderr).toString('utf8'),
+    };
+  }
+
+  /** Runs a .wasm file directly. Throws a CapsuleError only when it cannot start. */
+  async runRaw(spec: WasmRunSpec): Promise<WasmRawResult> {
+    if (this.#closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the Wasm runner was closed');
+    const started = performance.now();
+    const bytes = spec.bytes ?? (await this.#cache.read(spec.file));
+    const prepared = await this.#cache.prepare(bytes, { file: spec.file, capPages: capPages(spec.memoryMb) });
+    if (prepared.kind === 'module' && prepared.foreignImports.length > 0) {
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${spec.file} cannot start: it imports ${prepared.foreignImports.join(', ')}, which the Wasm sandbox does not provide`,
+        {
+          file: spec.file,
+          hint: 'A WASI preview1 command may import only wasi_snapshot_preview1 functions.',
+        },
+      );
+    }
+    if (prepared.kind === 'component') {
+      const missing = prepared.imports.filter((i) => !PROVIDED_INTERFACES.includes(i));
+      if (missing.length > 0) {
+        throw new CapsuleError(
+          'UNSUPPORTED',
+          `${spec.file} imports ${missing.join(', ')}, which the Wasm sandbox does not provide`,
+          {
+            file: spec.file,
+            hint: 'Components may use wasi:cli, clocks, random, io and (denied) sockets; build without the other interfaces.',
+          },
+        );
+      }
+      if (spec.dirs.length > 0) {
+        throw new CapsuleError(
+          'UNSUPPORTED',
+          `${spec.file} is a component; filesystem grants are only supported for WASI preview1 modules`,
+          {
+            file: spec.file,
+            field: 'grants.fs',
+            hint: 'Remove grants.fs, or build the capability as a preview1 module.',
+          },
+        );
+      }
+    }
+    const fs = await preparePreopens(spec.dirs, {
+      scratchDir: this.#options.scratchDir,
+      maxCopyBytes: this.#options.maxGrantCopyBytes ?? 256 * 1024 * 1024,
+    });
+    try {
+      const job = toJob(prepared, spec, fs.preopens);
+      const outcome = await this.#pool.run(job, { timeoutMs: spec.timeoutMs, signal: spec.signal });
+      const base: WasmRawResult = {
+        environment: 'wasm',
+        exitCode: null,
+        signal: null,
+        stdout: new Uint8Array(0),
+        stderr: new Uint8Array(0),
+        timedOut: outcome.timedOut,
+        canceled: outcome.canceled,
+        truncated: false,
+        oomKilled: false,
+        durationMs: 0,
+      };
+      if (outcome.startError !== undefined) {
+        if (outcome.startError instanceof CapsuleError) throw outcome.startError;
+        throw new CapsuleError(
+          'RUNNER_UNAVAILABLE',
+          `cannot start a Wasm worker: ${String(outcome.startError)}`,
+          {
+            hint: 'Reinstall or rebuild capsule (npm run build).',
+          },
+        );
+      }
+      const { reply } = outcome;
+      if (reply?.type === 'failed') {
+        throw new CapsuleError('RUNNER_FAILED', `${spec.file} cannot start: ${reply.message}`, {
+          file: spec.file,
+          hint: 'A WASI preview1 command needs only wasi_snapshot_preview1 imports and a _start export.',
+        });
+      }
+      if (reply !== undefined) {
+        base.exitCode = reply.exitCode;
+        base.stdout = reply.stdout;
+        base.stderr = reply.stderr;
+        base.truncated = reply.truncated;
+        base.oomKilled = reply.oomKilled;
+        // Like a real filesystem, what the guest wrote stays whatever its exit code; a run killed
+        // on timeout or cancel (possibly mid-write) is not written back.
+        try {
+          await fs.commit();
+        } catch (err) {
+          throw new CapsuleError(
+            'RUNNER_FAILED',
+            `writing the guest's changes back failed: ${(err as Error).message}`,
+            {
+              hint: 'Check that the granted directories are writable by capsule.',
+            },
+          );
+        }
+      } else if (outcome.crash !== undefined) {
+        base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
+        base.oomKilled = /memory/i.test(outcome.crash);
+      } else if (outcome.timedOut) {
+        base.stderr = Buffer.from(`capsule: killed after the ${spec.timeoutMs} ms time limit\n`);
+      }
+      base.durationMs = performance.now() - started;
+      return base;
+    } finally {
+      await fs.dispose();
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#pool.close();
+  }
+}
+
+function capPages(memoryMb: number): number {
+  return Math.floor((memoryMb * 1024 * 1024) / WASM_PAGE_BYTES);
+}
+
+function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]): Job {
+  const args = [spec.programName, ...spec.args];
+  if (prepared.kind === 'module') {
+    return {
+      kind: 'module',
+      module: prepared.module,
+      args,
+      env: spec.env,
+      stdin: spec.input,
+      preopens,
+      outputBytes: spec.outputBytes,
+      maxPages: prepared.maxPages,
+    };
+  }
+  return {
+    kind: 'component',
+    jsUrl: prepared.jsUrl,
+    modules: prepared.modules,
+    input: Buffer.from(spec.input).toString('utf8'),
+    args,
+    env: spec.env,
+    outputBytes: spec.outputBytes,
+    maxPages: prepared.maxPages,
+  };
+}
+
+/**
+ * The worker runs as plain JavaScript: from dist it is the compiled worker.js beside this file;
+ * from src (vitest) worker.ts is transpiled on the fly into a data: URL (it imports only `node:`
+ * builtins, so it needs nothing else).
+ */
+async function resolveWorkerUrl(): Promise<URL> {
+  const compiled = new URL('./worker.js', import.meta.url);
+  if (existsSync(fileURLToPath(compiled))) return compiled;
+  const source = new URL('./worker.ts', import.meta.url);
+  if (!existsSync(fileURLToPath(source))) {
+    throw new CapsuleError(
+      'RUNNER_UNAVAILABLE',
+      `the Wasm worker script is missing next to ${fileURLToPath(import.meta.url)}`,
+      {
+        hint: 'Rebuild capsule (npm run build).',
+      },
+    );
+  }
+  const ts = await import('typescript');
+  const out = ts.transpileModule(await readFile(fileURLToPath(source), 'utf8'), {
+    compilerOptions: {
+      module: ts.ModuleKind.ESNext,
+      target: ts.ScriptTarget.ES2022,
+      verbatimModuleSyntax: false,
+    },
+  });
+  return new URL(`data:text/javascript;base64,${Buffer.from(out.outputText).toString('base64')}`);
+}

@@ -1,0 +1,200 @@
+import { Worker } from 'node:worker_threads';
+import type { Job, JobReply } from './protocol.js';
+
+export interface PoolOutcome {
+  /** The worker's answer; undefined when the job was stopped (timeout, abort, close) or the worker died. */
+  reply: JobReply | undefined;
+  timedOut: boolean;
+  canceled: boolean;
+  /** Set when the worker died on its own (e.g. V8 out of memory in the worker's JS heap). */
+  crash: string | undefined;
+  /** Set when no worker could be started at all (e.g. the worker script is missing). */
+  startError?: unknown;
+}
+
+export interface WorkerPoolOptions {
+  size: number;
+  /** Resolves the worker script (a file URL from dist, a data: URL under vitest). */
+  workerUrl: () => Promise<URL>;
+  /** JS heap cap per worker; Wasm memory is capped separately by rewriting the module. */
+  maxOldGenerationSizeMb?: number | undefined;
+}
+
+interface Slot {
+  worker: Worker;
+  busy: boolean;
+}
+
+interface Task {
+  job: Job;
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  resolve: (outcome: PoolOutcome) => void;
+  onQueuedAbort: (() => void) | undefined;
+}
+
+/**
+ * Reusable worker_threads (a fresh worker costs 50–100 ms; a fresh instance inside a warm one ~1 ms).
+ * A worker is terminated — and replaced — when its job times out, is aborted, or the pool closes:
+ * terminate() stops a guest even in a tight loop or a looping start function.
+ */
+export class WorkerPool {
+  readonly #options: WorkerPoolOptions;
+  readonly #slots: Slot[] = [];
+  readonly #queue: Task[] = [];
+  #url: Promise<URL> | undefined;
+  /** Workers being terminated after a timeout/abort: close() waits until their threads are gone. */
+  readonly #dying = new Set<Promise<number>>();
+  #nextId = 1;
+  #closed = false;
+
+  constructor(options: WorkerPoolOptions) {
+    this.#options = options;
+  }
+
+  /** Starts the workers ahead of the first call. */
+  async warm(): Promise<void> {
+    while (this.#slots.length < this.#options.size) this.#slots.push(await this.#spawn());
+  }
+
+  run(job: Job, options: { timeoutMs: number; signal?: AbortSignal | undefined }): Promise<PoolOutcome> {
+    return new Promise((resolve) => {
+      if (this.#closed || options.signal?.aborted === true) {
+        resolve({ reply: undefined, timedOut: false, canceled: true, crash: undefined });
+        return;
+      }
+      const task: Task = {
+        job,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        resolve,
+        onQueuedAbort: undefined,
+      };
+      this.#queue.push(task);
+      if (options.signal !== undefined) {
+        // Removed when the task leaves the queue, so a long-lived signal does not collect listeners.
+        task.onQueuedAbort = () => {
+          const i = this.#queue.indexOf(task);
+          if (i >= 0) {
+            this.#queue.splice(i, 1);
+            resolve({ reply: undefined, timedOut: false, canceled: true, crash: undefined });
+          }
+        };
+        options.signal.addEventListener('abort', task.onQueuedAbort, { once: true });
+      }
+      void this.#pump();
+    });
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const t of this.#queue.splice(0))
+      t.resolve({ reply: undefined, timedOut: false, canceled: true, crash: undefined });
+    await Promise.all([...this.#slots.splice(0).map((s) => s.worker.terminate()), ...this.#dying]);
+  }
+
+  async #spawn(): Promise<Slot> {
+    this.#url ??= this.#options.workerUrl();
+    const worker = new Worker(await this.#url, {
+      resourceLimits: { maxOldGenerationSizeMb: this.#options.maxOldGenerationSizeMb ?? 256 },
+      // No inherited flags (--input-type, --inspect, …) and no host environment in the worker.
+      execArgv: [],
+      env: {},
+      // The guest never writes to the worker's process streams; keep any stray output off ours.
+      stdout: true,
+      stderr: true,
+    });
+    worker.stdout.resume();
+    worker.stderr.resume();
+    worker.unref();
+    return { worker, busy: false };
+  }
+
+  async #pump(): Promise<void> {
+    while (this.#queue.length > 0 && !this.#closed) {
+      let slot = this.#slots.find((s) => !s.busy);
+      if (slot === undefined) {
+        if (this.#slots.length >= this.#options.size) return;
+        const fresh: Slot = { worker: undefined as unknown as Worker, busy: true };
+        this.#slots.push(fresh);
+        try {
+          fresh.worker = (await this.#spawn()).worker;
+        } catch (err) {
+          this.#slots.splice(this.#slots.indexOf(fresh), 1);
+          const t = this.#queue.shift();
+          this.#url = undefined; // retry resolving the script next time
+          t?.resolve({
+            reply: undefined,
+            timedOut: false,
+            canceled: false,
+            crash: undefined,
+            startError: err,
+          });
+          continue;
+        }
+        fresh.busy = false;
+        slot = fresh;
+      }
+      const task = this.#queue.shift();
+      if (task === undefined) return;
+      this.#dispatch(slot, task);
+    }
+  }
+
+  #dispatch(slot: Slot, task: Task): void {
+    slot.busy = true;
+    if (task.onQueuedAbort !== undefined) task.signal?.removeEventListener('abort', task.onQueuedAbort);
+    const id = this.#nextId++;
+    const { worker } = slot;
+    let settled = false;
+    const finish = (outcome: PoolOutcome, kill: boolean): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
+      task.signal?.removeEventListener('abort', onAbort);
+      if (kill) {
+        // Replace the worker: its guest may still be running.
+        const i = this.#slots.indexOf(slot);
+        if (i >= 0) this.#slots.splice(i, 1);
+        const dying = worker.terminate();
+        this.#dying.add(dying);
+        void dying.finally(() => this.#dying.delete(dying));
+      } else {
+        slot.busy = false;
+      }
+      task.resolve(outcome);
+      void this.#pump();
+    };
+    const onMessage = (reply: JobReply): void => {
+      if (reply.id === id) finish({ reply, timedOut: false, canceled: false, crash: undefined }, false);
+    };
+    const onError = (err: Error): void =>
+      finish({ reply: undefined, timedOut: false, canceled: false, crash: err.message }, true);
+    // A worker stopped by close() ends its call as canceled, not as a crash.
+    const onExit = (code: number): void =>
+      finish(
+        this.#closed
+          ? { reply: undefined, timedOut: false, canceled: true, crash: undefined }
+          : { reply: undefined, timedOut: false, canceled: false, crash: `worker exited with code ${code}` },
+        true,
+      );
+    const onAbort = (): void =>
+      finish({ reply: undefined, timedOut: false, canceled: true, crash: undefined }, true);
+    const timer = setTimeout(
+      () => finish({ reply: undefined, timedOut: true, canceled: false, crash: undefined }, true),
+      task.timeoutMs,
+    );
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+    worker.on('exit', onExit);
+    task.signal?.addEventListener('abort', onAbort, { once: true });
+    if (task.signal?.aborted === true) {
+      onAbort();
+      return;
+    }
+    worker.postMessage({ type: 'run', id, job: task.job });
+  }
+}

@@ -1,0 +1,57 @@
+import { readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import wabtInit from 'wabt';
+import { InputValidator } from '../../../../src/manifest/input.js';
+import { loadCapability } from '../../../../src/manifest/load.js';
+import type { Capability } from '../../../../src/manifest/types.js';
+import { tempProject } from '../../../helpers/capability.js';
+
+export const FIXTURES = new URL('../../../../fixtures/wasm/', import.meta.url);
+
+const wabt = await wabtInit();
+
+/** Assembles one of fixtures/wasm/*.wat into a module (built at test time: no binaries committed). */
+export function assemble(name: string): Uint8Array {
+  const text = readFileSync(new URL(name, FIXTURES), 'utf8');
+  return wabt.parseWat(name, text).toBinary({}).buffer;
+}
+
+export interface WasmCapabilityOptions {
+  manifest?: Record<string, unknown>;
+  /** Files to create in the project, relative to its root (grants point at them). */
+  projectFiles?: Record<string, string>;
+}
+
+/** Writes a wasm capability into a fresh temp project and loads it through the real loader. */
+export async function wasmCapability(
+  name: string,
+  wasm: Uint8Array,
+  options: WasmCapabilityOptions = {},
+): Promise<{ capability: Capability; root: string }> {
+  const { root, capRoot } = await tempProject('capsule-wasm-');
+  for (const [rel, text] of Object.entries(options.projectFiles ?? {})) {
+    await mkdir(path.dirname(path.join(root, rel)), { recursive: true });
+    await writeFile(path.join(root, rel), text);
+  }
+  const dir = path.join(capRoot, name);
+  await mkdir(dir, { recursive: true });
+  await writeFile(path.join(dir, `${name}.wasm`), wasm);
+  const manifest = {
+    schemaVersion: 1,
+    name,
+    description: `wasm test capability ${name}`,
+    environment: 'wasm',
+    entry: `${name}.wasm`,
+    ...options.manifest,
+  };
+  await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest, null, 2));
+  const loaded = await loadCapability(dir, {
+    root: capRoot,
+    projectRoot: root,
+    protectedPaths: [path.join(root, 'capsule.json')],
+    inputValidator: new InputValidator(),
+  });
+  if (!loaded.ok) throw new Error(JSON.stringify(loaded.invalid.issues));
+  return { capability: loaded.capability, root };
+}
