@@ -6,6 +6,7 @@ export default tseslint.config(
   {
     ignores: [
       'dist/**',
+      '.capsule/**',
       'node_modules/**',
       'bench/results/**',
       'coverage/**',

@@ -2,6 +2,8 @@
 // The README's test command: provision what the tests need (a Docker engine and the offline
 // sandbox images), build capsule (integration tests drive the built CLI), then run both test projects.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -27,4 +29,27 @@ step('build', 'npm', ['run', 'build', '--silent']);
 step('build the sandbox images', 'node', ['scripts/build-images.mjs']);
 step('typecheck', 'npm', ['run', 'typecheck', '--silent']);
 step('lint', 'npm', ['run', 'lint', '--silent']);
-step('tests', 'npx', ['vitest', 'run', ...process.argv.slice(2)]);
+const report = path.join(mkdtempSync(path.join(tmpdir(), 'capsule-test-')), 'vitest.json');
+const tests = spawnSync(
+  'npx',
+  [
+    'vitest',
+    'run',
+    '--reporter=default',
+    '--reporter=json',
+    `--outputFile.json=${report}`,
+    ...process.argv.slice(2),
+  ],
+  { cwd: root, stdio: 'inherit' },
+);
+// One plain closing line, whatever the reporter printed above it.
+try {
+  const r = JSON.parse(readFileSync(report, 'utf8'));
+  const skipped = r.numPendingTests + r.numTodoTests;
+  process.stdout.write(
+    `\n${r.numPassedTests} passed, ${r.numFailedTests} failed${skipped ? `, ${skipped} skipped` : ''}\n`,
+  );
+} catch {
+  process.stdout.write('\nthe test run wrote no report\n');
+}
+process.exit(tests.status ?? 1);
