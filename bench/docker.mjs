@@ -133,7 +133,7 @@ export async function benchDocker({ root, iterations = 30 }) {
     });
   }
   return [
-    { name: 'docker: bare dockerode hardened create+attach+start+wait+remove', ...stats(samples.bare) },
+    { name: 'docker: bare dockerode hardened create+attach+start+wait+remove', isFloor: true, ...stats(samples.bare) },
     {
       name: 'docker: capsule default (fresh container, prewarmed)',
       ...stats(samples.fresh),
