@@ -1,6 +1,21 @@
 import { z } from 'zod';
 import { defineTool, noCheck, type AgentTool } from './define.js';
 import { createRunCapabilityTool } from './run-capability.js';
+import type { Capability } from '../manifest/types.js';
+import type { AgentToolContext } from './agent-context.js';
+
+/** What agents are told about a capability: where it is, its hash, and how isolated it runs. */
+export function capabilitySummary(c: Capability, ctx: Pick<AgentToolContext, 'isolation' | 'workspace'>) {
+  const isolation = ctx.isolation(c);
+  return {
+    name: c.name,
+    environment: c.environment,
+    dir: ctx.workspace.relativeOf(c.dir),
+    contentHash: c.contentHash,
+    sandboxed: isolation.sandboxed,
+    isolation: isolation.summary,
+  };
+}
 
 export function createListCapabilitiesTool(): AgentTool {
   return defineTool({
@@ -42,14 +57,8 @@ export function createDescribeCapabilityTool(): AgentTool {
     },
     async execute(args, ctx) {
       const c = await ctx.registry.get(args.name);
-      const isolation = ctx.isolation(c);
       return {
-        name: c.name,
-        environment: c.environment,
-        dir: ctx.workspace.relativeOf(c.dir),
-        contentHash: c.contentHash,
-        sandboxed: isolation.sandboxed,
-        isolation: isolation.summary,
+        ...capabilitySummary(c, ctx),
         permissionKey: `run_capability:${c.name}`,
         manifest: c.manifest,
       };

@@ -17,6 +17,7 @@ import {
 import type { Environment } from '../manifest/types.js';
 import { GENERATE_CAPABILITY, makeKey } from '../permissions/keys.js';
 import type { AgentToolContext } from './agent-context.js';
+import { capabilitySummary } from './capability-tools.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
 
 /**
@@ -431,16 +432,7 @@ async function writeDraft(
   ctx.progress?.({ message: `stored ${draft.name}`, progress: 3, total: 3 });
   // The registry reads afresh: the new capability is visible without a restart.
   const capability = await ctx.registry.get(draft.name);
-  const isolation = ctx.isolation(capability);
-  return {
-    name: capability.name,
-    environment: capability.environment,
-    dir: ctx.workspace.relativeOf(capability.dir),
-    contentHash: capability.contentHash,
-    replaced,
-    sandboxed: isolation.sandboxed,
-    isolation: isolation.summary,
-  };
+  return { ...capabilitySummary(capability, ctx), replaced };
 }
 
 function generateCheck(environment: Environment, name: string) {

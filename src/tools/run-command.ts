@@ -1,6 +1,7 @@
 import { execa } from 'execa';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
+import type { RunResult } from '../runners/types.js';
 import { commandCheck } from '../permissions/run-command-tool.js';
 import { defineTool, type AgentTool } from './define.js';
 
@@ -9,16 +10,9 @@ export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
 export const RUN_COMMAND_OUTPUT_BYTES = 1024 * 1024;
 const KILL_GRACE_MS = 500;
 
-export interface CommandResult {
+/** The runners' result shape, for a command (no memory limit, so no oomKilled). */
+export interface CommandResult extends Omit<RunResult, 'environment' | 'oomKilled'> {
   command: string;
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-  canceled: boolean;
-  truncated: boolean;
-  durationMs: number;
 }
 
 const runCommandParameters = z.strictObject({

@@ -3,6 +3,7 @@ import { CapsuleError } from '../../errors.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './dockerode-engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
+import type { RunResult } from '../types.js';
 
 /** A container created and attached ahead of its call; started exactly once, then removed. */
 export interface PreparedContainer {
@@ -29,17 +30,33 @@ export interface CallLimits {
   outputBytes: number;
 }
 
-export interface CallOutcome {
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-  canceled: boolean;
-  truncated: boolean;
-  oomKilled: boolean;
+/** The runner's result before it adds environment and duration. */
+export interface CallOutcome extends Omit<RunResult, 'environment' | 'durationMs'> {
   /** False when the call was canceled before the container started. */
   started: boolean;
+}
+
+export type KilledBy = 'timeout' | 'abort' | 'overflow' | undefined;
+
+/** The outcome of a container process that ran: who killed it (if anyone) decides what is reported. */
+export function finishedOutcome(
+  code: number | null,
+  killedBy: KilledBy,
+  oomKilled: boolean,
+  demux: OutputDemuxer,
+): CallOutcome {
+  const killed = killedBy !== undefined || oomKilled;
+  return {
+    exitCode: killed ? null : code,
+    signal: killed ? 'SIGKILL' : null,
+    stdout: demux.stdout(),
+    stderr: demux.stderr(),
+    timedOut: killedBy === 'timeout',
+    canceled: killedBy === 'abort',
+    truncated: demux.truncated,
+    oomKilled,
+    started: true,
+  };
 }
 
 /** After the container exits, give the attach stream this long to deliver its last bytes. */
@@ -91,7 +108,7 @@ export async function runPrepared(
   signal: AbortSignal | undefined,
 ): Promise<CallOutcome> {
   const { id, stream } = prepared;
-  let killedBy: 'timeout' | 'abort' | 'overflow' | undefined;
+  let killedBy: KilledBy;
   const kill = (why: 'timeout' | 'abort' | 'overflow'): void => {
     if (killedBy !== undefined) return;
     killedBy = why;
@@ -149,18 +166,7 @@ export async function runPrepared(
         );
       }
     }
-    const killed = killedBy !== undefined || oomKilled;
-    return {
-      exitCode: killed ? null : code,
-      signal: killed ? 'SIGKILL' : null,
-      stdout: demux.stdout(),
-      stderr: demux.stderr(),
-      timedOut: killedBy === 'timeout',
-      canceled: killedBy === 'abort',
-      truncated: demux.truncated,
-      oomKilled,
-      started: true,
-    };
+    return finishedOutcome(code, killedBy, oomKilled, demux);
   } finally {
     clearTimeout(timer);
     signal?.removeEventListener('abort', onAbort);

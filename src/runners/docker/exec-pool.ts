@@ -1,6 +1,6 @@
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
-import type { CallOutcome } from './call.js';
+import { finishedOutcome, type CallOutcome, type KilledBy } from './call.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './dockerode-engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
@@ -60,7 +60,7 @@ export class ExecPool {
     const warm = this.idle.get(key)?.pop() ?? (await this.startWarm(spec));
     this.busy.add(warm.id);
     let retire = false;
-    let killedBy: 'timeout' | 'abort' | 'overflow' | undefined;
+    let killedBy: KilledBy;
     const kill = (why: 'timeout' | 'abort' | 'overflow'): void => {
       if (killedBy !== undefined) return;
       killedBy = why;
@@ -110,18 +110,7 @@ export class ExecPool {
         oomKilled = (await this.oomKills(warm.id, spec)) > 0;
         retire = true;
       }
-      const killed = killedBy !== undefined || oomKilled;
-      return {
-        exitCode: killed ? null : code,
-        signal: killed ? 'SIGKILL' : null,
-        stdout: demux.stdout(),
-        stderr: demux.stderr(),
-        timedOut: killedBy === 'timeout',
-        canceled: killedBy === 'abort',
-        truncated: demux.truncated,
-        oomKilled,
-        started: true,
-      };
+      return finishedOutcome(code, killedBy, oomKilled, demux);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);

@@ -289,6 +289,29 @@ function looksLikeOom(memories: WasmMemory[], maxPages: number, stderr: string):
   return atCap || /out of memory|memory allocation|allocation failed/i.test(stderr);
 }
 
+/** The reply for a guest that ran to its end (exit, trap or output cap); a failure near the memory cap is OOM. */
+function doneReply(
+  id: number,
+  ran: { exitCode: number; trapped: boolean; truncated: boolean; stdout: Sink; stderr: Sink },
+  memories: WasmMemory[],
+  maxPages: number,
+): JobReply {
+  const errBytes = ran.stderr.bytes();
+  const oomKilled =
+    (ran.trapped || ran.exitCode !== 0) &&
+    memories.length > 0 &&
+    looksLikeOom(memories, maxPages, Buffer.from(errBytes).toString('utf8'));
+  return {
+    type: 'done',
+    id,
+    exitCode: ran.truncated ? 1 : ran.exitCode,
+    stdout: ran.stdout.bytes(),
+    stderr: errBytes,
+    truncated: ran.truncated,
+    oomKilled,
+  };
+}
+
 function runModule(id: number, job: ModuleJob): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
@@ -343,20 +366,12 @@ function runModule(id: number, job: ModuleJob): JobReply {
       }
     }
   }
-  const errBytes = stderr.bytes();
-  const oomKilled =
-    (trapped || exitCode !== 0) &&
-    memory !== undefined &&
-    looksLikeOom([memory], job.maxPages, Buffer.from(errBytes).toString('utf8'));
-  return {
-    type: 'done',
+  return doneReply(
     id,
-    exitCode: truncated ? 1 : exitCode,
-    stdout: stdout.bytes(),
-    stderr: errBytes,
-    truncated,
-    oomKilled,
-  };
+    { exitCode, trapped, truncated, stdout, stderr },
+    memory === undefined ? [] : [memory],
+    job.maxPages,
+  );
 }
 
 // ---------------------------------------------------------------- components (WASI preview2 host)
@@ -577,19 +592,7 @@ async function runComponent(id: number, job: ComponentJob): Promise<JobReply> {
       }
     }
   }
-  const errBytes = stderr.bytes();
-  const oomKilled =
-    (trapped || exitCode !== 0) &&
-    looksLikeOom(memories, job.maxPages, Buffer.from(errBytes).toString('utf8'));
-  return {
-    type: 'done',
-    id,
-    exitCode: truncated ? 1 : exitCode,
-    stdout: stdout.bytes(),
-    stderr: errBytes,
-    truncated,
-    oomKilled,
-  };
+  return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages);
 }
 
 /** Runs one job in this thread and answers (exported so the bench can measure the in-process floor). */
