@@ -3,7 +3,8 @@ export interface CheckOutcome {
   capability: string;
   environment: string;
   caseName: string;
-  status: 'passed' | 'failed' | 'error';
+  /** `skipped`: the capability is not portable to that environment. */
+  status: 'passed' | 'failed' | 'error' | 'skipped';
   /** Why it failed / errored. */
   message?: string | undefined;
   durationMs: number;
@@ -40,13 +41,17 @@ export function renderJunit(outcomes: readonly CheckOutcome[], name = 'capsule c
   const total = (list: readonly CheckOutcome[]): number => list.reduce((s, o) => s + o.durationMs, 0);
 
   let xml = '<?xml version="1.0" encoding="UTF-8"?>\n';
-  xml += `<testsuites name="${xmlEscape(name)}" tests="${outcomes.length}" failures="${count(outcomes, 'failed')}" errors="${count(outcomes, 'error')}" time="${seconds(total(outcomes))}">\n`;
+  xml += `<testsuites name="${xmlEscape(name)}" tests="${outcomes.length}" failures="${count(outcomes, 'failed')}" errors="${count(outcomes, 'error')}" skipped="${count(outcomes, 'skipped')}" time="${seconds(total(outcomes))}">\n`;
   for (const [capability, list] of suites) {
-    xml += `  <testsuite name="${xmlEscape(capability)}" tests="${list.length}" failures="${count(list, 'failed')}" errors="${count(list, 'error')}" skipped="0" time="${seconds(total(list))}">\n`;
+    xml += `  <testsuite name="${xmlEscape(capability)}" tests="${list.length}" failures="${count(list, 'failed')}" errors="${count(list, 'error')}" skipped="${count(list, 'skipped')}" time="${seconds(total(list))}">\n`;
     for (const o of list) {
       xml += `    <testcase classname="${xmlEscape(`${capability}.${o.environment}`)}" name="${xmlEscape(`${o.caseName} [${o.environment}]`)}" time="${seconds(o.durationMs)}"`;
       if (o.status === 'passed') {
         xml += ' />\n';
+        continue;
+      }
+      if (o.status === 'skipped') {
+        xml += `>\n      <skipped message="${xmlEscape(o.message ?? '')}" />\n    </testcase>\n`;
         continue;
       }
       const tag = o.status === 'failed' ? 'failure' : 'error';

@@ -1,7 +1,9 @@
-import { judgeCase, loadCases } from '../checks/cases.js';
+import { judgeCase, loadCases, type CheckCase } from '../checks/cases.js';
+import { authorizeVariants } from '../compare/authorize.js';
+import { deriveVariant } from '../compare/variants.js';
 import { isCapsuleError } from '../errors.js';
 import type { Executor } from '../executor/executor.js';
-import type { Capability, InvalidCapability } from '../manifest/types.js';
+import type { Capability, Environment, InvalidCapability } from '../manifest/types.js';
 import type { CheckOutcome } from './junit.js';
 
 export interface CheckRun {
@@ -12,17 +14,22 @@ export interface CheckRun {
   invalid: InvalidCapability[];
 }
 
+const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
 /**
- * Run every case of every capability through the executor (so through the gate: in CI, Ask is a
- * denial unless granted). Failures are data; only a broken executor throws.
+ * Run every case of every capability through the gate (in CI, Ask is a denial unless granted), in its own
+ * environment or in each of `environments` it is portable to. A denial or invalid input fails the case; a
+ * runner that cannot run is an error; an environment the capability is not portable to is skipped.
  */
 export async function runChecks(options: {
   executor: Executor;
   capabilities: readonly Capability[];
   invalid?: readonly InvalidCapability[];
+  environments?: readonly Environment[] | undefined;
   onOutcome?: (outcome: CheckOutcome) => void;
   signal?: AbortSignal;
 }): Promise<CheckRun> {
+  const { executor } = options;
   const run: CheckRun = { outcomes: [], withoutCases: [], invalid: [...(options.invalid ?? [])] };
   const record = (o: CheckOutcome): void => {
     run.outcomes.push(o);
@@ -40,7 +47,7 @@ export async function runChecks(options: {
     });
   }
   for (const capability of options.capabilities) {
-    let cases;
+    let cases: CheckCase[] | undefined;
     try {
       cases = await loadCases(capability);
     } catch (err) {
@@ -49,7 +56,7 @@ export async function runChecks(options: {
         environment: capability.environment,
         caseName: 'cases.json',
         status: 'error',
-        message: (err as Error).message,
+        message: message(err),
         durationMs: 0,
       });
       continue;
@@ -58,13 +65,48 @@ export async function runChecks(options: {
       run.withoutCases.push(capability.name);
       continue;
     }
+    for (const environment of options.environments ?? [capability.environment]) {
+      await checkEnvironment(executor, capability, environment, cases, record, options.signal);
+    }
+  }
+  return run;
+}
+
+async function checkEnvironment(
+  executor: Executor,
+  capability: Capability,
+  environment: Environment,
+  cases: readonly CheckCase[],
+  record: (o: CheckOutcome) => void,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const each = (status: CheckOutcome['status'], why: string): void => {
+    for (const c of cases) {
+      record({
+        capability: capability.name,
+        environment,
+        caseName: c.name,
+        status,
+        message: why,
+        durationMs: 0,
+      });
+    }
+  };
+  const variant = await deriveVariant(capability, environment);
+  if (!variant.ok) return each('skipped', `not portable to ${environment}: ${variant.reason}`);
+  try {
+    try {
+      await authorizeVariants(executor, capability, [executor.isolation(variant.capability)], signal);
+    } catch (err) {
+      // A denial fails every case (the message names the key to grant); anything else is an error.
+      return each(isCapsuleError(err, 'PERMISSION_DENIED') ? 'failed' : 'error', message(err));
+    }
     for (const check of cases) {
-      const base = { capability: capability.name, environment: capability.environment, caseName: check.name };
+      const base = { capability: capability.name, environment, caseName: check.name };
       const started = performance.now();
       try {
-        const { result } = await options.executor.run(capability.name, check.input, {
-          signal: options.signal,
-        });
+        const input = executor.validateInput(capability, JSON.stringify(check.input ?? {}));
+        const result = await executor.runCapability(variant.capability, input, signal);
         const why = judgeCase(check, result);
         record({
           ...base,
@@ -75,16 +117,16 @@ export async function runChecks(options: {
           stderr: result.stderr,
         });
       } catch (err) {
-        // A denial or invalid input is the capability's check failing; a missing runner is an error.
-        const failed = isCapsuleError(err, 'PERMISSION_DENIED') || isCapsuleError(err, 'INPUT_INVALID');
+        const failed = isCapsuleError(err, 'INPUT_INVALID');
         record({
           ...base,
           status: failed ? 'failed' : 'error',
-          message: (err as Error).message,
+          message: message(err),
           durationMs: performance.now() - started,
         });
       }
     }
+  } finally {
+    await variant.cleanup?.();
   }
-  return run;
 }

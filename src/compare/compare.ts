@@ -1,12 +1,9 @@
-import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
 import type { Executor } from '../executor/executor.js';
 import type { IsolationReport } from '../executor/isolation.js';
 import type { Environment } from '../manifest/types.js';
 import type { RunResult, Runner } from '../runners/types.js';
-import { capabilityKey } from '../tools/run-capability.js';
-import type { Tool } from '../tools/tool.js';
-import type { CapabilityContext } from '../tools/context.js';
+import { authorizeVariants } from './authorize.js';
 import { deriveVariant, type Variant } from './variants.js';
 
 export interface CompareInput {
@@ -67,30 +64,6 @@ function limitHits(r: RunResult): string[] {
   return hits;
 }
 
-/** The gate sees compare as running the capability, judged by its least isolated variant. */
-function compareTool(
-  variants: ReadonlyArray<{ isolation: IsolationReport }>,
-): Tool<z.ZodType, void, CapabilityContext> {
-  return {
-    name: 'run_capability',
-    description: 'Run one capability in several environments and compare.',
-    kind: 'OTHER',
-    parameters: z.strictObject({ name: z.string() }),
-    async permission(args: { name: string }, ctx) {
-      const capability = await ctx.resolveCapability(args.name);
-      const weakest = variants.find((v) => !v.isolation.sandboxed) ?? variants[0];
-      return {
-        permission: capabilityKey(capability.name),
-        subject: capability.name,
-        sandboxed: variants.every((v) => v.isolation.sandboxed),
-        isolation: weakest?.isolation.summary,
-        contentHash: capability.contentHash,
-      };
-    },
-    async execute() {},
-  };
-}
-
 /**
  * Run one capability in several environments, N times per input, and compare outputs, exit codes and
  * timings. Environments run concurrently unless `sequential` (cleaner timings on a busy machine).
@@ -140,7 +113,12 @@ export async function compareCapability(options: {
       );
     }
     // One decision for the whole comparison, before anything runs.
-    await executor.call(compareTool(runnable), { name: capability.name }, { signal: options.signal });
+    await authorizeVariants(
+      executor,
+      capability,
+      runnable.map((r) => r.isolation),
+      options.signal,
+    );
 
     const runOne = async (entry: (typeof runnable)[number]): Promise<EnvironmentReport> => {
       const report: EnvironmentReport = {

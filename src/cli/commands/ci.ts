@@ -10,12 +10,21 @@ import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openSession, protectedPaths } from '../session.js';
+import { parseEnvs } from './compare.js';
+
+const MARKS: Record<CheckOutcome['status'], string> = {
+  passed: 'PASS ',
+  failed: 'FAIL ',
+  error: 'ERROR',
+  skipped: 'SKIP ',
+};
 
 function line(o: CheckOutcome): string {
-  const mark = o.status === 'passed' ? 'PASS ' : o.status === 'failed' ? 'FAIL ' : 'ERROR';
   const why = o.message ? ` — ${o.message.split('\n')[0]}` : '';
-  return `${mark} ${o.capability} / ${o.caseName} [${o.environment}] ${o.durationMs.toFixed(0)} ms${why}`;
+  return `${MARKS[o.status]} ${o.capability} / ${o.caseName} [${o.environment}] ${o.durationMs.toFixed(0)} ms${why}`;
 }
+
+type CiOptions = GateFlags & { env?: string; junit?: string; force?: boolean; json?: boolean };
 
 export function registerCi(program: Command, io: CliIO): void {
   addGateFlags(
@@ -26,79 +35,97 @@ export function registerCi(program: Command, io: CliIO): void {
           'Ask is a denial unless granted with --grant. Exit 0 only when every check passes, 1 otherwise.',
       )
       .argument('[path]', 'a folder of capabilities (default: the project roots)')
+      .option(
+        '--env <list>',
+        'run each case in these environments where the capability is portable (default: its own)',
+      )
       .option('--junit <file>', 'write a JUnit XML report (one testcase per case and environment)')
       .option('--force', 'overwrite an existing --junit file')
       .option('--json', 'print the outcomes as JSON'),
   ).action(
-    action(
-      io,
-      async (
-        target: string | undefined,
-        opts: GateFlags & { junit?: string; force?: boolean; json?: boolean },
-      ) => {
-        const junitFile = opts.junit === undefined ? undefined : path.resolve(io.cwd, opts.junit);
-        if (junitFile !== undefined && !opts.force) {
-          const exists = await access(junitFile).then(
-            () => true,
-            () => false,
-          );
-          if (exists) {
-            throw new CapsuleError('ALREADY_EXISTS', `${junitFile} already exists.`, {
-              file: junitFile,
-              hint: 'Pass --force to overwrite it.',
-            });
-          }
-        }
-        // CI never prompts: Ask is a denial unless granted up front.
-        const session = await openSession(
-          { ...io, interactive: false },
-          { grants: opts.grant, noPrompt: true, mode: opts.mode },
+    action(io, async (target: string | undefined, opts: CiOptions) => {
+      const environments = opts.env === undefined ? undefined : parseEnvs(opts.env);
+      const junitFile = opts.junit === undefined ? undefined : path.resolve(io.cwd, opts.junit);
+      if (junitFile !== undefined && !opts.force) {
+        const exists = await access(junitFile).then(
+          () => true,
+          () => false,
         );
-        try {
-          const registry =
-            target === undefined
-              ? session.registry
-              : new Registry({
-                  roots: [path.resolve(io.cwd, target)],
-                  projectRoot: session.project.root,
-                  protectedPaths: protectedPaths(session.project.root),
-                });
-          const scan = await registry.scan();
-          if (target !== undefined && scan.missingRoots.length > 0) {
-            throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);
-          }
-          const checks = await runChecks({
-            executor: session.executor,
-            capabilities: scan.capabilities,
-            invalid: scan.invalid,
-            onOutcome: (o) => {
-              if (!opts.json) void write(io.stderr, `${line(o)}\n`);
-            },
+        if (exists) {
+          throw new CapsuleError('ALREADY_EXISTS', `${junitFile} already exists.`, {
+            file: junitFile,
+            hint: 'Pass --force to overwrite it.',
           });
-          const passed = checks.outcomes.filter((o) => o.status === 'passed').length;
-          const failed = checks.outcomes.filter((o) => o.status === 'failed').length;
-          const errors = checks.outcomes.filter((o) => o.status === 'error').length;
-          if (junitFile !== undefined) await writeFileAtomic(junitFile, renderJunit(checks.outcomes));
-          if (opts.json) {
-            await write(
-              io.stdout,
-              json({ passed, failed, errors, withoutCases: checks.withoutCases, outcomes: checks.outcomes }),
-            );
-          } else {
-            let summary = `${passed} passed, ${failed} failed, ${errors} errors`;
-            if (checks.withoutCases.length) summary += ` (no cases.json: ${checks.withoutCases.join(', ')})`;
-            await write(io.stdout, `${summary}\n`);
-            if (junitFile !== undefined) await write(io.stdout, `JUnit report: ${junitFile}\n`);
-          }
-          if (checks.outcomes.length === 0) {
-            await write(io.stderr, 'capsule ci: no checks found (add a cases.json beside capability.json)\n');
-            return EXIT.FAILURE;
-          }
-          return failed + errors === 0 ? EXIT.OK : EXIT.FAILURE;
-        } finally {
-          await session.close();
         }
-      },
-    ),
+      }
+      const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;
+      // CI never prompts: Ask is a denial unless granted up front.
+      const session = await openSession(
+        { ...io, interactive: false },
+        { grants: opts.grant, noPrompt: true, mode: opts.mode },
+      );
+      try {
+        const registry =
+          target === undefined
+            ? session.registry
+            : new Registry({
+                roots: [path.resolve(io.cwd, target)],
+                projectRoot: session.project.root,
+                protectedPaths: protectedPaths(session.project.root),
+              });
+        const scan = await registry.scan();
+        if (target !== undefined && scan.missingRoots.length > 0) {
+          throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);
+        }
+        const checks = await runChecks({
+          executor: session.executor,
+          capabilities: scan.capabilities,
+          invalid: scan.invalid,
+          environments,
+          onOutcome: (o) => {
+            if (opts.json) return;
+            // On a terminal, passes update one status line and only problems stay; elsewhere, a line each.
+            if (!tty) void write(io.stderr, `${line(o)}\n`);
+            else void write(io.stderr, `\r\x1b[K${line(o)}${o.status === 'passed' ? '' : '\n'}`);
+          },
+        });
+        if (tty) await write(io.stderr, '\r\x1b[K');
+        const count = (status: CheckOutcome['status']): number =>
+          checks.outcomes.filter((o) => o.status === status).length;
+        const [passed, failed, errors, skipped] = [
+          count('passed'),
+          count('failed'),
+          count('error'),
+          count('skipped'),
+        ];
+        if (junitFile !== undefined) await writeFileAtomic(junitFile, renderJunit(checks.outcomes));
+        if (opts.json) {
+          await write(
+            io.stdout,
+            json({
+              passed,
+              failed,
+              errors,
+              skipped,
+              withoutCases: checks.withoutCases,
+              outcomes: checks.outcomes,
+            }),
+          );
+        } else {
+          let summary = `${passed} passed, ${failed} failed, ${errors} errors`;
+          if (skipped) summary += `, ${skipped} skipped (not portable)`;
+          if (checks.withoutCases.length) summary += ` (no cases.json: ${checks.withoutCases.join(', ')})`;
+          await write(io.stdout, `${summary}\n`);
+          if (junitFile !== undefined) await write(io.stdout, `JUnit report: ${junitFile}\n`);
+        }
+        if (passed + failed + errors === 0) {
+          await write(io.stderr, 'capsule ci: no checks ran (add a cases.json beside capability.json)\n');
+          return EXIT.FAILURE;
+        }
+        return failed + errors === 0 ? EXIT.OK : EXIT.FAILURE;
+      } finally {
+        await session.close();
+      }
+    }),
   );
 }

@@ -16,7 +16,7 @@ import { openSession } from '../session.js';
 /** compare's own exit code when a requested environment could not run but the others agree. */
 export const EXIT_INCOMPLETE = 2;
 
-function parseEnvs(value: string): Environment[] {
+export function parseEnvs(value: string): Environment[] {
   const envs = value
     .split(',')
     .map((e) => e.trim())

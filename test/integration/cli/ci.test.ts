@@ -60,23 +60,45 @@ describe('capsule ci', () => {
     expect(doc.outcomes[0]?.message).toContain('run_capability:echo');
   });
 
-  it('passes on the shipped examples when granted', async () => {
-    const r = await cli([
-      'ci',
-      '--grant',
-      'run_capability:word-count',
-      '--grant',
-      'run_capability:shout',
-      '--json',
-    ]);
+  it('passes on every shipped example in every environment it is portable to', async () => {
+    const r = await cli(['ci', '--env', 'shell,wasm,docker', '--grant', 'run_capability:*', '--json']);
     const doc = JSON.parse(r.stdout) as {
-      passed: number;
       failed: number;
       errors: number;
-      outcomes: Array<{ capability: string; message?: string }>;
+      outcomes: Array<{ capability: string; environment: string; status: string; message?: string }>;
     };
-    const mine = doc.outcomes.filter((o) => o.capability === 'word-count' || o.capability === 'shout');
-    expect(mine.length).toBe(4);
-    expect(mine.every((o) => o.message === undefined)).toBe(true);
+    expect(doc.outcomes.filter((o) => o.status === 'failed' || o.status === 'error')).toEqual([]);
+    expect(r.code).toBe(0);
+    const ran = (name: string): string[] => [
+      ...new Set(
+        doc.outcomes.filter((o) => o.capability === name && o.status === 'passed').map((o) => o.environment),
+      ),
+    ];
+    // hello is authored in JavaScript: it runs (and passes) everywhere.
+    expect(ran('hello')).toEqual(['shell', 'wasm', 'docker']);
+    expect(ran('word-count')).toEqual(['shell', 'docker']);
+    expect(ran('hello-docker')).toEqual(['docker']);
+    const skipped = doc.outcomes.find((o) => o.capability === 'word-count' && o.environment === 'wasm');
+    expect(skipped).toMatchObject({
+      status: 'skipped',
+      message: expect.stringMatching(/not portable to wasm/),
+    });
+  });
+
+  it("errors (exit 1) when a requested environment's runner is unavailable", async () => {
+    const root = await project();
+    const env = { ...process.env, DOCKER_HOST: `unix://${path.join(root, 'no-engine.sock')}` };
+    const r = await cli(['ci', '--env', 'shell,docker', '--grant', 'run_capability:echo', '--json'], {
+      cwd: root,
+      env,
+    });
+    expect(r.code).toBe(1);
+    const doc = JSON.parse(r.stdout) as {
+      outcomes: Array<{ environment: string; status: string; message?: string }>;
+    };
+    const docker = doc.outcomes.filter((o) => o.environment === 'docker');
+    expect(docker.length).toBe(3);
+    expect(docker.every((o) => o.status === 'error' && /no-engine\.sock/.test(o.message ?? ''))).toBe(true);
+    expect(doc.outcomes.filter((o) => o.environment === 'shell' && o.status === 'passed')).toHaveLength(1);
   });
 });

@@ -23,14 +23,23 @@ describe('renderJunit', () => {
         message: 'engine down',
         durationMs: 0,
       },
+      {
+        capability: 'b',
+        environment: 'wasm',
+        caseName: 'x',
+        status: 'skipped',
+        message: 'not portable',
+        durationMs: 0,
+      },
     ]);
     const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml);
-    expect(doc.testsuites).toMatchObject({ tests: '3', failures: '1', errors: '1' });
+    expect(doc.testsuites).toMatchObject({ tests: '4', failures: '1', errors: '1', skipped: '1' });
     const [a, b] = doc.testsuites.testsuite;
     expect(a.testcase).toHaveLength(2);
     expect(a.testcase[1].failure.message).toBe('got <b>"&');
     expect(a.testcase[1]['system-out']).toBe(']]>');
-    expect(b.testcase.error.message).toBe('engine down');
-    expect(b.testcase.name).toBe('x [docker]');
+    expect(b.testcase[0].error.message).toBe('engine down');
+    expect(b.testcase[0].name).toBe('x [docker]');
+    expect(b.testcase[1].skipped.message).toBe('not portable');
   });
 });
