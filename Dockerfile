@@ -21,6 +21,7 @@ COPY package.json package-lock.json ./
 COPY node_modules ./node_modules
 COPY dist ./dist
 COPY runtimes ./runtimes
+COPY profiles ./profiles
 COPY capabilities ./capabilities
 ENV NODE_ENV=production
 WORKDIR /work
@@ -42,6 +43,7 @@ COPY --from=build /src/package.json /src/package-lock.json ./
 COPY --from=build /src/node_modules ./node_modules
 COPY --from=build /src/dist ./dist
 COPY runtimes ./runtimes
+COPY profiles ./profiles
 COPY capabilities ./capabilities
 ENV NODE_ENV=production
 WORKDIR /work
