@@ -24,6 +24,10 @@ COPY runtimes ./runtimes
 COPY profiles ./profiles
 COPY capabilities ./capabilities
 ENV NODE_ENV=production
+# capsule writes .capsule/ (audit log, caches) under the project root: /work must be writable by the non-root user.
+USER root
+RUN mkdir -p /work && chmod 1777 /work
+USER 65534:65534
 WORKDIR /work
 ENTRYPOINT ["node", "/opt/capsule/dist/cli/main.js"]
 CMD ["--help"]
@@ -46,6 +50,10 @@ COPY runtimes ./runtimes
 COPY profiles ./profiles
 COPY capabilities ./capabilities
 ENV NODE_ENV=production
+# capsule writes .capsule/ (audit log, caches) under the project root: /work must be writable by the non-root user.
+USER root
+RUN mkdir -p /work && chmod 1777 /work
+USER 65534:65534
 WORKDIR /work
 ENTRYPOINT ["node", "/opt/capsule/dist/cli/main.js"]
 CMD ["--help"]

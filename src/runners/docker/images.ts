@@ -287,6 +287,20 @@ export class ImageBuilder {
       ldd = (err as { stdout?: string }).stdout ?? '';
     }
     const libs = parseLddOutput(ldd);
+    // Native addons (e.g. the Wasm toolchain's, when capsule itself runs on this image) also need librt,
+    // which node does not link: take it from beside the libc node uses.
+    const libc = libs.find((l) => path.basename(l) === 'libc.so.6');
+    if (libc !== undefined) {
+      const librt = path.join(path.dirname(libc), 'librt.so.1');
+      if (
+        !libs.includes(librt) &&
+        (await stat(librt).then(
+          (st) => st.isFile(),
+          () => false,
+        ))
+      )
+        libs.push(librt);
+    }
     onProgress(`node image: ${this.nodePath} + ${libs.length} libraries`);
     for (const lib of libs) {
       const dest = path.join(rootfs, lib);
