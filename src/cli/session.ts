@@ -1,14 +1,11 @@
-import path from 'node:path';
-import {
-  loadProjectConfig,
-  PROJECT_CONFIG_FILE,
-  type LoadedProjectConfig,
-} from '../config/project-config.js';
+import { loadProjectConfig, type LoadedProjectConfig } from '../config/project-config.js';
 import { Executor } from '../executor/executor.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createSessionEngine } from '../permissions/session-gate.js';
+import type { InputValidator } from '../manifest/input.js';
+import { protectedPaths } from '../permissions/self-protection.js';
 import { Registry } from '../registry/registry.js';
 import type { CliIO } from './output.js';
 
@@ -29,19 +26,26 @@ export interface CliSession {
   close(): Promise<void>;
 }
 
-/** Paths no capability may be granted write access to. */
-export function protectedPaths(projectRoot: string): string[] {
-  return [path.join(projectRoot, PROJECT_CONFIG_FILE), path.join(projectRoot, '.capsule')];
+/**
+ * A registry over `roots` of a project. No capability may be granted write access to capsule's own
+ * files (the permission engine's self-protection list).
+ */
+export function projectRegistry(
+  projectRoot: string,
+  roots: readonly string[],
+  inputValidator?: InputValidator,
+): Registry {
+  return new Registry({
+    roots,
+    projectRoot,
+    protectedPaths: protectedPaths(projectRoot).all,
+    inputValidator,
+  });
 }
 
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
   const project = await loadProjectConfig(io.cwd);
-  const registry = new Registry({
-    roots: project.config.roots,
-    projectRoot: project.root,
-    protectedPaths: protectedPaths(project.root),
-  });
-  return { project, registry };
+  return { project, registry: projectRegistry(project.root, project.config.roots) };
 }
 
 function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO): Promise<PermissionEngine> {

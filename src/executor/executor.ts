@@ -21,6 +21,8 @@ export interface ExecutorOptions {
 export interface CallOutcome<R> {
   decision: Decision | undefined;
   result: R;
+  /** The capabilities the call resolved: exactly what permission() judged and execute() ran. */
+  capabilities: Capability[];
 }
 
 /**
@@ -91,7 +93,8 @@ export class Executor implements CapabilityContext {
         { issues },
       );
     }
-    const ctx = this.contextFor(context) as Ctx;
+    const { ctx: base, resolved } = this.contextFor(context);
+    const ctx = base as Ctx;
     const args = parsed.data;
     const check = await tool.permission(args, ctx);
     let decision: Decision | undefined;
@@ -114,7 +117,7 @@ export class Executor implements CapabilityContext {
       }
     }
     const result = await tool.execute(args, ctx);
-    return { decision, result };
+    return { decision, result, capabilities: await Promise.all(resolved.values()) };
   }
 
   /** run_capability through the gate: the library entry point behind `capsule run`. */
@@ -122,15 +125,16 @@ export class Executor implements CapabilityContext {
     name: string,
     input: unknown,
     options: { signal?: AbortSignal } = {},
-  ): Promise<CallOutcome<RunResult>> {
-    return this.call(this.runCapabilityTool, { name, input }, options);
+  ): Promise<CallOutcome<RunResult> & { capability: Capability }> {
+    const outcome = await this.call(this.runCapabilityTool, { name, input }, options);
+    return { ...outcome, capability: outcome.capabilities[0] as Capability };
   }
 
   async close(): Promise<void> {
     await Promise.all([...this.runners.values()].map((r) => r.close()));
   }
 
-  private contextFor(extra: object): CapabilityContext {
+  private contextFor(extra: object): { ctx: CapabilityContext; resolved: Map<string, Promise<Capability>> } {
     // A per-call context: the call's signal, and one resolution per capability name, so what
     // permission() judged (environment, content hash) is exactly what execute() runs.
     const resolved = new Map<string, Promise<Capability>>();
@@ -143,6 +147,6 @@ export class Executor implements CapabilityContext {
       }
       return found;
     };
-    return ctx;
+    return { ctx, resolved };
   }
 }

@@ -45,6 +45,11 @@ export function shellEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return out;
 }
 
+/** bash without startup files: what runs is exactly the command that was keyed. */
+export function bashArguments(command: string): string[] {
+  return ['--noprofile', '--norc', '-c', command];
+}
+
 /** The gate's view of a command: its key, the normalized subject, and every simple command inside. */
 export function commandCheck(parser: CommandParser, command: string): PermissionCheck & { parts: string[] } {
   const analysis = parser.analyze(command);
@@ -90,7 +95,7 @@ export function createRunCommandTool<Ctx extends ToolContext = ToolContext>(
     },
     async execute(args, ctx) {
       const started = performance.now();
-      const result = await execa('bash', ['--noprofile', '--norc', '-c', args.command], {
+      const result = await execa('bash', bashArguments(args.command), {
         cwd: options.cwd,
         env: shellEnvironment(options.env ?? process.env),
         extendEnv: false,

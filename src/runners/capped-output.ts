@@ -8,7 +8,7 @@ export class CappedOutput {
   private overflowed = false;
 
   constructor(
-    private readonly limit: number,
+    readonly limit: number,
     private readonly onOverflow: () => void,
   ) {}
 
@@ -17,13 +17,14 @@ export class CappedOutput {
     const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
     const room = this.limit - this.size;
     if (buf.length > room) {
-      if (room > 0) this.chunks.push(buf.subarray(0, room));
+      if (room > 0) this.chunks.push(Buffer.from(buf.subarray(0, room)));
       this.size = this.limit;
       this.overflowed = true;
       this.onOverflow();
       return;
     }
-    this.chunks.push(buf);
+    // Copy what is kept: the chunk may be a slice of a large, shared buffer that must not stay pinned.
+    this.chunks.push(Buffer.from(buf));
     this.size += buf.length;
   }
 

@@ -2,7 +2,7 @@ import { execa } from 'execa';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
 import type { RunResult } from '../runners/types.js';
-import { commandCheck } from '../permissions/run-command-tool.js';
+import { bashArguments, commandCheck, shellEnvironment } from '../permissions/run-command-tool.js';
 import { defineTool, type AgentTool } from './define.js';
 
 export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
@@ -66,8 +66,11 @@ export function createRunCommandTool(): AgentTool {
       const cwd =
         args.cwd === undefined ? ctx.workspace.root : (await ctx.workspace.resolve(args.cwd, 'cwd')).real;
       const started = performance.now();
-      const child = execa('bash', ['-c', args.command], {
+      // The same bash invocation and environment as `capsule exec`: nothing can swap the keyed program.
+      const child = execa('bash', bashArguments(args.command), {
         cwd,
+        env: shellEnvironment(process.env),
+        extendEnv: false,
         reject: false,
         stdin: 'ignore',
         detached: true, // its own process group, so a kill reaches every descendant

@@ -49,6 +49,11 @@ export async function makeCapability(
 ): Promise<{ capability: Capability; root: string }> {
   const { root, capRoot } = await tempProject();
   const dir = await writeCapability(capRoot, name, manifest, { 'run.sh': script, ...files });
+  return { capability: await loadValid(dir, root, capRoot), root };
+}
+
+/** Load a capability folder of a temp project; throws with the issues when it is invalid. */
+export async function loadValid(dir: string, root: string, capRoot: string): Promise<Capability> {
   const loaded = await loadCapability(dir, {
     root: capRoot,
     projectRoot: root,
@@ -56,5 +61,5 @@ export async function makeCapability(
     inputValidator: new InputValidator(),
   });
   if (!loaded.ok) throw new Error(JSON.stringify(loaded.invalid.issues));
-  return { capability: loaded.capability, root };
+  return loaded.capability;
 }

@@ -5,11 +5,10 @@ import { renderJunit, type CheckOutcome } from '../../ci/junit.js';
 import { runChecks } from '../../ci/run-checks.js';
 import { writeFileAtomic } from '../../config/config-store.js';
 import { CapsuleError } from '../../errors.js';
-import { Registry } from '../../registry/registry.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession, protectedPaths } from '../session.js';
+import { openSession, projectRegistry } from '../session.js';
 import { parseEnvs } from './compare.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
@@ -68,11 +67,7 @@ export function registerCi(program: Command, io: CliIO): void {
         const registry =
           target === undefined
             ? session.registry
-            : new Registry({
-                roots: [path.resolve(io.cwd, target)],
-                projectRoot: session.project.root,
-                protectedPaths: protectedPaths(session.project.root),
-              });
+            : projectRegistry(session.project.root, [path.resolve(io.cwd, target)]);
         const scan = await registry.scan();
         if (target !== undefined && scan.missingRoots.length > 0) {
           throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);

@@ -91,8 +91,14 @@ export function registerRun(program: Command, io: CliIO): void {
         const onSigint = (): void => abort.abort();
         process.once('SIGINT', onSigint);
         try {
-          const { decision, result } = await session.executor.run(name, input, { signal: abort.signal });
-          const cap = await session.registry.get(name);
+          // The capability that was judged and run: no second read of its folder.
+          const {
+            decision,
+            result,
+            capability: cap,
+          } = await session.executor.run(name, input, {
+            signal: abort.signal,
+          });
           if (opts.json) {
             await write(
               io.stdout,

@@ -5,9 +5,10 @@ import { CapsuleError } from '../../errors.js';
 import { loadCapability } from '../../manifest/load.js';
 import { MANIFEST_FILE } from '../../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
-import { Registry } from '../../registry/registry.js';
+import { protectedPaths } from '../../permissions/self-protection.js';
+import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject, protectedPaths } from '../session.js';
+import { openProject, projectRegistry } from '../session.js';
 import { EXIT } from '../exit-codes.js';
 
 /** PATH may be a capability folder, its capability.json, or a root holding capability folders. */
@@ -36,19 +37,13 @@ async function validatePath(
       await stat(path.join(target, MANIFEST_FILE));
     } catch {
       // No manifest here: treat it as a root of capability folders.
-      const sub = new Registry({
-        roots: [target],
-        projectRoot,
-        protectedPaths: protectedPaths(projectRoot),
-        inputValidator: registry.inputValidator,
-      });
-      return sub.scan();
+      return projectRegistry(projectRoot, [target], registry.inputValidator).scan();
     }
   }
   const loaded = await loadCapability(folder, {
     root: await realpath(path.dirname(path.resolve(folder))),
     projectRoot: await realpath(projectRoot),
-    protectedPaths: protectedPaths(projectRoot),
+    protectedPaths: protectedPaths(projectRoot).all,
     inputValidator: registry.inputValidator,
   });
   return loaded.ok

@@ -1,3 +1,5 @@
+import { CappedOutput } from '../capped-output.js';
+
 /**
  * Splits the Engine API's multiplexed attach stream (8-byte header: stream type, 3 zero bytes,
  * big-endian payload length) into stdout and stderr, keeping at most `capBytes` of each.
@@ -5,18 +7,20 @@
  * while memory stays bounded however much the container writes.
  */
 export class OutputDemuxer {
-  private readonly capBytes: number;
-  private readonly onOverflow: () => void;
   private pending: Buffer = Buffer.alloc(0);
-  private readonly out: Buffer[] = [];
-  private readonly err: Buffer[] = [];
-  private outBytes = 0;
-  private errBytes = 0;
+  private readonly out: CappedOutput;
+  private readonly err: CappedOutput;
   private overflowed = false;
 
   constructor(capBytes: number, onOverflow: () => void) {
-    this.capBytes = capBytes;
-    this.onOverflow = onOverflow;
+    // Either stream passing the cap ends the call: report the first overflow only.
+    const once = (): void => {
+      if (this.overflowed) return;
+      this.overflowed = true;
+      onOverflow();
+    };
+    this.out = new CappedOutput(capBytes, once);
+    this.err = new CappedOutput(capBytes, once);
   }
 
   get truncated(): boolean {
@@ -45,34 +49,24 @@ export class OutputDemuxer {
   }
 
   stdout(): string {
-    return Buffer.concat(this.out).toString('utf8');
+    return this.out.text();
   }
 
   stderr(): string {
-    return Buffer.concat(this.err).toString('utf8');
+    return this.err.text();
+  }
+
+  /** 1 = stdout, 2 = stderr; 0 (stdin echo) does not occur without a TTY and counts as stdout. */
+  private target(type: number | undefined): CappedOutput {
+    return type === 2 ? this.err : this.out;
   }
 
   private wouldOverflow(type: number | undefined, extra: number): boolean {
-    return (type === 2 ? this.errBytes : this.outBytes) + extra > this.capBytes;
+    return this.target(type).bytes + extra > this.target(type).limit;
   }
 
   private take(type: number | undefined, payload: Buffer): void {
-    if (payload.length === 0) return;
-    // 1 = stdout, 2 = stderr; 0 (stdin echo) does not occur without a TTY and counts as stdout.
-    const isErr = type === 2;
-    const used = isErr ? this.errBytes : this.outBytes;
-    const room = Math.max(0, this.capBytes - used);
-    const kept = payload.length <= room ? payload : payload.subarray(0, room);
-    if (kept.length > 0) {
-      // Copy: the chunk buffer may be large and shared; keep only what we keep.
-      (isErr ? this.err : this.out).push(Buffer.from(kept));
-      if (isErr) this.errBytes += kept.length;
-      else this.outBytes += kept.length;
-    }
-    if (kept.length < payload.length && !this.overflowed) {
-      this.overflowed = true;
-      this.onOverflow();
-    }
+    if (payload.length > 0) this.target(type).push(payload);
   }
 }
 

@@ -2,10 +2,8 @@ import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import wabtInit from 'wabt';
-import { InputValidator } from '../../../../src/manifest/input.js';
-import { loadCapability } from '../../../../src/manifest/load.js';
 import type { Capability } from '../../../../src/manifest/types.js';
-import { tempProject } from '../../../helpers/capability.js';
+import { loadValid, tempProject } from '../../../helpers/capability.js';
 
 export const FIXTURES = new URL('../../../../fixtures/wasm/', import.meta.url);
 
@@ -46,12 +44,5 @@ export async function wasmCapability(
     ...options.manifest,
   };
   await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest, null, 2));
-  const loaded = await loadCapability(dir, {
-    root: capRoot,
-    projectRoot: root,
-    protectedPaths: [path.join(root, 'capsule.json')],
-    inputValidator: new InputValidator(),
-  });
-  if (!loaded.ok) throw new Error(JSON.stringify(loaded.invalid.issues));
-  return { capability: loaded.capability, root };
+  return { capability: await loadValid(dir, root, capRoot), root };
 }
