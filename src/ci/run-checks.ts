@@ -1,8 +1,6 @@
 import { judgeCase, loadCases, type CheckCase } from '../checks/cases.js';
-import { authorizeVariants } from '../compare/authorize.js';
-import { deriveVariant } from '../compare/variants.js';
 import { isCapsuleError } from '../errors.js';
-import type { Executor } from '../executor/executor.js';
+import type { Executor, PlannedVariant, RunPermit, VariantPlan } from '../executor/executor.js';
 import type { Capability, Environment, InvalidCapability } from '../manifest/types.js';
 import type { CheckOutcome } from './junit.js';
 
@@ -65,68 +63,90 @@ export async function runChecks(options: {
       run.withoutCases.push(capability.name);
       continue;
     }
-    for (const environment of options.environments ?? [capability.environment]) {
-      await checkEnvironment(executor, capability, environment, cases, record, options.signal);
+    const environments = options.environments ?? [capability.environment];
+    let plan: VariantPlan;
+    try {
+      // Staged once for every environment; each environment is still its own gate decision.
+      plan = await executor.planVariants(capability.name, environments);
+    } catch (err) {
+      for (const environment of environments)
+        eachCase(record, capability, environment, cases, 'error', message(err));
+      continue;
+    }
+    try {
+      for (const variant of plan.variants) {
+        await checkEnvironment(executor, plan, variant, cases, record, options.signal);
+      }
+    } finally {
+      await plan.release();
     }
   }
   return run;
 }
 
-async function checkEnvironment(
-  executor: Executor,
+function eachCase(
+  record: (o: CheckOutcome) => void,
   capability: Capability,
   environment: Environment,
+  cases: readonly CheckCase[],
+  status: CheckOutcome['status'],
+  why: string,
+): void {
+  for (const c of cases) {
+    record({
+      capability: capability.name,
+      environment,
+      caseName: c.name,
+      status,
+      message: why,
+      durationMs: 0,
+    });
+  }
+}
+
+async function checkEnvironment(
+  executor: Executor,
+  plan: VariantPlan,
+  variant: PlannedVariant,
   cases: readonly CheckCase[],
   record: (o: CheckOutcome) => void,
   signal: AbortSignal | undefined,
 ): Promise<void> {
-  const each = (status: CheckOutcome['status'], why: string): void => {
-    for (const c of cases) {
+  const { capability } = plan;
+  const { environment } = variant;
+  const each = (status: CheckOutcome['status'], why: string): void =>
+    eachCase(record, capability, environment, cases, status, why);
+  if (!variant.ok) return each('skipped', `not portable to ${environment}: ${variant.reason}`);
+  let permit: RunPermit;
+  try {
+    permit = await executor.approve(plan, { environments: [environment], signal });
+  } catch (err) {
+    // A denial fails every case (the message names the key to grant); anything else is an error.
+    return each(isCapsuleError(err, 'PERMISSION_DENIED') ? 'failed' : 'error', message(err));
+  }
+  for (const check of cases) {
+    const base = { capability: capability.name, environment, caseName: check.name };
+    const started = performance.now();
+    try {
+      const input = executor.validateInput(capability, JSON.stringify(check.input ?? {}));
+      const result = await executor.runApproved(permit, variant.capability, input, signal);
+      const why = judgeCase(check, result);
       record({
-        capability: capability.name,
-        environment,
-        caseName: c.name,
-        status,
+        ...base,
+        status: why === undefined ? 'passed' : 'failed',
         message: why,
-        durationMs: 0,
+        durationMs: result.durationMs,
+        stdout: result.stdout,
+        stderr: result.stderr,
+      });
+    } catch (err) {
+      const failed = isCapsuleError(err, 'INPUT_INVALID');
+      record({
+        ...base,
+        status: failed ? 'failed' : 'error',
+        message: message(err),
+        durationMs: performance.now() - started,
       });
     }
-  };
-  const variant = await deriveVariant(capability, environment);
-  if (!variant.ok) return each('skipped', `not portable to ${environment}: ${variant.reason}`);
-  try {
-    try {
-      await authorizeVariants(executor, capability, [executor.isolation(variant.capability)], signal);
-    } catch (err) {
-      // A denial fails every case (the message names the key to grant); anything else is an error.
-      return each(isCapsuleError(err, 'PERMISSION_DENIED') ? 'failed' : 'error', message(err));
-    }
-    for (const check of cases) {
-      const base = { capability: capability.name, environment, caseName: check.name };
-      const started = performance.now();
-      try {
-        const input = executor.validateInput(capability, JSON.stringify(check.input ?? {}));
-        const result = await executor.runCapability(variant.capability, input, signal);
-        const why = judgeCase(check, result);
-        record({
-          ...base,
-          status: why === undefined ? 'passed' : 'failed',
-          message: why,
-          durationMs: result.durationMs,
-          stdout: result.stdout,
-          stderr: result.stderr,
-        });
-      } catch (err) {
-        const failed = isCapsuleError(err, 'INPUT_INVALID');
-        record({
-          ...base,
-          status: failed ? 'failed' : 'error',
-          message: message(err),
-          durationMs: performance.now() - started,
-        });
-      }
-    }
-  } finally {
-    await variant.cleanup?.();
   }
 }

@@ -2,9 +2,7 @@ import { CapsuleError } from '../errors.js';
 import type { Executor } from '../executor/executor.js';
 import type { IsolationReport } from '../executor/isolation.js';
 import type { Environment } from '../manifest/types.js';
-import type { RunResult, Runner } from '../runners/types.js';
-import { authorizeVariants } from './authorize.js';
-import { deriveVariant, type Variant } from './variants.js';
+import type { RunResult } from '../runners/types.js';
 
 export interface CompareInput {
   name: string;
@@ -81,44 +79,23 @@ export async function compareCapability(options: {
   const { executor } = options;
   if (options.runs < 1 || options.runs > 1000)
     throw new CapsuleError('USAGE', '--runs must be between 1 and 1000.');
-  const capability = await executor.registry.get(options.name);
-  const inputTexts = options.inputs.map((i) =>
-    executor.validateInput(capability, JSON.stringify(i.input ?? {})),
-  );
-
-  const variants: Array<{ environment: Environment; variant: Variant }> = [];
-  for (const environment of options.environments) {
-    variants.push({ environment, variant: await deriveVariant(capability, environment) });
-  }
+  // Staged once: every environment runs variants of these bytes, and the gate is asked about their hash.
+  const plan = await executor.planVariants(options.name, options.environments);
+  const capability = plan.capability;
   try {
-    const runnable = variants.flatMap((v) =>
-      v.variant.ok
-        ? [
-            {
-              environment: v.environment,
-              capability: v.variant.capability,
-              how: v.variant.how,
-              isolation: executor.isolation(v.variant.capability),
-            },
-          ]
-        : [],
+    const inputTexts = options.inputs.map((i) =>
+      executor.validateInput(capability, JSON.stringify(i.input ?? {})),
     );
+    const runnable = plan.variants.flatMap((v) => (v.ok ? [v] : []));
     if (runnable.length === 0) {
-      const reasons = variants
-        .map((v) => `${v.environment}: ${v.variant.ok ? '' : v.variant.reason}`)
-        .join('; ');
+      const reasons = plan.variants.map((v) => `${v.environment}: ${v.ok ? '' : v.reason}`).join('; ');
       throw new CapsuleError(
         'UNSUPPORTED',
         `"${capability.name}" cannot run in any requested environment (${reasons}).`,
       );
     }
     // One decision for the whole comparison, before anything runs.
-    await authorizeVariants(
-      executor,
-      capability,
-      runnable.map((r) => r.isolation),
-      options.signal,
-    );
+    const permit = await executor.approve(plan, { signal: options.signal });
 
     const runOne = async (entry: (typeof runnable)[number]): Promise<EnvironmentReport> => {
       const report: EnvironmentReport = {
@@ -128,18 +105,13 @@ export async function compareCapability(options: {
         isolation: entry.isolation,
         runs: [],
       };
-      let available: Awaited<ReturnType<Runner['available']>>;
-      try {
-        available = await executor.runner(entry.environment).available();
-      } catch (err) {
-        available = { ok: false, reason: (err as Error).message };
-      }
+      const available = await executor.available(entry.environment);
       if (!available.ok) return { ...report, status: 'unavailable', reason: available.reason };
       try {
         for (const [i, inputText] of inputTexts.entries()) {
           const results: RunResult[] = [];
           for (let n = 0; n < options.runs; n++) {
-            results.push(await executor.runCapability(entry.capability, inputText, options.signal));
+            results.push(await executor.runApproved(permit, entry.capability, inputText, options.signal));
           }
           options.onProgress?.(`${entry.environment}: ${options.inputs[i]?.name ?? i} done`);
           const first = results[0] as RunResult;
@@ -169,10 +141,10 @@ export async function compareCapability(options: {
     } else {
       done.push(...(await Promise.all(runnable.map(runOne))));
     }
-    const environments: EnvironmentReport[] = variants.map((v) =>
-      v.variant.ok
+    const environments: EnvironmentReport[] = plan.variants.map((v) =>
+      v.ok
         ? (done.find((d) => d.environment === v.environment) as EnvironmentReport)
-        : { environment: v.environment, status: 'not-portable', reason: v.variant.reason, runs: [] },
+        : { environment: v.environment, status: 'not-portable', reason: v.reason, runs: [] },
     );
 
     const ran = environments.filter((e) => e.status === 'ok');
@@ -193,6 +165,6 @@ export async function compareCapability(options: {
       equal: agreement.every((a) => a.equal) && ran.every((e) => e.runs.every((r) => r.stable)),
     };
   } finally {
-    await Promise.all(variants.map((v) => (v.variant.ok ? v.variant.cleanup?.() : undefined)));
+    await plan.release();
   }
 }

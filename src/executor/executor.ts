@@ -1,14 +1,16 @@
 import type { z } from 'zod';
+import { deriveVariant } from '../compare/variants.js';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import type { Capability, Environment } from '../manifest/types.js';
-import type { Decision, PermissionGate } from '../permissions/types.js';
+import type { Decision, PermissionGate, PermissionRequest } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
 import type { RunResult, Runner } from '../runners/types.js';
 import type { CapabilityContext } from '../tools/context.js';
-import { createRunCapabilityTool } from '../tools/run-capability.js';
+import { capabilityKey, createRunCapabilityTool } from '../tools/run-capability.js';
 import type { Tool } from '../tools/tool.js';
 import { defaultIsolation, type IsolationJudge, type IsolationReport } from './isolation.js';
+import { CapabilityStage } from './stage.js';
 
 export interface ExecutorOptions {
   registry: Registry;
@@ -16,63 +18,131 @@ export interface ExecutorOptions {
   runners: readonly Runner[];
   /** How sandboxed a capability is, from its effective configuration (runners refine this). */
   isolation?: IsolationJudge;
+  /** Where approved bytes are staged (default: a fresh folder under the OS temporary directory). */
+  stage?: CapabilityStage | undefined;
 }
 
 export interface CallOutcome<R> {
   decision: Decision | undefined;
   result: R;
-  /** The capabilities the call resolved: exactly what permission() judged and execute() ran. */
+  /** The capabilities the call resolved: exactly what permission() judged and execute() ran (staged). */
   capabilities: Capability[];
 }
 
 /**
- * One session's executor: validates a tool call's arguments, asks permission() and the gate, and
- * only then calls execute(). A denied call never reaches execute().
+ * Proof that the gate allowed running some staged capabilities. Only the executor creates one (after
+ * the gate said allow) and only the executor that created it accepts it: a look-alike object, or a
+ * permit used after its call ended or its plan was released, runs nothing.
  */
-export class Executor implements CapabilityContext {
+export interface RunPermit {
+  readonly capability: string;
+  readonly contentHash: string;
+  readonly key: string;
+}
+
+/** One requested environment of a plan: the staged variant that would run there, or why it cannot. */
+export type PlannedVariant =
+  | {
+      environment: Environment;
+      ok: true;
+      capability: Capability;
+      how: string;
+      isolation: IsolationReport;
+    }
+  | { environment: Environment; ok: false; reason: string };
+
+/** One capability, staged once, in several environments: compare and ci ask the gate once for it. */
+export interface VariantPlan {
+  /** The staged capability: its content hash is the one the gate is asked about. */
+  readonly capability: Capability;
+  readonly variants: readonly PlannedVariant[];
+  /** Revokes the plan's permit and removes the variants' staged copies. */
+  release(): Promise<void>;
+}
+
+/**
+ * One session's executor: validates a tool call's arguments, asks permission() and the gate, and
+ * only then calls execute(). A denied call never reaches execute(), and a capability runs only
+ * through a permit this executor issued after its gate allowed exactly that staged content.
+ */
+export class Executor {
   readonly registry: Registry;
   readonly gate: PermissionGate;
-  private readonly runners: Map<Environment, Runner>;
-  private readonly judge: IsolationJudge;
-  private readonly runCapabilityTool = createRunCapabilityTool();
+  readonly #runners: Map<Environment, Runner>;
+  readonly #judge: IsolationJudge;
+  readonly #stage: CapabilityStage;
+  readonly #runCapabilityTool = createRunCapabilityTool();
+  /** Live permits → the staged capabilities each one covers (by identity). */
+  readonly #permits = new WeakMap<RunPermit, ReadonlySet<Capability>>();
+  /** Live plans → the permits issued for them (revoked on release). */
+  readonly #plans = new WeakMap<VariantPlan, RunPermit[]>();
 
   constructor(options: ExecutorOptions) {
     this.registry = options.registry;
     this.gate = options.gate;
-    this.runners = new Map(options.runners.map((r) => [r.environment, r]));
-    this.judge = options.isolation ?? defaultIsolation;
-  }
-
-  // --- CapabilityContext -------------------------------------------------------------------
-
-  resolveCapability(name: string): Promise<Capability> {
-    return this.registry.get(name);
+    this.#runners = new Map(options.runners.map((r) => [r.environment, r]));
+    this.#judge = options.isolation ?? defaultIsolation;
+    this.#stage = options.stage ?? new CapabilityStage();
   }
 
   isolation(capability: Capability): IsolationReport {
-    return this.judge(capability);
+    return this.#judge(capability);
   }
 
   validateInput(capability: Capability, inputText: string): string {
     return this.registry.inputValidator.validate(capability, inputText);
   }
 
-  runner(environment: Environment): Runner {
-    const runner = this.runners.get(environment);
+  /** Whether this session can run `environment` here now (the runner is configured and answers). */
+  async available(environment: Environment): Promise<{ ok: true } | { ok: false; reason: string }> {
+    const runner = this.#runners.get(environment);
+    if (runner === undefined) return { ok: false, reason: `no ${environment} runner is configured` };
+    try {
+      return await runner.available();
+    } catch (err) {
+      return { ok: false, reason: (err as Error).message };
+    }
+  }
+
+  /**
+   * Resolve `name` afresh and stage its bytes; the staged copy's hash is the one the gate sees and
+   * the one that runs. A folder that changes while it is copied is read again (a writer in progress).
+   */
+  async #prepare(name: string): Promise<Capability> {
+    for (let attempt = 1; ; attempt++) {
+      const capability = await this.registry.get(name);
+      try {
+        return await this.#stage.stage(capability);
+      } catch (err) {
+        if (attempt >= 3 || !(err instanceof CapsuleError) || err.code !== 'MANIFEST_INVALID') throw err;
+      }
+    }
+  }
+
+  /** Runs `capability` (a staged capability covered by `permit`). Throws PERMISSION_DENIED otherwise. */
+  async runApproved(
+    permit: RunPermit | undefined,
+    capability: Capability,
+    inputText: string,
+    signal?: AbortSignal,
+  ): Promise<RunResult> {
+    const covered = permit === undefined ? undefined : this.#permits.get(permit);
+    if (covered === undefined || !covered.has(capability)) {
+      throw new CapsuleError(
+        'PERMISSION_DENIED',
+        `${capability.name} was not approved for this run: only what the gate allowed, as it was staged, runs.`,
+        { key: `run_capability:${capability.name}` },
+      );
+    }
+    const runner = this.#runners.get(capability.environment);
     if (runner === undefined) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
-        `No ${environment} runner is configured in this capsule.`,
-        {
-          hint: 'This environment is not available here; see docs/runners.md.',
-        },
+        `No ${capability.environment} runner is configured in this capsule.`,
+        { hint: 'This environment is not available here; see docs/runners.md.' },
       );
     }
-    return runner;
-  }
-
-  async runCapability(capability: Capability, inputText: string, signal?: AbortSignal): Promise<RunResult> {
-    return this.runner(capability.environment).run({ capability, input: inputText, signal });
+    return runner.run({ capability, input: inputText, signal });
   }
 
   // --- tool calls --------------------------------------------------------------------------
@@ -93,31 +163,34 @@ export class Executor implements CapabilityContext {
         { issues },
       );
     }
-    const { ctx: base, resolved } = this.contextFor(context);
+    const { ctx: base, prepared } = this.#contextFor(context);
     const ctx = base as Ctx;
     const args = parsed.data;
     const check = await tool.permission(args, ctx);
     let decision: Decision | undefined;
+    let permit: RunPermit | undefined;
     if (check.permission.type === 'ask') {
-      decision = await this.gate.check(
-        {
-          tool: tool.name,
-          kind: tool.kind,
-          key: check.permission.key,
-          subject: check.subject,
-          sandboxed: check.sandboxed,
-          isolation: check.isolation,
-          contentHash: check.contentHash,
-        },
-        context.signal,
-      );
-      if (decision.outcome !== 'allow') {
-        // The gate's reason already says how to allow the key (quoted for the shell where needed).
-        throw new CapsuleError('PERMISSION_DENIED', decision.reason, { key: decision.key });
-      }
+      const request: PermissionRequest = {
+        tool: tool.name,
+        kind: tool.kind,
+        key: check.permission.key,
+        subject: check.subject,
+        sandboxed: check.sandboxed,
+        isolation: check.isolation,
+        contentHash: check.contentHash,
+      };
+      decision = await this.#decide(request, context.signal);
+      // What permission() staged is what the gate judged; only that may run in execute().
+      const staged = await Promise.all(prepared.values());
+      permit = this.#issue(request, staged);
+      base.permit = permit;
     }
-    const result = await tool.execute(args, ctx);
-    return { decision, result, capabilities: await Promise.all(resolved.values()) };
+    try {
+      const result = await tool.execute(args, ctx);
+      return { decision, result, capabilities: await Promise.all(prepared.values()) };
+    } finally {
+      if (permit !== undefined) this.#permits.delete(permit);
+    }
   }
 
   /** run_capability through the gate: the library entry point behind `capsule run`. */
@@ -126,27 +199,145 @@ export class Executor implements CapabilityContext {
     input: unknown,
     options: { signal?: AbortSignal } = {},
   ): Promise<CallOutcome<RunResult> & { capability: Capability }> {
-    const outcome = await this.call(this.runCapabilityTool, { name, input }, options);
+    const outcome = await this.call(this.#runCapabilityTool, { name, input }, options);
     return { ...outcome, capability: outcome.capabilities[0] as Capability };
   }
 
-  async close(): Promise<void> {
-    await Promise.all([...this.runners.values()].map((r) => r.close()));
+  // --- one decision, several runs (compare, ci) --------------------------------------------
+
+  /**
+   * Stage `name` once and derive the variant it would run as in each of `environments`. Nothing is
+   * asked or run yet: approve() asks the gate once for the whole plan.
+   */
+  async planVariants(name: string, environments: readonly Environment[]): Promise<VariantPlan> {
+    const capability = await this.#prepare(name);
+    const variants: PlannedVariant[] = [];
+    const cleanups: Array<() => Promise<void>> = [];
+    try {
+      for (const environment of environments) {
+        const variant = await deriveVariant(capability, environment);
+        if (!variant.ok) {
+          variants.push({ environment, ok: false, reason: variant.reason });
+          continue;
+        }
+        if (variant.cleanup !== undefined) cleanups.push(variant.cleanup);
+        variants.push({
+          environment,
+          ok: true,
+          capability: variant.capability,
+          how: variant.how,
+          isolation: this.isolation(variant.capability),
+        });
+      }
+    } catch (err) {
+      await Promise.all(cleanups.map((c) => c()));
+      throw err;
+    }
+    const permits: RunPermit[] = [];
+    const plan: VariantPlan = {
+      capability,
+      variants,
+      release: async () => {
+        this.#plans.delete(plan);
+        for (const p of permits.splice(0)) this.#permits.delete(p);
+        await Promise.all(cleanups.splice(0).map((c) => c()));
+      },
+    };
+    this.#plans.set(plan, permits);
+    return plan;
   }
 
-  private contextFor(extra: object): { ctx: CapabilityContext; resolved: Map<string, Promise<Capability>> } {
-    // A per-call context: the call's signal, and one resolution per capability name, so what
-    // permission() judged (environment, content hash) is exactly what execute() runs.
-    const resolved = new Map<string, Promise<Capability>>();
-    const ctx = Object.assign(Object.create(this) as CapabilityContext, extra);
-    ctx.resolveCapability = (name: string) => {
-      let found = resolved.get(name);
-      if (found === undefined) {
-        found = this.registry.get(name);
-        resolved.set(name, found);
-      }
-      return found;
+  /**
+   * One gate decision for running a plan's runnable variants: the key is run_capability:<name>, judged
+   * by the least isolated variant and bound to the staged content hash. Throws PERMISSION_DENIED.
+   * `environments` narrows the decision (and the permit) to some of the plan's variants.
+   */
+  async approve(
+    plan: VariantPlan,
+    options: { environments?: readonly Environment[] | undefined; signal?: AbortSignal | undefined } = {},
+  ): Promise<RunPermit> {
+    const permits = this.#plans.get(plan);
+    if (permits === undefined) {
+      throw new CapsuleError('USAGE', 'This plan was not made by this executor, or it was released.');
+    }
+    const runnable = plan.variants.filter(
+      (v): v is Extract<PlannedVariant, { ok: true }> =>
+        v.ok && (options.environments === undefined || options.environments.includes(v.environment)),
+    );
+    if (runnable.length === 0) {
+      throw new CapsuleError('UNSUPPORTED', `"${plan.capability.name}" has no variant to run here.`);
+    }
+    const weakest = runnable.find((v) => !v.isolation.sandboxed) ?? runnable[0];
+    const permission = capabilityKey(plan.capability.name);
+    if (permission.type !== 'ask') throw new Error('run_capability always asks');
+    const request: PermissionRequest = {
+      tool: 'run_capability',
+      kind: 'OTHER',
+      key: permission.key,
+      subject: plan.capability.name,
+      sandboxed: runnable.every((v) => v.isolation.sandboxed),
+      isolation: weakest?.isolation.summary,
+      contentHash: plan.capability.contentHash,
     };
-    return { ctx, resolved };
+    await this.#decide(request, options.signal);
+    const permit = this.#issue(
+      request,
+      runnable.map((v) => v.capability),
+    );
+    permits.push(permit);
+    return permit;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.#runners.values()].map((r) => r.close()));
+    await this.#stage.close();
+  }
+
+  // --- internals ---------------------------------------------------------------------------
+
+  async #decide(request: PermissionRequest, signal: AbortSignal | undefined): Promise<Decision> {
+    const decision = await this.gate.check(request, signal);
+    if (decision.outcome !== 'allow') {
+      // The gate's reason already says how to allow the key (quoted for the shell where needed).
+      throw new CapsuleError('PERMISSION_DENIED', decision.reason, { key: decision.key });
+    }
+    return decision;
+  }
+
+  #issue(request: PermissionRequest, capabilities: readonly Capability[]): RunPermit {
+    const permit: RunPermit = Object.freeze({
+      capability: request.subject,
+      contentHash: request.contentHash ?? '',
+      key: request.key.raw,
+    });
+    this.#permits.set(permit, new Set(capabilities));
+    return permit;
+  }
+
+  #contextFor(extra: object): {
+    ctx: CapabilityContext & { permit?: RunPermit | undefined };
+    prepared: Map<string, Promise<Capability>>;
+  } {
+    // A per-call context: the call's signal, and one resolution (and staging) per capability name, so
+    // what permission() judged (environment, content hash) is exactly what execute() runs.
+    const prepared = new Map<string, Promise<Capability>>();
+    const ctx: CapabilityContext & { permit?: RunPermit | undefined } = {
+      ...extra,
+      prepareCapability: (name: string) => {
+        let found = prepared.get(name);
+        if (found === undefined) {
+          found = this.#prepare(name);
+          prepared.set(name, found);
+          found.catch(() => undefined);
+        }
+        return found;
+      },
+      isolation: (capability) => this.isolation(capability),
+      validateInput: (capability, inputText) => this.validateInput(capability, inputText),
+      runApproved: (permit, capability, inputText, signal) =>
+        this.runApproved(permit, capability, inputText, signal),
+      permit: undefined,
+    };
+    return { ctx, prepared };
   }
 }

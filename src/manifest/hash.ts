@@ -1,10 +1,15 @@
 import { createHash } from 'node:crypto';
-import { lstat, readdir, readFile, realpath } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { isInside } from './paths.js';
+import type { Manifest } from './schema.js';
 
 const MAX_FILES = 2000;
 const MAX_TOTAL_BYTES = 128 * 1024 * 1024;
+
+/** The checks file of a capability (see src/checks): data for capsule, not code for the runner. */
+export const CHECKS_FILE = 'cases.json';
 
 export interface FolderWalk {
   /** Relative paths (forward slashes) of every regular file, sorted. */
@@ -51,8 +56,7 @@ export async function walkFolder(dir: string): Promise<FolderWalk> {
       } else if (entry.isDirectory()) {
         stack.push(childRel);
       } else if (entry.isFile()) {
-        // cases.json holds checks, not code: editing a test must not revoke the capability's grants.
-        if (childRel !== 'cases.json') files.push(childRel);
+        files.push(childRel);
       }
       if (files.length > MAX_FILES) {
         problems.push({ file: '.', message: `holds more than ${MAX_FILES} files` });
@@ -65,18 +69,73 @@ export async function walkFolder(dir: string): Promise<FolderWalk> {
 }
 
 /**
+ * The files of a folder that make up the capability: everything the runner is given, so everything
+ * its code can reach. The one exception is a top-level cases.json the manifest does not name (as
+ * entry, source or an argument): it holds checks, is left out of the content hash (editing a test
+ * does not revoke grants) and, because it is not hashed, it is not staged either, so the code never
+ * sees it at run time. Named by the manifest, it is code like any other file and is hashed.
+ */
+export function contentFiles(files: readonly string[], manifest: Manifest): string[] {
+  const named = [manifest.entry, manifest.source, ...manifest.args]
+    .filter((p): p is string => p !== undefined)
+    .map((p) => path.posix.normalize(p.replaceAll('\\', '/')));
+  if (named.includes(CHECKS_FILE)) return [...files];
+  return files.filter((f) => f !== CHECKS_FILE);
+}
+
+/** One file of a snapshot: its bytes as they were read (and hashed), and whether it was executable. */
+export interface SnapshotFile {
+  path: string;
+  bytes: Buffer;
+  executable: boolean;
+}
+
+export interface ContentSnapshot {
+  files: SnapshotFile[];
+  /** The content hash of exactly these bytes. */
+  contentHash: string;
+}
+
+/**
+ * Read `files` of `dir` once and hash the bytes that were read: what is hashed is what a caller
+ * may then write elsewhere (the executor's stage). Only regular files are read (a FIFO or device
+ * swapped in is refused without blocking); a symlink is read through, like the walk lists it.
+ */
+export function snapshotFiles(dir: string, files: readonly string[]): Promise<ContentSnapshot> {
+  return readAndHash(dir, files, true);
+}
+
+async function readAndHash(dir: string, files: readonly string[], keep: boolean): Promise<ContentSnapshot> {
+  const hash = createHash('sha256');
+  const out: SnapshotFile[] = [];
+  let total = 0;
+  for (const rel of files) {
+    const handle = await open(path.join(dir, rel), constants.O_RDONLY | constants.O_NONBLOCK);
+    let bytes: Buffer;
+    let mode: number;
+    try {
+      const st = await handle.stat();
+      if (!st.isFile()) throw new Error(`${rel} is not a regular file`);
+      total += st.size;
+      if (total > MAX_TOTAL_BYTES)
+        throw new Error(`capability folder is larger than ${MAX_TOTAL_BYTES} bytes`);
+      bytes = await handle.readFile();
+      mode = st.mode;
+    } finally {
+      await handle.close();
+    }
+    hash.update(`${rel}\0${bytes.length}\0`);
+    hash.update(bytes);
+    if (keep) out.push({ path: rel, bytes, executable: (mode & 0o111) !== 0 });
+  }
+  return { files: out, contentHash: `sha256:${hash.digest('hex')}` };
+}
+
+/**
  * Content hash of a capability: every file's relative path and bytes, in sorted order.
  * The manifest is one of the files, so an environment change changes the hash too.
  */
 export async function hashFiles(dir: string, files: readonly string[]): Promise<string> {
-  const hash = createHash('sha256');
-  let total = 0;
-  for (const rel of files) {
-    const bytes = await readFile(path.join(dir, rel));
-    total += bytes.length;
-    if (total > MAX_TOTAL_BYTES) throw new Error(`capability folder is larger than ${MAX_TOTAL_BYTES} bytes`);
-    hash.update(`${rel}\0${bytes.length}\0`);
-    hash.update(bytes);
-  }
-  return `sha256:${hash.digest('hex')}`;
+  // Bytes are not kept: a registry scan hashes many folders at once.
+  return (await readAndHash(dir, files, false)).contentHash;
 }

@@ -2,7 +2,7 @@ import { readFile, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
 import { resolveInside, isInside } from './paths.js';
-import { hashFiles, walkFolder } from './hash.js';
+import { contentFiles, hashFiles, walkFolder } from './hash.js';
 import { MANIFEST_FILE } from './schema.js';
 import type { Capability, InvalidCapability, ResolvedFsGrant } from './types.js';
 import type { InputValidator } from './input.js';
@@ -127,7 +127,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
 
   let contentHash: string;
   try {
-    contentHash = await hashFiles(dir, walk.files);
+    contentHash = await hashFiles(dir, contentFiles(walk.files, manifest));
   } catch (err) {
     return fail([{ file: dir, message: `cannot be hashed: ${(err as Error).message}` }]);
   }

@@ -21,7 +21,10 @@ export function capabilityKey(name: string): PermissionCheck['permission'] {
   };
 }
 
-/** run_capability: resolves the capability afresh, validates the input, runs it in its environment. */
+/**
+ * run_capability: resolves and stages the capability afresh, validates the input, and runs the staged
+ * copy the gate judged (its content hash is the one asked about and audited) in its environment.
+ */
 export function createRunCapabilityTool(): Tool<
   typeof runCapabilityParameters,
   RunResult,
@@ -34,7 +37,7 @@ export function createRunCapabilityTool(): Tool<
     kind: 'OTHER',
     parameters: runCapabilityParameters,
     async permission(args, ctx) {
-      const capability = await ctx.resolveCapability(args.name);
+      const capability = await ctx.prepareCapability(args.name);
       const isolation = ctx.isolation(capability);
       return {
         permission: capabilityKey(capability.name),
@@ -45,9 +48,10 @@ export function createRunCapabilityTool(): Tool<
       };
     },
     async execute(args, ctx) {
-      const capability = await ctx.resolveCapability(args.name);
+      // The same staged object permission() judged (one preparation per call and name).
+      const capability = await ctx.prepareCapability(args.name);
       const inputText = ctx.validateInput(capability, JSON.stringify(args.input ?? {}));
-      return ctx.runCapability(capability, inputText, ctx.signal);
+      return ctx.runApproved(ctx.permit, capability, inputText, ctx.signal);
     },
   };
 }

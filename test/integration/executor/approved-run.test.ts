@@ -57,11 +57,11 @@ async function fixture(
   await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
   const audit = new MemoryAuditSink();
   const partial = { root, capRoot, audit };
-  let self: Fixture | undefined;
+  const self: { fixture?: Fixture } = {};
   const commands = await createCommandParser();
   const gate = await PermissionEngine.create({
     projectRoot: root,
-    prompter: swappingPrompter(() => whileAsked(self as Fixture)),
+    prompter: swappingPrompter(() => whileAsked(self.fixture as Fixture)),
     audit,
     commandParser: commands,
   });
@@ -81,8 +81,8 @@ async function fixture(
   });
   sessions.push(session);
   if (options.mode !== undefined) session.gate.setMode(options.mode);
-  self = { ...partial, session };
-  return self;
+  self.fixture = { ...partial, session };
+  return self.fixture;
 }
 
 /** The content hash of a folder as it was before the attack (a copy, hashed by the loader's rules). */
@@ -99,8 +99,6 @@ function ranHash(audit: MemoryAuditSink, name: string): string | undefined {
   const allow = audit.events.filter((e) => e.key === `run_capability:${name}` && e.decision === 'allow');
   return allow.at(-1)?.contentHash;
 }
-
-const ORIGINAL = 'touch "$CAPSULE_MARKS/original"\n';
 
 describe('what runs is what was approved (shell)', () => {
   it('the agent rewrites the entry with write_file while the prompt is open: the approved script runs', async () => {
@@ -131,10 +129,7 @@ describe('what runs is what was approved (shell)', () => {
 
   it('a file the entry sources is swapped during the prompt: the approved copy is sourced', async () => {
     const f = await fixture(async (f) => {
-      await writeFile(
-        path.join(f.capRoot, 'lib', 'lib.sh'),
-        `touch ${path.join(f.root, 'swapped')}\n`,
-      );
+      await writeFile(path.join(f.capRoot, 'lib', 'lib.sh'), `touch ${path.join(f.root, 'swapped')}\n`);
     });
     const dir = await writeCapability(
       f.capRoot,
@@ -181,7 +176,7 @@ describe('what runs is what was approved (shell)', () => {
 
   it('a swap between the gate decision and the runner start does not change what runs', async () => {
     // The runner itself lets the agent act first: the decision is made, the process has not started.
-    let swap: (() => Promise<void>) | undefined;
+    const late: { swap?: () => Promise<void> } = {};
     const f = await fixture(async () => {}, {
       runners: () => {
         const shell = new ShellRunner();
@@ -191,7 +186,7 @@ describe('what runs is what was approved (shell)', () => {
             available: () => shell.available(),
             close: () => shell.close(),
             async run(request) {
-              await swap?.();
+              await late.swap?.();
               return shell.run(request);
             },
           },
@@ -204,7 +199,7 @@ describe('what runs is what was approved (shell)', () => {
       {},
       { 'run.sh': `touch ${path.join(f.root, 'original')}\n` },
     );
-    swap = () => writeFile(path.join(dir, 'run.sh'), `touch ${path.join(f.root, 'swapped')}\n`);
+    late.swap = () => writeFile(path.join(dir, 'run.sh'), `touch ${path.join(f.root, 'swapped')}\n`);
     const approved = await hashOf(dir);
     await f.session.call('run_capability', { name: 'late', input: {} });
     expect(existsSync(path.join(f.root, 'swapped'))).toBe(false);
@@ -236,7 +231,7 @@ describe('what runs is what was approved (shell)', () => {
       {},
       {
         // Sources its own cases.json: only what the hash covers may run.
-        'run.sh': `. ./cases.json 2>/dev/null; touch ${path.join(f.root, 'original')}\n`,
+        'run.sh': `if [ -f cases.json ]; then . ./cases.json; fi; touch ${path.join(f.root, 'original')}\n`,
         'cases.json': '[]\n',
       },
     );

@@ -82,9 +82,12 @@ describe('--grant keys mean the same in capsule mcp as in the CLI', () => {
     await writeFile(path.join(root, 'capsule.json'), CONFIG);
     const grant = (marker: string): string => `run_command:true   &&    touch ${marker}`;
 
-    const exec = await builtCli(['exec', '--no-prompt', '--grant', grant('m-cli'), '--', 'true && touch m-cli'], {
-      cwd: root,
-    });
+    const exec = await builtCli(
+      ['exec', '--no-prompt', '--grant', grant('m-cli'), '--', 'true && touch m-cli'],
+      {
+        cwd: root,
+      },
+    );
     expect(exec.code, exec.stderr).toBe(0);
     expect(existsSync(path.join(root, 'm-cli'))).toBe(true);
 
