@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { cp, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, mkdtemp, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import wabtInit from 'wabt';
@@ -14,6 +14,7 @@ import type { Prompter } from '../../../src/permissions/prompter.js';
 import { Registry } from '../../../src/registry/registry.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import type { Runner } from '../../../src/runners/types.js';
+import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { loadValid, tempProject, writeCapability } from '../../helpers/capability.js';
 import { assemble } from '../runners/wasm/helpers.js';
@@ -275,5 +276,39 @@ describe('what runs is what was approved (wasm)', () => {
     expect(existsSync(path.join(f.root, 'out', 'marker'))).toBe(false);
     expect(result.exitCode).toBe(0);
     expect(ranHash(f.audit, 'art')).toBe(approved);
+  });
+});
+
+describe('what runs is what was approved (docker)', () => {
+  it('the entry is swapped during the prompt: the bind-mounted folder is the approved copy', async () => {
+    const f = await fixture(
+      async (f) => {
+        await writeFile(path.join(f.capRoot, 'box', 'run.sh'), 'touch /project/out/swapped\n');
+      },
+      { runners: () => [new DockerRunner({ prewarm: 0 })] },
+    );
+    const out = path.join(f.root, 'out');
+    await mkdir(out);
+    // The sandbox user (65534) writes the markers through the rw grant.
+    await chmod(out, 0o777);
+    const dir = await writeCapability(
+      f.capRoot,
+      'box',
+      {
+        environment: 'docker',
+        docker: { image: 'capsule/busybox:1' },
+        grants: { fs: [{ path: 'out', mode: 'rw' }] },
+      },
+      { 'run.sh': 'touch /project/out/original\n' },
+    );
+    const approved = await hashOf(dir);
+    const result = (await f.session.call('run_capability', { name: 'box', input: {} })) as {
+      exitCode: number;
+      stderr: string;
+    };
+    expect(result.exitCode, result.stderr).toBe(0);
+    expect(existsSync(path.join(out, 'swapped'))).toBe(false);
+    expect(existsSync(path.join(out, 'original'))).toBe(true);
+    expect(ranHash(f.audit, 'box')).toBe(approved);
   });
 });
