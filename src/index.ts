@@ -1,10 +1,12 @@
 /**
- * capsule's library API: every part is constructed explicitly (no module-level state).
+ * capsule's library API: every part is constructed explicitly (no module-level state). openRuntime is
+ * the composition root the CLI and the MCP server use too (real-path project root, canonical grants,
+ * the protected set, the environment runners read):
  *
- *   const registry = new Registry({ roots: ['capabilities'], projectRoot });
- *   const gate = await PermissionEngine.create({ projectRoot, prompter: createNonInteractivePrompter(), sessionGrants: ['run_capability:hello'] });
- *   const executor = new Executor({ registry, gate, runners: [new WasmRunner({ cacheDir })] });
+ *   const runtime = await openRuntime({ cwd: process.cwd(), grants: ['run_capability:hello'] });
+ *   const executor = runtime.openExecutor(await runtime.openGate({ prompter: createNonInteractivePrompter() }));
  *   const { result } = await executor.run('hello', { name: 'world' });
+ *   await executor.close();
  */
 export { CapsuleError, isCapsuleError, type ErrorCode, type ErrorDetails } from './errors.js';
 
@@ -36,7 +38,15 @@ export { verifyAuditLog } from './permissions/audit-log.js';
 
 export type { Tool } from './tools/tool.js';
 export { createToolCatalog } from './tools/catalog.js';
-export { Executor, type ExecutorOptions } from './executor/executor.js';
+export {
+  Executor,
+  type ExecutorOptions,
+  type RunPermit,
+  type VariantPlan,
+  type PlannedVariant,
+} from './executor/executor.js';
+export { CapabilityStage } from './executor/stage.js';
+export { openRuntime, type Runtime, type RuntimeOptions, type GateOptions } from './runtime/runtime.js';
 
 export { AgentSession } from './agent/agent-session.js';
 export { openAgentSession } from './agent/open-session.js';

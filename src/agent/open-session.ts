@@ -1,13 +1,8 @@
-import { loadProjectConfig, type PermissionMode } from '../config/project-config.js';
-import { createDefaultRunners } from '../executor/runners.js';
-import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
-import { PermissionEngine } from '../permissions/engine.js';
-import { parseKey } from '../permissions/keys.js';
+import type { PermissionMode } from '../config/project-config.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
-import { protectedPaths } from '../permissions/self-protection.js';
-import { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
+import { openRuntime } from '../runtime/runtime.js';
 import type { Componentize } from '../tools/generate.js';
 import { AgentSession, type PlanApproval } from './agent-session.js';
 import { ProfileCatalog } from './profile.js';
@@ -15,11 +10,13 @@ import { ProfileCatalog } from './profile.js';
 export interface OpenAgentSessionOptions {
   /** Where capsule was started; the project root is the nearest ancestor holding capsule.json. */
   cwd: string;
+  /** capsule's own environment (runners take granted variables from it). Default `process.env`. */
+  env?: NodeJS.ProcessEnv | undefined;
   /** Profile name (default `build`). */
   profile?: string | undefined;
   /** Mode after the profile's (`--mode`). */
   mode?: PermissionMode | undefined;
-  /** `--grant KEY`: session grants given up front. */
+  /** `--grant KEY`: session grants given up front (canonicalized like the CLI's). */
   grants?: readonly string[] | undefined;
   /** Who answers an Ask. Default: nobody (every Ask is a denial that says how to allow it). */
   prompter?: Prompter | undefined;
@@ -40,40 +37,35 @@ export const defaultComponentize: Componentize = async (source, options) => {
 };
 
 /**
- * Everything an agent session needs, built explicitly: project config, registry, the permission
- * engine (with the given prompter), runners, the profile catalog and the active profile.
+ * Everything an agent session needs, from the one composition root the CLI uses too (openRuntime):
+ * real-path project root, canonical grants, registry and runners; then the permission engine (with
+ * the given prompter), the profile catalog and the active profile.
  */
 export async function openAgentSession(options: OpenAgentSessionOptions): Promise<AgentSession> {
-  const project = await loadProjectConfig(options.cwd);
-  const root = project.root;
-  const profiles = await ProfileCatalog.load({ projectRoot: root });
-  const profile = profiles.get(options.profile ?? 'build');
-  const registry = new Registry({
-    roots: project.config.roots,
-    projectRoot: root,
-    protectedPaths: protectedPaths(root).all,
-  });
-  const commands: CommandParser = await createCommandParser();
-  const grants = (options.grants ?? []).map((g) => parseKey(g).raw);
-  const engine = await PermissionEngine.create({
-    projectRoot: root,
-    configFile: project.file,
-    config: project.config,
-    sessionGrants: grants,
-    prompter: options.prompter ?? createNonInteractivePrompter(),
-    commandParser: commands,
-    logger: options.logger,
-  });
   // Runners exist before the session; their progress reaches it through this late-bound sink.
   const sink: { to?: (message: string) => void } = {};
-  const onRunnerProgress = (message: string): void => {
-    options.onRunnerProgress?.(message);
-    sink.to?.(message);
-  };
+  const runtime = await openRuntime({
+    cwd: options.cwd,
+    env: options.env,
+    grants: options.grants,
+    runners: options.runners,
+    onRunnerProgress: (message) => {
+      options.onRunnerProgress?.(message);
+      sink.to?.(message);
+    },
+  });
+  const root = runtime.root;
+  const profiles = await ProfileCatalog.load({ projectRoot: root });
+  const profile = profiles.get(options.profile ?? 'build');
+  const commands = await runtime.commandParser();
+  const engine = await runtime.openGate({
+    prompter: options.prompter ?? createNonInteractivePrompter(),
+    logger: options.logger,
+  });
   const session = await AgentSession.create({
     projectRoot: root,
-    registry,
-    runners: options.runners ?? createDefaultRunners({ projectRoot: root, onProgress: onRunnerProgress }),
+    registry: runtime.registry,
+    runners: runtime.runners,
     gate: engine,
     commands,
     profiles,
@@ -83,15 +75,12 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     childGate: async ({ grants: childGrants, profile: childProfile }) =>
       // A child never prompts, never writes the audit chain of its parent, and starts from no project
       // grants: it holds only the intersection computed by the parent.
-      PermissionEngine.create({
-        projectRoot: root,
-        configFile: project.file,
-        config: { ...project.config, allowlist: {} },
+      runtime.openGate({
+        prompter: createNonInteractivePrompter(),
         mode: childProfile.mode,
         sessionGrants: childGrants,
-        prompter: createNonInteractivePrompter(),
+        projectAllowlist: false,
         audit: false,
-        commandParser: commands,
       }),
   });
   sink.to = (message) => session.reportRunnerProgress(message);

@@ -1,13 +1,14 @@
-import { loadProjectConfig, type LoadedProjectConfig } from '../config/project-config.js';
-import { Executor } from '../executor/executor.js';
-import { createDefaultRunners } from '../executor/runners.js';
+import type { LoadedProjectConfig } from '../config/project-config.js';
+import type { Executor } from '../executor/executor.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
-import { createSessionEngine } from '../permissions/session-gate.js';
-import type { InputValidator } from '../manifest/input.js';
-import { protectedPaths } from '../permissions/self-protection.js';
-import { Registry } from '../registry/registry.js';
+import { createNonInteractivePrompter, createTerminalPrompter } from '../permissions/prompter.js';
+import { parseMode } from '../permissions/session-gate.js';
+import type { Registry } from '../registry/registry.js';
+import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
 import type { CliIO } from './output.js';
+
+export { projectRegistry };
 
 export interface SessionFlags {
   grants?: readonly string[];
@@ -26,53 +27,36 @@ export interface CliSession {
   close(): Promise<void>;
 }
 
-/**
- * A registry over `roots` of a project. No capability may be granted write access to capsule's own
- * files (the permission engine's self-protection list).
- */
-export function projectRegistry(
-  projectRoot: string,
-  roots: readonly string[],
-  inputValidator?: InputValidator,
-): Registry {
-  return new Registry({
-    roots,
-    projectRoot,
-    protectedPaths: protectedPaths(projectRoot).all,
-    inputValidator,
-  });
-}
-
+/** The project of the current directory (real-path root) and its registry: for commands that run nothing. */
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
-  const project = await loadProjectConfig(io.cwd);
+  const project = await openProjectAt(io.cwd);
   return { project, registry: projectRegistry(project.root, project.config.roots) };
 }
 
-function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO): Promise<PermissionEngine> {
-  return createSessionEngine({
-    project,
-    grants: flags.grants,
-    noPrompt: flags.noPrompt,
-    mode: flags.mode,
-    interactive: io.interactive,
-    output: io.stderr,
-    parser: flags.parser,
-  });
-}
-
-/** Everything one CLI invocation needs, built explicitly (no module-level state). */
+/**
+ * Everything one CLI invocation needs, from the one composition root (openRuntime) that MCP and the
+ * library use too. MISSION §6 semantics: `--no-prompt` or no TTY turns every Ask into a denial.
+ */
 export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSession> {
-  const { project, registry } = await openProject(io);
-  const runners = createDefaultRunners({
-    projectRoot: project.root,
+  const mode = parseMode(flags.mode);
+  const runtime = await openRuntime({
+    cwd: io.cwd,
     env: io.env,
-    onProgress: (message) => void io.stderr.write(`${message}\n`),
+    grants: flags.grants,
+    parser: flags.parser,
+    onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
   });
-  const engine = await createGate(project, flags, io);
-  const executor = new Executor({
-    registry,
-    gate: engine,
-    runners,
-  });
-  return { project, registry, executor, engine, close: () => executor.close() };
+  const prompter =
+    flags.noPrompt === true || !io.interactive
+      ? createNonInteractivePrompter()
+      : createTerminalPrompter({ input: process.stdin, output: io.stderr });
+  const engine = await runtime.openGate({ prompter, mode });
+  const executor = runtime.openExecutor(engine);
+  return {
+    project: runtime.project,
+    registry: runtime.registry,
+    executor,
+    engine,
+    close: () => executor.close(),
+  };
 }

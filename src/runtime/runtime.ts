@@ -1,0 +1,171 @@
+import { realpath } from 'node:fs/promises';
+import {
+  loadProjectConfig,
+  type LoadedProjectConfig,
+  type PermissionMode,
+} from '../config/project-config.js';
+import { CapsuleError } from '../errors.js';
+import { Executor } from '../executor/executor.js';
+import type { IsolationJudge } from '../executor/isolation.js';
+import { createDefaultRunners } from '../executor/runners.js';
+import type { InputValidator } from '../manifest/input.js';
+import type { AuditSink } from '../permissions/audit-log.js';
+import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
+import { PermissionEngine } from '../permissions/engine.js';
+import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
+import type { Prompter } from '../permissions/prompter.js';
+import type { RuleSource } from '../permissions/rules.js';
+import { protectedPaths, type ProtectedPaths } from '../permissions/self-protection.js';
+import type { PermissionGate } from '../permissions/types.js';
+import { Registry } from '../registry/registry.js';
+import type { Runner } from '../runners/types.js';
+
+export interface RuntimeOptions {
+  /** Where capsule was started; the project root is the nearest ancestor of its real path holding capsule.json. */
+  cwd: string;
+  /** capsule's own environment: runners take granted variables from it. Default `process.env`. */
+  env?: NodeJS.ProcessEnv | undefined;
+  /** `--grant KEY`s of this process, checked and canonicalized the same way on every surface. */
+  grants?: readonly string[] | undefined;
+  /** A bash parser the caller already has (it is built on first need otherwise). */
+  parser?: CommandParser | undefined;
+  /** Replace the runners (tests). Default: shell, wasm and docker, each starting lazily. */
+  runners?: readonly Runner[] | undefined;
+  /** Progress of long runner work (docker image builds). */
+  onRunnerProgress?: ((message: string) => void) | undefined;
+}
+
+export interface GateOptions {
+  /** Who answers an Ask. */
+  prompter: Prompter;
+  /** Mode after capsule.json's (`--mode`, a profile's). */
+  mode?: PermissionMode | undefined;
+  profileRules?: readonly RuleSource[] | undefined;
+  /** Replace this process's grants (a child session's intersection); already canonical. */
+  sessionGrants?: readonly string[] | undefined;
+  /** False: start from no project allowlist entries (a child session). Default true. */
+  projectAllowlist?: boolean | undefined;
+  audit?: AuditSink | false | undefined;
+  logger?: ((message: string) => void) | undefined;
+}
+
+/**
+ * What every surface (CLI, MCP, library) of one capsule process shares, built in one place so that
+ * none of them can drift: the project root as a real path, capsule's protected files under it, the
+ * grant keys of this process in canonical form, the environment runners read, the registry and the
+ * runners. Gates and executors are opened from it. Construct with openRuntime().
+ */
+export interface Runtime {
+  /** capsule.json and its real-path root. */
+  readonly project: LoadedProjectConfig;
+  readonly root: string;
+  /** capsule's own state under the root: no capability, tool or grant may write it. */
+  readonly protectedPaths: ProtectedPaths;
+  readonly env: NodeJS.ProcessEnv;
+  /** This process's `--grant` keys, canonical. */
+  readonly grants: readonly string[];
+  readonly registry: Registry;
+  readonly runners: readonly Runner[];
+  /** The bash parser (run_command keying), built once on first use. */
+  commandParser(): Promise<CommandParser>;
+  /** A registry over other roots of this project, with the same protected set. */
+  registryFor(roots: readonly string[], inputValidator?: InputValidator): Registry;
+  openGate(options: GateOptions): Promise<PermissionEngine>;
+  openExecutor(gate: PermissionGate, options?: { isolation?: IsolationJudge | undefined }): Executor;
+}
+
+/** The project of `cwd`, found from its real path (a symlinked cwd names the same root as the real one). */
+export async function openProjectAt(cwd: string): Promise<LoadedProjectConfig> {
+  let real: string;
+  try {
+    real = await realpath(cwd);
+  } catch (err) {
+    throw new CapsuleError(
+      'NOT_FOUND',
+      `The working directory ${cwd} cannot be resolved (${(err as NodeJS.ErrnoException).code ?? 'error'}).`,
+      { file: cwd },
+      { cause: err },
+    );
+  }
+  const project = await loadProjectConfig(real);
+  return { ...project, root: await realpath(project.root) };
+}
+
+/**
+ * A registry over `roots` of a project. No capability may be granted write access to capsule's own
+ * files (the protected set of the root).
+ */
+export function projectRegistry(
+  projectRoot: string,
+  roots: readonly string[],
+  inputValidator?: InputValidator,
+): Registry {
+  return new Registry({
+    roots,
+    projectRoot,
+    protectedPaths: protectedPaths(projectRoot).all,
+    inputValidator,
+  });
+}
+
+/**
+ * `--grant` keys in the form the gate matches: every key parsed, run_command keys checked and
+ * normalized by the real parser (a compound command's spacing does not matter; a simple command with
+ * arguments is refused, it would silently never match). Throws USAGE naming the key.
+ */
+export async function canonicalGrants(
+  grants: readonly string[],
+  parser: () => Promise<CommandParser>,
+): Promise<string[]> {
+  const out: string[] = [];
+  for (const grant of grants) {
+    const key = parseKey(grant);
+    out.push(key.tool === RUN_COMMAND ? canonicalGrantKey(await parser(), grant) : key.raw);
+  }
+  return out;
+}
+
+/** Build the runtime of one capsule process (one per CLI invocation, MCP server or library session). */
+export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
+  const project = await openProjectAt(options.cwd);
+  const root = project.root;
+  const env = options.env ?? process.env;
+  let parser: Promise<CommandParser> | undefined =
+    options.parser !== undefined ? Promise.resolve(options.parser) : undefined;
+  const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
+  const grants = await canonicalGrants(options.grants ?? [], commandParser);
+  const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
+    projectRegistry(root, roots, inputValidator);
+  const runners =
+    options.runners ?? createDefaultRunners({ projectRoot: root, env, onProgress: options.onRunnerProgress });
+  const registry = registryFor(project.config.roots);
+  return {
+    project,
+    root,
+    protectedPaths: protectedPaths(root),
+    env,
+    grants,
+    registry,
+    runners,
+    commandParser,
+    registryFor,
+    async openGate(gate) {
+      return PermissionEngine.create({
+        projectRoot: root,
+        configFile: project.file,
+        config: gate.projectAllowlist === false ? { ...project.config, allowlist: {} } : project.config,
+        mode: gate.mode,
+        profileRules: gate.profileRules,
+        sessionGrants: gate.sessionGrants ?? grants,
+        prompter: gate.prompter,
+        // The parser is needed only to key run_command; build it when something will.
+        commandParser: parser !== undefined ? await parser : undefined,
+        audit: gate.audit,
+        logger: gate.logger,
+      });
+    },
+    openExecutor(gate, executorOptions = {}) {
+      return new Executor({ registry, gate, runners, isolation: executorOptions.isolation });
+    },
+  };
+}
