@@ -17,8 +17,9 @@ interface StagedCopy {
   stamps: Array<{ file: string; stamp: string }>;
 }
 
-const stampOf = (st: { size: number; mtimeMs: number; ino: number; mode: number }): string =>
-  `${st.size}:${st.mtimeMs}:${st.ino}:${st.mode}`;
+// ctime is in the stamp because no caller can set it back: any write or chmod moves it.
+const stampOf = (st: { size: number; mtimeMs: number; ctimeMs: number; ino: number; mode: number }): string =>
+  `${st.size}:${st.mtimeMs}:${st.ctimeMs}:${st.ino}:${st.mode}`;
 
 /**
  * The approved bytes of capabilities, copied out of reach of what runs. A capability's hashed files are

@@ -312,3 +312,30 @@ describe('what runs is what was approved (docker)', () => {
     expect(ranHash(f.audit, 'box')).toBe(approved);
   });
 });
+
+describe('what runs is what was approved (one decision for several runs: compare, ci)', () => {
+  it('the entry is swapped while the plan is being approved: every run of the plan runs the approved copy', async () => {
+    const f = await fixture(async (f) => {
+      await writeFile(path.join(f.capRoot, 'planned', 'run.sh'), `touch ${path.join(f.root, 'swapped')}\n`);
+    });
+    const dir = await writeCapability(
+      f.capRoot,
+      'planned',
+      {},
+      { 'run.sh': `touch ${path.join(f.root, 'original')}\n` },
+    );
+    const approved = await hashOf(dir);
+    const plan = await f.session.executor.planVariants('planned', ['shell']);
+    try {
+      const permit = await f.session.executor.approve(plan);
+      const variant = plan.variants[0];
+      if (variant?.ok !== true) throw new Error('shell variant expected');
+      for (let i = 0; i < 2; i++) await f.session.executor.runApproved(permit, variant.capability, '{}');
+    } finally {
+      await plan.release();
+    }
+    expect(existsSync(path.join(f.root, 'swapped'))).toBe(false);
+    expect(existsSync(path.join(f.root, 'original'))).toBe(true);
+    expect(ranHash(f.audit, 'planned')).toBe(approved);
+  });
+});

@@ -109,5 +109,7 @@ describe('--grant keys mean the same in capsule mcp as in the CLI', () => {
     expect(exec.code).toBe(64);
     const session = openAgentSession({ cwd: root, grants: ['run_command:touch m'] });
     await expect(session).rejects.toMatchObject({ code: 'USAGE' });
+    const mcp = await builtCli(['mcp', '--grant', 'run_command:touch m'], { cwd: root });
+    expect(mcp.code).toBe(64);
   });
 });
