@@ -7,7 +7,7 @@ import { openAgentSession } from '../../../src/agent/open-session.js';
 import type { AgentSession } from '../../../src/agent/agent-session.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { tempProject } from '../../helpers/capability.js';
-import { BUILT_CLI, builtCli } from '../../helpers/cli.js';
+import { BUILT_CLI, builtCli, cli } from '../../helpers/cli.js';
 import { connectCapsule, textOf, type McpHarness } from '../mcp/mcp-client.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
@@ -60,6 +60,12 @@ describe('the library session (openAgentSession) realpaths its project root', ()
     });
     sessions.push(session);
     await session.call('run_capability', { name: 'probe', input: {} }).catch(() => undefined);
+    expect(await readFile(path.join(root, 'capsule.json'), 'utf8')).toBe(CONFIG);
+  });
+
+  it('and so does the CLI (capsule run from the symlinked directory)', async () => {
+    const { root, link } = await probeProject();
+    await cli(['run', 'probe', '--grant', 'run_capability:probe'], { cwd: link });
     expect(await readFile(path.join(root, 'capsule.json'), 'utf8')).toBe(CONFIG);
   });
 
