@@ -63,8 +63,9 @@ export class CapabilityStage {
     return {
       ...capability,
       dir,
-      // entryPath is a real path inside the folder, so its place in the copy is the same relative path.
-      entryPath: path.join(dir, path.relative(capability.dir, capability.entryPath)),
+      // The copy holds every hashed file at its listed path (a symlink as the file it points to), so the
+      // entry is found by the path the manifest gives, not by where a link led in the original folder.
+      entryPath: path.join(dir, path.posix.normalize(capability.manifest.entry)),
       // manifestPath stays the file the person edits: runners only name it in messages.
     };
   }

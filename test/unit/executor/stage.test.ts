@@ -37,6 +37,17 @@ describe('the stage holds exactly the approved bytes', () => {
     expect((await stat(staged.dir)).mode & 0o222).toBe(0);
   });
 
+  it('an entry that is a symlink to cases.json is hashed and staged as the file it points to', async () => {
+    const { root, capRoot } = await tempProject('capsule-stage-test-');
+    const dir = await writeCapability(capRoot, 'linked', { entry: 'run.sh' }, { 'cases.json': 'echo one\n' });
+    await symlink('cases.json', path.join(dir, 'run.sh'));
+    const before = await loadValid(dir, root, capRoot);
+    const staged = await newStage().stage(before);
+    expect(await readFile(staged.entryPath, 'utf8')).toBe('echo one\n');
+    await writeFile(path.join(dir, 'cases.json'), 'echo two\n');
+    expect((await loadValid(dir, root, capRoot)).contentHash).not.toBe(before.contentHash);
+  });
+
   it('a folder that changed after it was hashed is refused, and nothing of it is staged', async () => {
     const { dir, capability: cap } = await capability();
     await writeFile(path.join(dir, 'run.sh'), 'echo swapped\n');
