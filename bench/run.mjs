@@ -6,6 +6,7 @@ import { benchDocker } from './docker.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
+import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -15,6 +16,7 @@ const suites = [
   ['wasm', () => benchWasm({ root })],
   ['docker', () => benchDocker({ root })],
   ['registry', () => benchRegistry()],
+  ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
 ];
 for (const [name, run] of suites) {
