@@ -17,6 +17,7 @@ import type { Runner } from '../../../src/runners/types.js';
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { loadValid, tempProject, writeCapability } from '../../helpers/capability.js';
+import { choose, connectCapsule, textOf } from '../mcp/mcp-client.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 // The attacker is the agent: while the person is being asked to approve run_capability, it rewrites
@@ -337,5 +338,40 @@ describe('what runs is what was approved (one decision for several runs: compare
     expect(existsSync(path.join(f.root, 'swapped'))).toBe(false);
     expect(existsSync(path.join(f.root, 'original'))).toBe(true);
     expect(ranHash(f.audit, 'planned')).toBe(approved);
+  });
+});
+
+describe('what runs is what was approved (capsule mcp, a real MCP client)', () => {
+  it('the client rewrites the entry before it answers the elicitation: the approved script runs', async () => {
+    const { root, capRoot } = await tempProject('capsule-approved-mcp-');
+    await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
+    const dir = await writeCapability(
+      capRoot,
+      'viamcp',
+      {},
+      { 'run.sh': `touch ${path.join(root, 'original')}\n` },
+    );
+    const approved = await hashOf(dir);
+    const h = await connectCapsule({
+      cwd: root,
+      answer: async () => {
+        await writeFile(path.join(dir, 'run.sh'), `touch ${path.join(root, 'swapped')}\n`);
+        return choose('Once');
+      },
+    });
+    try {
+      const r = await h.client.callTool({ name: 'run_capability', arguments: { name: 'viamcp', input: {} } });
+      expect(r.isError, textOf(r)).toBeFalsy();
+    } finally {
+      await h.close();
+    }
+    expect(existsSync(path.join(root, 'swapped'))).toBe(false);
+    expect(existsSync(path.join(root, 'original'))).toBe(true);
+    // The audit log on disk names the hash of what ran.
+    const lines = (await readFile(path.join(root, '.capsule', 'audit.jsonl'), 'utf8')).trim().split('\n');
+    const allow = lines
+      .map((l) => JSON.parse(l) as { key: string; decision: string; contentHash?: string })
+      .filter((e) => e.key === 'run_capability:viamcp' && e.decision === 'allow');
+    expect(allow.at(-1)?.contentHash).toBe(approved);
   });
 });
