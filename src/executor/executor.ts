@@ -10,7 +10,7 @@ import type { CapabilityContext } from '../tools/context.js';
 import { capabilityKey, createRunCapabilityTool } from '../tools/run-capability.js';
 import type { Tool } from '../tools/tool.js';
 import { defaultIsolation, type IsolationJudge, type IsolationReport } from './isolation.js';
-import { CapabilityStage } from './stage.js';
+import { CapabilityStage, makeWritable } from './stage.js';
 
 export interface ExecutorOptions {
   registry: Registry;
@@ -220,7 +220,15 @@ export class Executor {
           variants.push({ environment, ok: false, reason: variant.reason });
           continue;
         }
-        if (variant.cleanup !== undefined) cleanups.push(variant.cleanup);
+        const { cleanup } = variant;
+        if (cleanup !== undefined) {
+          // A variant copied from the stage inherits its read-only folders: unlock them to remove them.
+          const dir = variant.capability.dir;
+          cleanups.push(async () => {
+            await makeWritable(dir).catch(() => undefined);
+            await cleanup();
+          });
+        }
         variants.push({
           environment,
           ok: true,

@@ -162,7 +162,8 @@ export class CapabilityStage {
   }
 }
 
-async function makeWritable(dir: string): Promise<void> {
+/** Folders of a copy made read-only, writable by their owner again (so it can remove them). */
+export async function makeWritable(dir: string): Promise<void> {
   await chmod(dir, 0o700);
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     if (entry.isDirectory()) await makeWritable(path.join(dir, entry.name));
