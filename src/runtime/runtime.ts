@@ -71,6 +71,7 @@ export interface Runtime {
   /** A registry over other roots of this project, with the same protected set. */
   registryFor(roots: readonly string[], inputValidator?: InputValidator): Registry;
   openGate(options: GateOptions): Promise<PermissionEngine>;
+  /** The executor over this runtime's registry and runners; its close() releases the runners. */
   openExecutor(gate: PermissionGate, options?: { isolation?: IsolationJudge | undefined }): Executor;
 }
 
