@@ -180,9 +180,12 @@ export class Executor {
         contentHash: check.contentHash,
       };
       decision = await this.#decide(request, context.signal);
-      // What permission() staged is what the gate judged; only that may run in execute().
+      // What permission() staged is what the gate judged; only that, with the hash the gate saw, may run.
       const staged = await Promise.all(prepared.values());
-      permit = this.#issue(request, staged);
+      permit = this.#issue(
+        request,
+        staged.filter((c) => c.contentHash === request.contentHash),
+      );
       base.permit = permit;
     }
     try {
