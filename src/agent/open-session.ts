@@ -88,6 +88,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
         configFile: project.file,
         config: { ...project.config, allowlist: {} },
         mode: childProfile.mode,
+        modeSource: { trust: childProfile.trust, origin: `profile:${childProfile.name}` },
         sessionGrants: childGrants,
         prompter: createNonInteractivePrompter(),
         audit: false,

@@ -57,6 +57,8 @@ function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO
     interactive: io.interactive,
     output: io.stderr,
     parser: flags.parser,
+    // Warnings (a project file's mode or rule that does not apply) go where the person looks.
+    logger: (message) => void io.stderr.write(`capsule: ${message}\n`),
   });
 }
 

@@ -52,16 +52,27 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
           input: options.input ?? process.stdin,
           output: options.output ?? process.stderr,
         });
+  const logger = options.logger ?? ((m: string) => void process.stderr.write(`capsule: ${m}\n`));
+  const mode = parseMode(options.mode);
+  const fileMode = options.project.config.mode;
+  if (mode === undefined && (fileMode === 'bypass' || fileMode === 'edit') && !prompter.interactive) {
+    // Nobody will be asked, so say up front what the repository's mode does not do.
+    logger(
+      `${options.project.file} sets mode "${fileMode}": ignored for unsandboxed calls (run_command, shell ` +
+        'capabilities, docker that is not hardened, wasm with rw host grants, file writes), which are denied ' +
+        'here unless granted. A project file can allow sandboxed calls only; use --grant KEY or --mode.',
+    );
+  }
   return PermissionEngine.create({
     projectRoot: options.project.root,
     configFile: options.project.file,
     config: options.project.config,
-    mode: parseMode(options.mode),
+    mode,
     sessionGrants: canonical,
     prompter,
     commandParser: parser,
     profileRules: options.profileRules,
     audit: options.audit,
-    logger: options.logger,
+    logger,
   });
 }

@@ -100,7 +100,7 @@ describe('persistent sources allow only sandboxed calls', () => {
 
   it('setMode from this process overrides a file mode; a persistent setMode does not elevate', async () => {
     const { e } = await engine({ mode: 'bypass' });
-    e.setMode('bypass', 'persistent');
+    e.setMode('bypass', { trust: 'persistent', origin: 'profile:x' });
     expect(e.explain(commandReq('touch')).outcome).toBe('ask');
     e.setMode('bypass');
     expect(e.explain(commandReq('touch')).outcome).toBe('allow');
