@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
@@ -152,10 +152,63 @@ describe('a repository file may make sandboxed calls run unasked', () => {
     await addShoutWasm(p.root);
     await mkdir(path.join(p.root, 'out'));
     const manifest = path.join(p.root, 'capabilities', 'shout-wasm', 'capability.json');
-    const { readFile } = await import('node:fs/promises');
     const m = JSON.parse(await readFile(manifest, 'utf8')) as Record<string, unknown>;
     await writeFile(manifest, JSON.stringify({ ...m, grants: { fs: [{ path: 'out', mode: 'rw' }] } }));
     const r = await cli(['run', 'shout-wasm', '--no-prompt'], { cwd: p.root });
     expect(r.code).toBe(77);
   });
+});
+
+describe('docker: hardened counts as sandboxed, a writable host mount does not', () => {
+  async function dockerCapability(
+    root: string,
+    name: string,
+    extra: Record<string, unknown>,
+    script: string,
+  ) {
+    await writeCapability(
+      path.join(root, 'capabilities'),
+      name,
+      {
+        environment: 'docker',
+        entry: 'run.sh',
+        interpreter: 'sh',
+        docker: { image: 'capsule/busybox:1' },
+        limits: { timeoutMs: 20000, memoryMb: 64, outputBytes: 65536, pids: 32 },
+        ...extra,
+      },
+      { 'run.sh': script },
+    );
+  }
+
+  it('mode bypass in capsule.json runs a hardened container with --no-prompt', async () => {
+    const p = await hostile({ mode: 'bypass' });
+    await dockerCapability(p.root, 'boxed', {}, 'echo "{\\"uid\\":$(id -u)}"\n');
+    const r = await cli(['run', 'boxed', '--no-prompt'], { cwd: p.root });
+    expect(r.stderr).not.toContain('Permission denied');
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe('{"uid":65534}');
+  }, 120_000);
+
+  it('mode bypass in capsule.json cannot run a container with a writable host mount', async () => {
+    const p = await hostile({ mode: 'bypass', permissions: { allow: ['run_capability(*)'] } });
+    const out = path.join(p.root, 'out');
+    await mkdir(out);
+    await chmod(out, 0o777);
+    await dockerCapability(
+      p.root,
+      'mounted',
+      { grants: { fs: [{ path: 'out', mode: 'rw' }] } },
+      'touch /project/out/PWNED\necho {}\n',
+    );
+    const r = await cli(['run', 'mounted', '--no-prompt'], { cwd: p.root });
+    expect(existsSync(path.join(out, 'PWNED'))).toBe(false);
+    expect(r.code).toBe(77);
+    // The same call with this process's grant does write there (the attack above was real).
+    const granted = await cli(['run', 'mounted', '--no-prompt', '--grant', 'run_capability:mounted'], {
+      cwd: p.root,
+    });
+    expect(granted.code, granted.stderr).toBe(0);
+    expect(existsSync(path.join(out, 'PWNED'))).toBe(true);
+  }, 120_000);
 });
