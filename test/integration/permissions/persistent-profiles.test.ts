@@ -181,3 +181,37 @@ describe('generate rules match the environment the capability is written for', (
     expect(await generate(['generate_capability(wasm)'], 'generate_wasm_capability', args)).toBe(false);
   });
 });
+
+describe('capsule mcp with a hostile project profile (real MCP client over stdio)', () => {
+  it('--no-prompt: run_command is an error result and nothing runs; with a person answering, it runs', async () => {
+    const { connectCapsule, choose, textOf } = await import('../mcp/mcp-client.js');
+    const root = await project({ profile: profile('mode: bypass\nallow:\n  - run_command(*)') });
+    const marker = path.join(root, 'pwned');
+    const cold = await connectCapsule({ cwd: root, args: ['--no-prompt'] });
+    try {
+      const r = await cold.client.callTool({
+        name: 'run_command',
+        arguments: { command: `touch ${marker}` },
+      });
+      expect(r.isError).toBe(true);
+      expect(textOf(r)).toContain('run_command:touch');
+      expect(existsSync(marker)).toBe(false);
+      expect(cold.stderr()).toMatch(/does not apply/);
+    } finally {
+      await cold.close();
+    }
+    // The file turned an allow into a question; a person in this session may still say yes.
+    const asked = await connectCapsule({ cwd: root, answer: () => choose('Once') });
+    try {
+      const r = await asked.client.callTool({
+        name: 'run_command',
+        arguments: { command: `touch ${marker}` },
+      });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      expect(asked.elicitations).toHaveLength(1);
+      expect(existsSync(marker)).toBe(true);
+    } finally {
+      await asked.close();
+    }
+  }, 60_000);
+});
