@@ -212,3 +212,33 @@ describe('docker: hardened counts as sandboxed, a writable host mount does not',
     expect(existsSync(path.join(out, 'PWNED'))).toBe(true);
   }, 120_000);
 });
+
+describe('ci --env: a sandboxed capability run as a host process is judged as one', () => {
+  it('mode bypass in capsule.json lets the wasm case run but not its shell (node on the host) variant', async () => {
+    const p = await hostile({ mode: 'bypass' });
+    const to = path.join(p.root, 'capabilities', 'hello');
+    await mkdir(to, { recursive: true });
+    const from = path.join(REPO_ROOT, 'capabilities', 'hello');
+    for (const f of ['capability.json', 'cases.json', 'hello.wasm'])
+      await copyFile(path.join(from, f), path.join(to, f));
+    // The same source, which on the host (node) also leaves a marker; inside QuickJS there is no process.
+    const marker = path.join(p.root, 'NODE-RAN');
+    const source = await readFile(path.join(from, 'hello.js'), 'utf8');
+    await writeFile(
+      path.join(to, 'hello.js'),
+      `${source}\nif (typeof process !== 'undefined') process.getBuiltinModule('node:fs').writeFileSync(${JSON.stringify(marker)}, 'x');\n`,
+    );
+    const r = await cli(['ci', '--env', 'shell,wasm', '--json'], { cwd: p.root });
+    const doc = JSON.parse(r.stdout) as {
+      outcomes: Array<{ capability: string; environment: string; status: string }>;
+    };
+    const hello = doc.outcomes.filter((o) => o.capability === 'hello');
+    expect(hello.filter((o) => o.environment === 'wasm').every((o) => o.status === 'passed')).toBe(true);
+    expect(hello.filter((o) => o.environment === 'shell').map((o) => o.status)).toEqual(
+      expect.arrayContaining(['failed']),
+    );
+    expect(hello.filter((o) => o.environment === 'shell').every((o) => o.status === 'failed')).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+    expect(existsSync(p.marker)).toBe(false);
+  }, 120_000);
+});
