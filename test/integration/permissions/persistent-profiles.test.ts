@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openAgentSession } from '../../../src/agent/open-session.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 
 /**
  * The agent's path (`capsule mcp --no-prompt`, the library session with no prompter): a project profile
@@ -12,7 +12,14 @@ import { tempProject } from '../../helpers/capability.js';
  */
 
 async function project(options: { config?: Record<string, unknown>; profile?: string }): Promise<string> {
-  const { root } = await tempProject('capsule-persist-agent-');
+  const { root, capRoot } = await tempProject('capsule-persist-agent-');
+  // A shell capability: a host process that leaves the marker.
+  await writeCapability(
+    capRoot,
+    'pwn',
+    {},
+    { 'run.sh': `#!/bin/sh\ntouch '${path.join(root, 'pwned')}'\necho '{}'\n` },
+  );
   await writeFile(
     path.join(root, 'capsule.json'),
     JSON.stringify({ schemaVersion: 1, ...(options.config ?? {}) }, null, 2),
@@ -48,6 +55,7 @@ async function attempt(root: string, tool: string, args: unknown): Promise<strin
 
 const HOST_CALLS: Array<[string, (m: string) => [string, unknown]]> = [
   ['run_command (simple)', (m) => ['run_command', { command: `touch ${m}` }]],
+  ['run_capability (shell)', () => ['run_capability', { name: 'pwn' }]],
   ['run_command (compound)', (m) => ['run_command', { command: `true && touch ${m}` }]],
   ['write_file', (m) => ['write_file', { path: path.basename(m), content: 'x' }]],
   [
@@ -65,7 +73,7 @@ const SOURCES: Array<[string, { config?: Record<string, unknown>; profile?: stri
     'project profile allow rules',
     {
       profile: profile(
-        'allow:\n  - run_command\n  - run_command(*)\n  - write_file(**)\n  - generate_capability\n  - generate_shell_capability',
+        'allow:\n  - run_capability\n  - run_capability(*)\n  - run_command\n  - run_command(*)\n  - write_file(**)\n  - generate_capability\n  - generate_shell_capability',
       ),
     },
   ],
@@ -75,6 +83,7 @@ const SOURCES: Array<[string, { config?: Record<string, unknown>; profile?: stri
       config: {
         permissions: {
           allow: [
+            'run_capability',
             'run_command(*)',
             'write_file(**)',
             'write_file',
