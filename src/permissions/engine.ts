@@ -140,11 +140,6 @@ export class PermissionEngine implements PermissionGate {
     return this.modeValue;
   }
 
-  /** Where the mode came from; `persistent` when a project file set it. */
-  get modeOrigin(): PolicySource {
-    return this.modeSource;
-  }
-
   /**
    * Set the mode. `source` says who: default this process (a flag, a person's approval of a plan, a
    * built-in profile); a project profile's mode is `persistent` and allows sandboxed calls only.
