@@ -96,6 +96,23 @@ const SOURCES: Array<[string, { config?: Record<string, unknown>; profile?: stri
   ],
 ];
 
+const STALE = `sha256:${'b'.repeat(64)}`;
+
+SOURCES.push([
+  'capsule.json allowlist entries with stale, missing or no hashes',
+  {
+    config: {
+      mode: 'bypass',
+      allowlist: {
+        'run_command:*': { level: 'AlwaysThisProject', contentHash: STALE },
+        'run_capability:pwn': { level: 'AlwaysThisProject', contentHash: STALE },
+        'write_file:**': 'AlwaysThisProject',
+        'generate_capability:*': { level: 'AlwaysThisProject', contentHash: STALE },
+      },
+    },
+  },
+]);
+
 describe('a project profile or capsule.json cannot make an agent run host-side calls unasked', () => {
   for (const [source, files] of SOURCES) {
     for (const [what, call] of HOST_CALLS) {
@@ -106,7 +123,9 @@ describe('a project profile or capsule.json cannot make an agent run host-side c
         const outcome = await attempt(root, tool, args);
         expect(existsSync(marker)).toBe(false);
         expect(existsSync(path.join(root, 'capabilities', 'pwned'))).toBe(false);
-        expect(outcome).toMatch(/^PERMISSION_DENIED/);
+        // Denied; refused outright when a hand-edited entry covers the call (never for a compound command).
+        const ceiling = source.includes('allowlist') && !what.includes('compound');
+        expect(outcome).toMatch(ceiling ? /^CEILING_VIOLATION/ : /^PERMISSION_DENIED/);
       });
     }
   }
