@@ -3,6 +3,7 @@ import type { AllowlistEntry, PermissionMode } from '../config/project-config.js
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
 import type { IsolationJudge } from '../executor/isolation.js';
+import type { PolicySource } from '../permissions/ceiling.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';
@@ -24,7 +25,7 @@ import { createRunSubagentTool } from './subagent-tool.js';
 /** The gate an agent session steers: the permission engine's surface for modes, rules and reload. */
 export interface AgentGate extends PermissionGate {
   readonly mode: PermissionMode;
-  setMode(mode: PermissionMode): void;
+  setMode(mode: PermissionMode, source?: PolicySource): void;
   setProfileRules(sources: readonly RuleSource[]): void;
   reload(): Promise<void>;
   projectEntries(): AllowlistEntry[];
@@ -258,10 +259,10 @@ export class AgentSession {
 
   private applyProfile(profile: AgentProfile): void {
     this.profileValue = profile;
-    this.gate.setMode(profile.mode);
-    this.gate.setProfileRules([
-      { origin: `profile:${profile.name}`, allow: profile.allow, deny: profile.deny },
-    ]);
+    // A project profile is a repository file: its mode and allow rules carry that provenance.
+    const origin = `profile:${profile.name}`;
+    this.gate.setMode(profile.mode, { trust: profile.trust, origin: `${origin} (${profile.source})` });
+    this.gate.setProfileRules([{ origin, trust: profile.trust, allow: profile.allow, deny: profile.deny }]);
   }
 
   private contextFor(options: CallOptions): Omit<AgentToolContext, keyof CapabilityContext> & {

@@ -78,6 +78,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
       runtime.openGate({
         prompter: createNonInteractivePrompter(),
         mode: childProfile.mode,
+        modeSource: { trust: childProfile.trust, origin: `profile:${childProfile.name}` },
         sessionGrants: childGrants,
         projectAllowlist: false,
         audit: false,

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { PERMISSION_MODES, type PermissionMode } from '../config/project-config.js';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
+import type { Trust } from '../permissions/ceiling.js';
 import { parseRule } from '../permissions/rules.js';
 import { PROFILES_DIR } from '../permissions/self-protection.js';
 import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
@@ -26,6 +27,11 @@ export interface AgentProfile {
   prompt: string;
   /** Where it was read from: `builtin:<file>` or the absolute path of a project profile. */
   source: string;
+  /**
+   * `process` for the built-in profiles shipped with capsule; `persistent` for a project profile
+   * (`.capsule/profiles/`), whose allow rules and bypass/edit mode then apply to sandboxed calls only.
+   */
+  trust: Trust;
 }
 
 const ruleList = (what: string) =>
@@ -71,8 +77,11 @@ function invalid(file: string, field: string | undefined, message: string, hint?
   });
 }
 
-/** Pure: one profile file's text → a validated profile, or PROFILE_INVALID naming the file and field. */
-export function parseProfile(text: string, file: string): AgentProfile {
+/**
+ * Pure: one profile file's text → a validated profile, or PROFILE_INVALID naming the file and field.
+ * `trust` defaults to `persistent`: only the catalog, reading capsule's own folder, says `process`.
+ */
+export function parseProfile(text: string, file: string, trust: Trust = 'persistent'): AgentProfile {
   const m = /^---\r?\n([\s\S]*?)\r?\n---[ \t]*(?:\r?\n|$)([\s\S]*)$/.exec(text.replace(/^\uFEFF/, ''));
   if (m === null) {
     throw invalid(
@@ -140,6 +149,7 @@ export function parseProfile(text: string, file: string): AgentProfile {
     subagent: fm.subagent,
     prompt: (m[2] ?? '').trim(),
     source: file,
+    trust,
   };
 }
 
@@ -172,8 +182,9 @@ export class ProfileCatalog {
   static async load(options: ProfileCatalogOptions): Promise<ProfileCatalog> {
     const entries = new Map<string, Entry>();
     const builtinDir = options.builtinDir ?? builtinProfilesDir();
-    await readFolder(builtinDir, entries, (f) => `builtin:${f}`);
-    await readFolder(path.join(options.projectRoot, PROFILES_DIR), entries, (f, abs) => abs);
+    await readFolder(builtinDir, entries, 'process', (f) => `builtin:${f}`);
+    // A project profile may replace a built-in of the same name, but it stays a project file.
+    await readFolder(path.join(options.projectRoot, PROFILES_DIR), entries, 'persistent', (f, abs) => abs);
     return new ProfileCatalog(entries);
   }
 
@@ -196,6 +207,7 @@ export class ProfileCatalog {
 async function readFolder(
   dir: string,
   entries: Map<string, Entry>,
+  trust: Trust,
   label: (file: string, abs: string) => string,
 ): Promise<void> {
   let files: string[];
@@ -210,7 +222,7 @@ async function readFolder(
     // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
     const fallbackName = f.slice(0, -3);
     try {
-      const profile = parseProfile(await readFile(abs, 'utf8'), shown);
+      const profile = parseProfile(await readFile(abs, 'utf8'), shown, trust);
       entries.set(profile.name, { profile, file: shown });
     } catch (err) {
       const error =

@@ -3,7 +3,7 @@ import type { Executor } from '../executor/executor.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter } from '../permissions/prompter.js';
-import { parseMode } from '../permissions/session-gate.js';
+import { fileModeWarning, parseMode } from '../permissions/session-gate.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
 import type { CliIO } from './output.js';
@@ -50,7 +50,11 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     flags.noPrompt === true || !io.interactive
       ? createNonInteractivePrompter()
       : createTerminalPrompter({ input: process.stdin, output: io.stderr });
-  const engine = await runtime.openGate({ prompter, mode });
+  // Warnings (a project file's mode or rule that does not apply) go where the person looks.
+  const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
+  const warning = fileModeWarning(runtime.project, mode, prompter.interactive);
+  if (warning !== undefined) logger(warning);
+  const engine = await runtime.openGate({ prompter, mode, logger });
   const executor = runtime.openExecutor(engine);
   return {
     project: runtime.project,

@@ -10,7 +10,7 @@ import {
 } from '../config/project-config.js';
 import { CapsuleError, isCapsuleError } from '../errors.js';
 import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
-import { ceilingFor, type CeilingVerdict } from './ceiling.js';
+import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import type { CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
@@ -36,7 +36,15 @@ export interface PermissionEngineOptions {
   config?: ProjectConfig | undefined;
   /** Starting mode; default: capsule.json `mode`. */
   mode?: PermissionMode | undefined;
-  /** Rules of the active profile (and other non-file sources), as plain strings. */
+  /**
+   * Who set `mode`: default this process (`--mode`). A mode read from a project file (a project
+   * profile's) is `persistent`, and then bypass/edit allow sandboxed calls only.
+   */
+  modeSource?: PolicySource | undefined;
+  /**
+   * Rules of the active profile and other sources, as plain strings. A source without `trust` counts as
+   * a project file (`persistent`): its allow rules apply to sandboxed calls only.
+   */
   profileRules?: readonly RuleSource[] | undefined;
   /** Session grants given up front (`--grant KEY`), already canonical keys. */
   sessionGrants?: readonly string[] | undefined;
@@ -82,6 +90,9 @@ export class PermissionEngine implements PermissionGate {
   readonly configFile: string;
   readonly session: SessionAllowlist;
   private modeValue: PermissionMode;
+  private modeSource: PolicySource;
+  /** Warnings already given about project-file allows that did not apply (each is said once). */
+  private readonly warned = new Set<string>();
   private fileConfig: ProjectConfig;
   private profileRules: readonly RuleSource[];
   private state: PolicyState;
@@ -107,6 +118,10 @@ export class PermissionEngine implements PermissionGate {
     this.parser = options.commandParser;
     this.fileConfig = config;
     this.modeValue = options.mode ?? config.mode;
+    this.modeSource =
+      options.mode !== undefined
+        ? (options.modeSource ?? { trust: 'process', origin: '--mode' })
+        : { trust: 'persistent', origin: PROJECT_CONFIG_FILE };
     this.profileRules = options.profileRules ?? [];
     this.state = this.buildState();
     for (const key of options.sessionGrants ?? []) this.grantSession(key, { origin: '--grant' });
@@ -125,9 +140,14 @@ export class PermissionEngine implements PermissionGate {
     return this.modeValue;
   }
 
-  setMode(mode: PermissionMode): void {
+  /**
+   * Set the mode. `source` says who: default this process (a flag, a person's approval of a plan, a
+   * built-in profile); a project profile's mode is `persistent` and allows sandboxed calls only.
+   */
+  setMode(mode: PermissionMode, source: PolicySource = { trust: 'process', origin: 'this session' }): void {
     this.modeValue = mode;
-    this.state = { ...this.state, mode };
+    this.modeSource = source;
+    this.state = { ...this.state, mode, modeSource: source };
   }
 
   /** Replace the active profile's rules (selecting a profile loads its rules). */
@@ -282,7 +302,9 @@ export class PermissionEngine implements PermissionGate {
   /** decide(), with a ceiling violation recorded in the audit log before it is thrown. */
   private async decideAndAudit(request: PermissionRequest): Promise<Verdict> {
     try {
-      return decide(this.state, request);
+      const verdict = decide(this.state, request);
+      if (verdict.outcome === 'ask') this.warnIgnored(request, verdict);
+      return verdict;
     } catch (err) {
       if (isCapsuleError(err)) {
         await this.record(request, {
@@ -354,14 +376,28 @@ export class PermissionEngine implements PermissionGate {
     return `${head} To allow it, ${grant}; it is not sandboxed (${ceiling.reason}), so capsule.json cannot allow it for the project.${compound}`;
   }
 
+  /** Say (once each) which project-file allows were passed over because the call is not sandboxed. */
+  private warnIgnored(request: PermissionRequest, verdict: Extract<Verdict, { outcome: 'ask' }>): void {
+    for (const what of verdict.ignored) {
+      if (this.warned.has(what)) continue;
+      this.warned.add(what);
+      this.logger(
+        `${what} does not apply to ${request.key.raw}: it is not sandboxed (${verdict.ceiling.reason}). ` +
+          'A project file can allow sandboxed calls only; host code needs --grant, --mode or a person.',
+      );
+    }
+  }
+
   private buildState(): PolicyState {
     const rules = buildRuleSet([
-      { origin: PROJECT_CONFIG_FILE, ...this.fileConfig.permissions },
+      // capsule.json travels with the repository: its rules are a persistent source.
+      { ...this.fileConfig.permissions, origin: PROJECT_CONFIG_FILE, trust: 'persistent' },
       ...this.profileRules,
     ]);
     const root = this.projectRoot;
     return {
       mode: this.modeValue,
+      modeSource: this.modeSource,
       rules,
       project: indexProjectAllowlist(this.configFile, normalizeAllowlist(this.fileConfig.allowlist)),
       session: this.session,

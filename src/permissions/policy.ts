@@ -1,6 +1,6 @@
 import type { AllowlistEntry, PermissionMode } from '../config/project-config.js';
 import { CapsuleError } from '../errors.js';
-import { ceilingFor, type CeilingVerdict } from './ceiling.js';
+import { ceilingFor, mayAllow, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import type { GlobCache } from './glob.js';
 import { grantCovers, isWildcardGrant, WRITE_FILE } from './keys.js';
 import { allowRuleMatches, denyRuleMatches, type RuleSet } from './rules.js';
@@ -27,6 +27,8 @@ export function indexProjectAllowlist(file: string, entries: readonly AllowlistE
 /** Everything decide() reads. The engine owns it; decide() itself has no side effects. */
 export interface PolicyState {
   mode: PermissionMode;
+  /** Who set the mode: a `persistent` bypass/edit (capsule.json, a project profile) allows sandboxed calls only. */
+  modeSource: PolicySource;
   rules: RuleSet;
   project: ProjectAllowlist;
   session: SessionAllowlist;
@@ -70,6 +72,11 @@ export type Verdict =
       options: AskAnswer[];
       /** Why an existing grant did not apply (stale hash, expired), for the prompt. */
       note?: string | undefined;
+      /**
+       * Allows from project files that matched but do not apply because the call is not sandboxed
+       * (`the allow rule run_command(*) (capsule.json)`, `mode "bypass" (capsule.json)`): for warnings.
+       */
+      ignored: string[];
       trace: TraceStep[];
     };
 
@@ -82,9 +89,11 @@ export function planModeReason(request: PermissionRequest): string {
 
 /**
  * The decision procedure, pure (it reads the state and the clock inside the session allowlist):
- *   self-protection → deny rules & Deny entries (any source) → allow rules → mode
- *   → project allowlist (ceiling + content hash) → session allowlist → ask.
- * Throws CEILING_VIOLATION for a project entry that breaks the ceiling rule.
+ *   self-protection → deny rules & Deny entries (any source) → ceiling of project entries → allow rules
+ *   → mode → project allowlist (content hash) → session allowlist → ask.
+ * Throws CEILING_VIOLATION for a project entry that would allow an unsandboxed call, whatever its hash
+ * and whatever the mode. Allows from persistent sources (project rules, a file's mode) apply only to
+ * sandboxed calls; for the rest they are skipped (listed in `ignored`) and the call goes on to be asked.
  */
 export function decide(state: PolicyState, request: PermissionRequest): Verdict {
   const trace: TraceStep[] = [];
@@ -132,7 +141,8 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
     detail: `${state.rules.deny.length} deny rule(s), none matched`,
   });
 
-  const denyEntry = findProjectEntries(state.project, request).find((e) => e.level === 'Deny');
+  const entries = findProjectEntries(state.project, request);
+  const denyEntry = entries.find((e) => e.level === 'Deny');
   if (denyEntry !== undefined) {
     return done(
       'deny',
@@ -142,55 +152,81 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
     );
   }
 
+  // The ceiling comes before anything that can allow: a stale hash, a trusted rule or the mode must not
+  // hide a hand-edited entry that grants host code for the whole project.
+  const ceiling = ceilingFor(request);
+  const violating = entries.find((e) => e.level === 'AlwaysThisProject');
+  if (violating !== undefined && ceiling.ceiling !== 'project') {
+    throw new CapsuleError(
+      'CEILING_VIOLATION',
+      `${state.project.file}: the allowlist entry "${violating.key}" grants ${key} for the whole project, ` +
+        `but it is not sandboxed (${ceiling.reason}); such keys reach the session allowlist at most.`,
+      {
+        file: state.project.file,
+        field: `allowlist.${violating.key}`,
+        key: violating.key,
+        hint: `Remove the entry (capsule grants revoke '${violating.key}') and grant it per session with --grant.`,
+      },
+    );
+  }
+
+  const ignored: string[] = [];
+  const skip = (what: string): void => {
+    ignored.push(what);
+    trace.push({
+      step: what.startsWith('mode') ? 'mode' : 'allow-rule',
+      matched: false,
+      detail: `${what} does not apply: ${key} is not sandboxed (${ceiling.reason}), and a project file cannot allow host code`,
+    });
+  };
+
   for (const rule of state.rules.allow) {
-    if (allowRuleMatches(rule, request, state.globs)) {
-      return done(
-        'allow',
-        'allow-rule',
-        `${key} is allowed by the rule ${rule.text} (${rule.origin}).`,
-        rule.text,
-      );
+    if (!allowRuleMatches(rule, request, state.globs)) continue;
+    if (!mayAllow(rule, ceiling)) {
+      skip(`the allow rule ${rule.text} (${rule.origin})`);
+      continue;
     }
+    return done(
+      'allow',
+      'allow-rule',
+      `${key} is allowed by the rule ${rule.text} (${rule.origin}).`,
+      rule.text,
+    );
   }
   trace.push({
     step: 'allow-rule',
     matched: false,
-    detail: `${state.rules.allow.length} allow rule(s), none matched`,
+    detail: `${state.rules.allow.length} allow rule(s), none applied`,
   });
 
   const mode = state.mode;
+  const modeApplies = mayAllow(state.modeSource, ceiling);
   if (request.kind === 'READ_ONLY') return done('allow', 'mode', `${mode} mode allows read-only tools.`);
-  if (mode === 'bypass') return done('allow', 'mode', 'bypass mode allows everything no deny rule matches.');
   if (mode === 'plan') return done('deny', 'mode', planModeReason(request));
-  if (mode === 'edit' && request.kind === 'FILE_EDIT')
-    return done('allow', 'mode', 'edit mode allows file edits.');
-  trace.push({ step: 'mode', matched: false, detail: `${mode} mode asks for ${request.kind} tools` });
+  if (mode === 'bypass' || (mode === 'edit' && request.kind === 'FILE_EDIT')) {
+    if (modeApplies) {
+      return done(
+        'allow',
+        'mode',
+        mode === 'bypass'
+          ? 'bypass mode allows everything no deny rule matches.'
+          : 'edit mode allows file edits.',
+      );
+    }
+    skip(`mode "${mode}" (${state.modeSource.origin})`);
+  } else trace.push({ step: 'mode', matched: false, detail: `${mode} mode asks for ${request.kind} tools` });
 
-  const ceiling = ceilingFor(request);
   let note: string | undefined;
-  for (const entry of findProjectEntries(state.project, request)) {
+  for (const entry of entries) {
     if (entry.level !== 'AlwaysThisProject') continue;
-    const bound = entry.contentHash !== undefined;
-    if (bound && entry.contentHash !== request.contentHash) {
+    // Here the ceiling is 'project' (checked above): only the content binding is left to check.
+    if (entry.contentHash !== undefined && entry.contentHash !== request.contentHash) {
       // Stale: the grant was for other content (code or environment changed). Ask again.
       note = `the project grant "${entry.key}" was for other content (${entry.contentHash}); the capability changed since`;
       trace.push({ step: 'project-allowlist', matched: false, detail: note });
       continue;
     }
-    if (ceiling.ceiling !== 'project') {
-      throw new CapsuleError(
-        'CEILING_VIOLATION',
-        `${state.project.file}: the allowlist entry "${entry.key}" grants ${key} for the whole project, ` +
-          `but it is not sandboxed (${ceiling.reason}); such keys reach the session allowlist at most.`,
-        {
-          file: state.project.file,
-          field: `allowlist.${entry.key}`,
-          key: entry.key,
-          hint: `Remove the entry (capsule grants revoke '${entry.key}') and grant it per session with --grant.`,
-        },
-      );
-    }
-    if (!bound && request.contentHash !== undefined) {
+    if (entry.contentHash === undefined && request.contentHash !== undefined) {
       // A hand-written capability entry without a hash is bound to nothing: fail closed, ask again.
       note = `the project entry "${entry.key}" has no contentHash, so it is not bound to this capability's content`;
       trace.push({ step: 'project-allowlist', matched: false, detail: note });
@@ -218,6 +254,10 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
   }
   trace.push({ step: 'session-allowlist', matched: false, detail: found.reason });
   if (note === undefined && found.reason !== 'no session grant covers this key') note = found.reason;
+  if (ignored.length > 0) {
+    const why = `${ignored.join(' and ')} ${ignored.length > 1 ? 'do' : 'does'} not apply: it is not sandboxed, and a project file cannot allow host code (--grant or a person can)`;
+    note = note === undefined ? why : `${note}; ${why}`;
+  }
 
   const options: AskAnswer[] =
     ceiling.ceiling === 'project'
@@ -225,7 +265,7 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
       : ['Once', 'AlwaysThisSession', 'Deny'];
   const reason = `${key} needs approval.`;
   trace.push({ step: 'ask', matched: true, detail: reason });
-  return { outcome: 'ask', source: 'ask', reason, ceiling, options, note, trace };
+  return { outcome: 'ask', source: 'ask', reason, ceiling, options, note, ignored, trace };
 }
 
 /** Project entries covering the request: the exact key first, then wildcards. */

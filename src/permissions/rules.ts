@@ -1,4 +1,5 @@
 import { CapsuleError } from '../errors.js';
+import type { Trust } from './ceiling.js';
 import { hasGlobMeta, type GlobCache } from './glob.js';
 import type { PermissionRequest } from './types.js';
 
@@ -10,6 +11,8 @@ export interface Rule {
   pattern?: string | undefined;
   /** `capsule.json`, `profile:<name>`, `cli` … for explain and the audit log. */
   origin: string;
+  /** Who stands behind it: an allow from a `persistent` (project file) rule applies to sandboxed calls only. */
+  trust: Trust;
 }
 
 export interface RuleSet {
@@ -20,13 +23,18 @@ export interface RuleSet {
 /** Rules from one source, as plain strings (capsule.json `permissions`, a profile's front matter). */
 export interface RuleSource {
   origin: string;
+  /**
+   * `process` for rules of this process (flags, the embedding program, capsule's built-in profiles);
+   * `persistent` for rules read from a project file. Default `persistent`: unknown provenance never elevates.
+   */
+  trust?: Trust | undefined;
   allow?: readonly string[] | undefined;
   deny?: readonly string[] | undefined;
 }
 
 const RULE = /^([a-z][a-z0-9_]*)(?:\(([\s\S]*)\))?$/;
 
-export function parseRule(text: string, origin: string): Rule {
+export function parseRule(text: string, origin: string, trust: Trust = 'persistent'): Rule {
   const m = RULE.exec(text.trim());
   if (m === null || m[1] === undefined) {
     throw new CapsuleError('CONFIG_INVALID', `Rule "${text}" (from ${origin}) must be Tool or Tool(glob).`, {
@@ -34,7 +42,7 @@ export function parseRule(text: string, origin: string): Rule {
       hint: 'Examples: run_command(git *), write_file(src/**), run_capability.',
     });
   }
-  return { text, tool: m[1], pattern: m[2], origin };
+  return { text, tool: m[1], pattern: m[2], origin, trust };
 }
 
 /** Union of every source (seed 001: deny(user ∪ agent) → allow(user ∪ agent)). */
@@ -42,8 +50,9 @@ export function buildRuleSet(sources: readonly RuleSource[]): RuleSet {
   const allow: Rule[] = [];
   const deny: Rule[] = [];
   for (const src of sources) {
-    for (const r of src.allow ?? []) allow.push(parseRule(r, src.origin));
-    for (const r of src.deny ?? []) deny.push(parseRule(r, src.origin));
+    const trust = src.trust ?? 'persistent';
+    for (const r of src.allow ?? []) allow.push(parseRule(r, src.origin, trust));
+    for (const r of src.deny ?? []) deny.push(parseRule(r, src.origin, trust));
   }
   return { allow, deny };
 }

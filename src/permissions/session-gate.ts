@@ -36,6 +36,24 @@ export function parseMode(mode: string | undefined): PermissionMode | undefined 
 }
 
 /**
+ * When nobody will be asked and no `--mode` was given, what a repository's bypass/edit mode does not do,
+ * said up front (undefined when there is nothing to say).
+ */
+export function fileModeWarning(
+  project: LoadedProjectConfig,
+  mode: PermissionMode | undefined,
+  interactive: boolean,
+): string | undefined {
+  const fileMode = project.config.mode;
+  if (mode !== undefined || interactive || (fileMode !== 'bypass' && fileMode !== 'edit')) return undefined;
+  return (
+    `${project.file} sets mode "${fileMode}": ignored for unsandboxed calls (run_command, shell ` +
+    'capabilities, docker that is not hardened, wasm with rw host grants, file writes), which are denied ' +
+    'here unless granted. A project file can allow sandboxed calls only; use --grant KEY or --mode.'
+  );
+}
+
+/**
  * The gate of one CLI (or server) session, with MISSION §6 semantics: `--grant` gives session grants,
  * `--no-prompt` or no TTY turns every Ask into a denial (never a hang), `--mode` sets the mode.
  */
@@ -52,16 +70,20 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
           input: options.input ?? process.stdin,
           output: options.output ?? process.stderr,
         });
+  const logger = options.logger ?? ((m: string) => void process.stderr.write(`capsule: ${m}\n`));
+  const mode = parseMode(options.mode);
+  const warning = fileModeWarning(options.project, mode, prompter.interactive);
+  if (warning !== undefined) logger(warning);
   return PermissionEngine.create({
     projectRoot: options.project.root,
     configFile: options.project.file,
     config: options.project.config,
-    mode: parseMode(options.mode),
+    mode,
     sessionGrants: canonical,
     prompter,
     commandParser: parser,
     profileRules: options.profileRules,
     audit: options.audit,
-    logger: options.logger,
+    logger,
   });
 }

@@ -10,6 +10,7 @@ import type { IsolationJudge } from '../executor/isolation.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import type { InputValidator } from '../manifest/input.js';
 import type { AuditSink } from '../permissions/audit-log.js';
+import type { PolicySource } from '../permissions/ceiling.js';
 import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
@@ -40,6 +41,8 @@ export interface GateOptions {
   prompter: Prompter;
   /** Mode after capsule.json's (`--mode`, a profile's). */
   mode?: PermissionMode | undefined;
+  /** Where `mode` came from (a project profile's mode is persistent: it cannot elevate host calls). */
+  modeSource?: PolicySource | undefined;
   profileRules?: readonly RuleSource[] | undefined;
   /** Replace this process's grants (a child session's intersection); already canonical. */
   sessionGrants?: readonly string[] | undefined;
@@ -156,6 +159,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         configFile: project.file,
         config: gate.projectAllowlist === false ? { ...project.config, allowlist: {} } : project.config,
         mode: gate.mode,
+        modeSource: gate.modeSource,
         profileRules: gate.profileRules,
         sessionGrants: gate.sessionGrants ?? grants,
         prompter: gate.prompter,

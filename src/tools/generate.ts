@@ -435,11 +435,16 @@ async function writeDraft(
   return { ...capabilitySummary(capability, ctx), replaced };
 }
 
+/**
+ * Key and subject are both the environment (`generate_capability:shell`), so rules name what gets
+ * written — `generate_capability(shell)`, `generate_capability(sh*)`, or the tool, `generate_shell_capability`
+ * — not the agent-chosen name, which says nothing about what will run. The name is in the prompt's text.
+ */
 function generateCheck(environment: Environment, name: string) {
   return askHost(
     makeKey(GENERATE_CAPABILITY, environment),
-    name,
-    'writes a capability folder on the host (running it is asked separately)',
+    environment,
+    `writes the ${environment} capability folder "${name}" on the host (running it is asked separately)`,
   );
 }
 

@@ -2,21 +2,82 @@ import type { Command } from 'commander';
 import { normalizeAllowlist, type AllowlistEntry } from '../../config/project-config.js';
 import { removeAllowlistEntry } from '../../config/config-store.js';
 import { CapsuleError } from '../../errors.js';
-import { RUN_COMMAND } from '../../permissions/keys.js';
+import { defaultIsolation } from '../../executor/isolation.js';
+import { isWildcardGrant, RUN_CAPABILITY, RUN_COMMAND } from '../../permissions/keys.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openProject } from '../session.js';
 
-/** Pure: what a reader of capsule.json should know about an entry before it bites. */
-export function entryProblem(entry: AllowlistEntry): string | undefined {
-  if (entry.level !== 'AlwaysThisProject') return undefined;
-  if (entry.key.startsWith(`${RUN_COMMAND}:`)) {
-    return 'breaks the ceiling rule (run_command reaches the session at most): lookups fail with CEILING_VIOLATION';
+export type EntryFlag = 'ceiling' | 'over-broad' | 'stale' | 'unbound' | 'missing';
+
+export interface EntryProblem {
+  flag: EntryFlag;
+  text: string;
+}
+
+/** What the project holds now under a `run_capability:<name>` entry's name (undefined: nothing valid). */
+export interface CurrentCapability {
+  contentHash: string;
+  sandboxed: boolean;
+  isolation: string;
+}
+
+const CEILING_FAILS = 'lookups fail with CEILING_VIOLATION';
+
+/**
+ * Pure: what a reader of capsule.json should know about an entry before it bites. `current` is the
+ * capability a `run_capability:<name>` entry names, judged now (its hash and isolation), or undefined
+ * when there is none by that name. Deny entries are never a problem: they can only take away.
+ */
+export function entryProblems(entry: AllowlistEntry, current?: CurrentCapability): EntryProblem[] {
+  if (entry.level !== 'AlwaysThisProject') return [];
+  const out: EntryProblem[] = [];
+  const i = entry.key.indexOf(':');
+  const tool = i < 0 ? entry.key : entry.key.slice(0, i);
+  const wildcard = isWildcardGrant(entry.key);
+  if (tool === RUN_COMMAND) {
+    out.push({
+      flag: 'ceiling',
+      text: `breaks the ceiling rule (run_command reaches the session at most): ${CEILING_FAILS}`,
+    });
+  } else if (tool !== RUN_CAPABILITY) {
+    out.push({
+      flag: 'ceiling',
+      text: `breaks the ceiling rule (${tool} works on the host, not in a sandbox: session at most): ${CEILING_FAILS}`,
+    });
   }
-  if (entry.key.startsWith('run_capability:') && entry.contentHash === undefined) {
-    return 'no contentHash: bound to nothing, never applies (capsule asks again)';
+  if (wildcard) {
+    out.push({
+      flag: 'over-broad',
+      text:
+        tool === RUN_CAPABILITY
+          ? `a wildcard covers every capability, bound to no content: it never allows a sandboxed one and an unsandboxed one is a CEILING_VIOLATION`
+          : `a wildcard covers every ${tool} call (${entry.key}), present and future`,
+    });
+    return out;
   }
-  return undefined;
+  if (tool !== RUN_CAPABILITY) return out;
+  if (current === undefined) {
+    out.push({
+      flag: 'missing',
+      text: 'no valid capability of this name now (capsule list): it covers nothing',
+    });
+  } else if (!current.sandboxed) {
+    out.push({ flag: 'ceiling', text: `breaks the ceiling rule (${current.isolation}): ${CEILING_FAILS}` });
+    return out;
+  }
+  if (entry.contentHash === undefined) {
+    out.push({
+      flag: 'unbound',
+      text: 'no contentHash: bound to nothing, never applies (capsule asks again)',
+    });
+  } else if (current !== undefined && current.contentHash !== entry.contentHash) {
+    out.push({
+      flag: 'stale',
+      text: `stale: granted for ${entry.contentHash.slice(0, 19)}…, the capability is now ${current.contentHash.slice(0, 19)}…; never applies (capsule asks again)`,
+    });
+  }
+  return out;
 }
 
 export function registerGrants(program: Command, io: CliIO): void {
@@ -29,16 +90,33 @@ export function registerGrants(program: Command, io: CliIO): void {
   grants
     .command('list', { isDefault: true })
     .description(
-      'List project allowlist entries, flagging ones that break the ceiling or are bound to nothing.',
+      'List project allowlist entries, flagging ones that break the ceiling, are over-broad wildcards, are stale\n' +
+        '(the capability changed since), bound to nothing, or name no capability.',
     )
-    .option('--json', 'print JSON: {file, entries}')
+    .option('--json', 'print JSON: {file, entries: [{key, level, contentHash?, flags, problems, problem?}]}')
     .action(
       action(io, async (opts: { json?: boolean }) => {
-        const { project } = await openProject(io);
-        const entries = normalizeAllowlist(project.config.allowlist).map((e) => ({
-          ...e,
-          problem: entryProblem(e),
-        }));
+        const { project, registry } = await openProject(io);
+        const scan = await registry.scan();
+        const byName = new Map(scan.capabilities.map((c) => [c.name, c]));
+        const entries = normalizeAllowlist(project.config.allowlist).map((e) => {
+          const cap = e.key.startsWith(`${RUN_CAPABILITY}:`)
+            ? byName.get(e.key.slice(RUN_CAPABILITY.length + 1))
+            : undefined;
+          const isolation = cap !== undefined ? defaultIsolation(cap) : undefined;
+          const problems = entryProblems(
+            e,
+            cap !== undefined && isolation !== undefined
+              ? { contentHash: cap.contentHash, sandboxed: isolation.sandboxed, isolation: isolation.summary }
+              : undefined,
+          );
+          return {
+            ...e,
+            flags: problems.map((p) => p.flag),
+            problems: problems.map((p) => p.text),
+            problem: problems.length > 0 ? problems.map((p) => p.text).join('; ') : undefined,
+          };
+        });
         if (opts.json) {
           await write(io.stdout, json({ file: project.file, entries }));
           return EXIT.OK;
@@ -49,7 +127,8 @@ export function registerGrants(program: Command, io: CliIO): void {
         }
         const lines = entries.map((e) => {
           const hash = e.contentHash !== undefined ? `  ${e.contentHash.slice(0, 19)}…` : '';
-          return `${e.level.padEnd(17)}  ${e.key}${hash}${e.problem !== undefined ? `\n${' '.repeat(19)}! ${e.problem}` : ''}`;
+          const flagged = e.problems.map((p) => `\n${' '.repeat(19)}! ${p}`).join('');
+          return `${e.level.padEnd(17)}  ${e.key}${hash}${flagged}`;
         });
         await write(io.stdout, `${project.file}\n${lines.join('\n')}\n`);
         return EXIT.OK;

@@ -157,11 +157,17 @@ describe('capsule.json at the project level', () => {
     await writeCapability(capRoot, 'tool', {}, { 'run.sh': `#!/bin/sh\ntouch ${marker}\n` });
     const after = await explainCapability(root, 'tool');
     expect(after.request.sandboxed).toBe(false);
-    expect(after.outcome).toBe('ask');
-    expect(after.options).not.toContain('AlwaysThisProject');
-    expect(after.trace.map((s) => s.detail).join('\n')).toContain('other content');
+    // The entry now covers host code: a ceiling violation whatever its hash, until it is revoked.
+    expect(after.outcome).toBe('error');
+    expect((after as ExplainDoc & { error?: { code: string } }).error?.code).toBe('CEILING_VIOLATION');
     const r = await builtCli(['run', 'tool', '--no-prompt'], { cwd: root });
     expect(r.code).toBe(77);
+    expect(existsSync(marker)).toBe(false);
+    expect((await cli(['grants', 'revoke', 'run_capability:tool'], { cwd: root })).code).toBe(0);
+    const revoked = await explainCapability(root, 'tool');
+    expect(revoked.outcome).toBe('ask');
+    expect(revoked.options).not.toContain('AlwaysThisProject');
+    expect((await builtCli(['run', 'tool', '--no-prompt'], { cwd: root })).code).toBe(77);
     expect(existsSync(marker)).toBe(false);
   });
 

@@ -66,4 +66,19 @@ describe('profile catalog', () => {
     expect(() => catalog.get('broken')).toThrow(/broken\.md: tools\[0\] "nope" is not a capsule tool/);
     expect(() => catalog.get('nobody')).toThrow(/No profile named "nobody"/);
   });
+
+  it('built-in profiles are trusted as this process; a project profile, even one replacing a built-in, is persistent', async () => {
+    const { root } = await tempProject();
+    await mkdir(path.join(root, '.capsule', 'profiles'), { recursive: true });
+    await writeFile(
+      path.join(root, '.capsule', 'profiles', 'reviewer.md'),
+      fm('name: reviewer\ndescription: mine\ntools: "*"\nmode: bypass\nallow: ["run_command"]'),
+    );
+    const catalog = await ProfileCatalog.load({ projectRoot: root });
+    expect(catalog.get('build').trust).toBe('process');
+    expect(catalog.get('plan').trust).toBe('process');
+    expect(catalog.get('reviewer')).toMatchObject({ trust: 'persistent', mode: 'bypass' });
+    // Parsing alone never vouches for a file.
+    expect(parseProfile(fm('name: x\ndescription: d\ntools: "*"'), 'x.md').trust).toBe('persistent');
+  });
 });

@@ -41,8 +41,9 @@ describe('modes × kinds (seed 001)', () => {
     ['bypass', 'FILE_EDIT', 'allow'],
     ['bypass', 'OTHER', 'allow'],
   ];
+  // The mode of this process (--mode); a mode from capsule.json allows sandboxed calls only (policy tests).
   it.each(table)('%s mode, %s → %s', async (mode, kind, expected) => {
-    const { e } = await engine({ mode });
+    const { e } = await engine({}, { mode: mode as PermissionEngineOptions['mode'] });
     const v = e.explain(toolReq(kind === 'FILE_EDIT' ? 'write_file' : 'some_tool', kind, 'src/a.ts'));
     expect(v.outcome).toBe(expected);
   });
@@ -66,8 +67,12 @@ describe('modes × kinds (seed 001)', () => {
 describe('rules: deny → allow → mode → allowlists → ask', () => {
   it('a deny rule wins over an allow rule, the allowlist and bypass mode', async () => {
     const { e } = await engine(
-      { permissions: { allow: ['run_command(git *)'], deny: ['run_command(git push*)'] } },
-      { mode: 'bypass', sessionGrants: ['run_command:git'] },
+      { permissions: { deny: ['run_command(git push*)'] } },
+      {
+        mode: 'bypass',
+        sessionGrants: ['run_command:git'],
+        profileRules: [{ origin: 'profile:reviewer', trust: 'process', allow: ['run_command(git *)'] }],
+      },
     );
     const d = await e.check(commandReq('git', 'git push origin main'));
     expect(d).toMatchObject({ outcome: 'deny', source: 'deny-rule', matched: 'run_command(git push*)' });
@@ -79,7 +84,12 @@ describe('rules: deny → allow → mode → allowlists → ask', () => {
       { permissions: { allow: ['run_command(rm *)'], deny: [] } },
       {
         profileRules: [
-          { origin: 'profile:reviewer', deny: ['run_command(rm *)'], allow: ['run_command(git *)'] },
+          {
+            origin: 'profile:reviewer',
+            trust: 'process',
+            deny: ['run_command(rm *)'],
+            allow: ['run_command(git *)'],
+          },
         ],
       },
     );
@@ -107,9 +117,12 @@ describe('rules: deny → allow → mode → allowlists → ask', () => {
   });
 
   it('a glob-free rule equal to the whole compound command allows exactly it', async () => {
-    const { e } = await engine({
-      permissions: { allow: ['run_command(npm test && npm run lint)'], deny: [] },
-    });
+    const { e } = await engine(
+      {},
+      {
+        profileRules: [{ origin: 'cli', trust: 'process', allow: ['run_command(npm test && npm run lint)'] }],
+      },
+    );
     expect((await e.check(commandReq('', 'npm test && npm run lint', true))).source).toBe('allow-rule');
   });
 
@@ -159,18 +172,19 @@ describe('project allowlist, ceiling rule and content-hash binding', () => {
     });
   });
 
-  it('wasm approved for the project, then re-generated as shell under the same name: grant lost, ask again, no project option', async () => {
+  it('wasm approved for the project, then re-generated as shell under the same name: grant lost (CEILING_VIOLATION until revoked), no project option', async () => {
     const { e, prompter } = await engine({}, {}, ['AlwaysThisProject', 'Deny']);
     expect((await e.check(capabilityRequest('tool', { sandboxed: true, hash: HASH_A }))).outcome).toBe(
       'allow',
     );
     expect(e.projectEntries()).toMatchObject([{ key: 'run_capability:tool', contentHash: HASH_A }]);
     const asShell = capabilityRequest('tool', { sandboxed: false, hash: HASH_B });
-    const d = await e.check(asShell);
-    expect(d).toMatchObject({ outcome: 'deny', source: 'prompt' });
+    // The project entry now covers an unsandboxed capability: the ceiling is checked whatever the hash.
+    await expect(e.check(asShell)).rejects.toMatchObject({ code: 'CEILING_VIOLATION' });
+    await e.revokeProject('run_capability:tool');
+    expect((await e.check(asShell)).outcome).toBe('deny');
     expect(prompter.asked).toHaveLength(2);
     expect(prompter.asked[1]?.options).not.toContain('AlwaysThisProject');
-    expect(prompter.asked[1]?.note).toContain('other content');
   });
 
   it('code changed after approval: the project grant no longer applies (ask again)', async () => {
