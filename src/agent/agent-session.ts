@@ -4,6 +4,7 @@ import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import type { CommandParser } from '../permissions/command-parser.js';
+import type { PolicyReload } from '../permissions/engine.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';
 import { protectedPaths, protectedTarget } from '../permissions/self-protection.js';
@@ -11,7 +12,12 @@ import type { SessionAllowlist } from '../permissions/session-allowlist.js';
 import type { PermissionGate } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
-import type { AgentToolContext, ProgressReporter, SessionControl } from '../tools/agent-context.js';
+import type {
+  AgentToolContext,
+  ProgressReporter,
+  ReloadSummary,
+  SessionControl,
+} from '../tools/agent-context.js';
 import type { CapabilityContext } from '../tools/context.js';
 import { createToolCatalog, isToolName, READ_ONLY_TOOL_NAMES } from '../tools/catalog.js';
 import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
@@ -26,7 +32,10 @@ export interface AgentGate extends PermissionGate {
   readonly mode: PermissionMode;
   setMode(mode: PermissionMode): void;
   setProfileRules(sources: readonly RuleSource[]): void;
-  reload(): Promise<void>;
+  /** Re-read the policy files; a difference is adopted only when a person confirms it. */
+  reload(signal?: AbortSignal): Promise<PolicyReload>;
+  /** After a host run: report (once) a change of capsule.json or a profile; never adopts it. */
+  checkProtectedFiles(): Promise<string | undefined>;
   projectEntries(): AllowlistEntry[];
   readonly session: SessionAllowlist;
 }
@@ -116,7 +125,7 @@ export class AgentSession {
               approved: false,
               feedback: 'no human is reachable to approve it in this session',
             }),
-      reload: () => this.reload(),
+      reload: (signal) => this.reload(signal),
       spawnSubAgent: (sub) => this.createSubAgent(sub),
     };
     this.applyProfile(options.profile);
@@ -180,16 +189,26 @@ export class AgentSession {
       });
     }
     if (options.progress !== undefined) this.inFlight.add(options.progress);
+    let result: unknown;
     try {
-      const { result } = await this.executor.call<AgentToolContext, unknown>(
-        tool,
-        args,
-        this.contextFor(options),
-      );
-      return result;
+      ({ result } = await this.executor.call<AgentToolContext, unknown>(tool, args, this.contextFor(options)));
+    } catch (err) {
+      // A failed or denied call may still have run something: look, report, then rethrow.
+      if (tool.kind !== 'READ_ONLY') await this.gate.checkProtectedFiles();
+      throw err;
     } finally {
       if (options.progress !== undefined) this.inFlight.delete(options.progress);
     }
+    if (tool.kind === 'READ_ONLY') return result;
+    // run_command and capabilities run host code that can write capsule.json or .capsule/ directly:
+    // a change is reported here, with the result of the call that made it, and never loaded.
+    const warning = await this.gate.checkProtectedFiles();
+    if (warning === undefined) return result;
+    if (typeof result === 'object' && result !== null && !Array.isArray(result)) {
+      const previous = (result as { warnings?: unknown }).warnings;
+      return { ...result, warnings: [...(Array.isArray(previous) ? previous : []), warning] };
+    }
+    return { value: result, warnings: [warning] };
   }
 
   /** Progress from a runner (e.g. a docker image build on first use), shown to every call in flight. */
@@ -197,14 +216,18 @@ export class AgentSession {
     for (const report of this.inFlight) report({ message, progress: 0 });
   }
 
-  /** Re-read the registry and the project allowlist (capsule.json). */
-  async reload(): Promise<{ capabilities: number; invalid: number; allowlistEntries: number }> {
-    await this.gate.reload();
+  /**
+   * Re-read the registry (freely) and the policy files: a changed policy is shown to a person
+   * (the engine's confirmer) and adopted only on their yes.
+   */
+  async reload(signal?: AbortSignal): Promise<ReloadSummary> {
+    const policy = await this.gate.reload(signal);
     const scan = await this.registry.scan();
     return {
       capabilities: scan.capabilities.length,
       invalid: scan.invalid.length,
       allowlistEntries: this.gate.projectEntries().length,
+      policy,
     };
   }
 

@@ -3,6 +3,12 @@ import { createDefaultRunners } from '../executor/runners.js';
 import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey } from '../permissions/keys.js';
+import { profileTextHash, type PolicyConfirmer } from '../permissions/policy-diff.js';
+import {
+  defaultStateDir,
+  PolicySnapshotStore,
+  resolveStartingPolicy,
+} from '../permissions/policy-snapshot.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
 import { protectedPaths } from '../permissions/self-protection.js';
 import { Registry } from '../registry/registry.js';
@@ -24,6 +30,13 @@ export interface OpenAgentSessionOptions {
   /** Who answers an Ask. Default: nobody (every Ask is a denial that says how to allow it). */
   prompter?: Prompter | undefined;
   approvePlan?: PlanApproval | undefined;
+  /** Who confirms a changed policy on reload (MCP: elicitation). Default: nobody, so it is never adopted. */
+  confirmPolicy?: PolicyConfirmer | undefined;
+  /**
+   * capsule's per-user state folder, where the confirmed policy of each project is kept
+   * (default: defaultStateDir()). false: keep nothing across sessions (the files at start are taken).
+   */
+  stateDir?: string | false | undefined;
   /** Replace the runners (tests); default shell + wasm + docker. */
   runners?: readonly Runner[] | undefined;
   /** Replace the JS → Wasm component builder (tests); default componentize-qjs. */
@@ -46,7 +59,25 @@ export const defaultComponentize: Componentize = async (source, options) => {
 export async function openAgentSession(options: OpenAgentSessionOptions): Promise<AgentSession> {
   const project = await loadProjectConfig(options.cwd);
   const root = project.root;
-  const profiles = await ProfileCatalog.load({ projectRoot: root });
+  const log = options.logger ?? ((m: string) => process.stderr.write(`capsule: ${m}\n`));
+  // The policy is fixed at the start of a session: the confirmed one (recorded on first use), so an
+  // agent that rewrites capsule.json or a profile in one session gains nothing in the next.
+  const snapshots =
+    options.stateDir === false
+      ? undefined
+      : new PolicySnapshotStore({ stateDir: options.stateDir ?? defaultStateDir() });
+  const starting = await resolveStartingPolicy({
+    projectRoot: root,
+    file: project.file,
+    config: project.config,
+    store: snapshots,
+    recordFirstUse: true,
+  });
+  if (starting.warning !== undefined) log(starting.warning);
+  const profiles = await ProfileCatalog.load({
+    projectRoot: root,
+    acceptProject: (file, text) => starting.profiles[file] === profileTextHash(text),
+  });
   const profile = profiles.get(options.profile ?? 'build');
   const registry = new Registry({
     roots: project.config.roots,
@@ -58,11 +89,14 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   const engine = await PermissionEngine.create({
     projectRoot: root,
     configFile: project.file,
-    config: project.config,
+    config: starting.config,
+    profiles: starting.profiles,
     sessionGrants: grants,
     prompter: options.prompter ?? createNonInteractivePrompter(),
     commandParser: commands,
-    logger: options.logger,
+    logger: log,
+    confirmPolicy: options.confirmPolicy,
+    snapshots,
   });
   // Runners exist before the session; their progress reaches it through this late-bound sink.
   const sink: { to?: (message: string) => void } = {};
@@ -86,7 +120,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
       PermissionEngine.create({
         projectRoot: root,
         configFile: project.file,
-        config: { ...project.config, allowlist: {} },
+        config: { ...starting.config, allowlist: {} },
         mode: childProfile.mode,
         sessionGrants: childGrants,
         prompter: createNonInteractivePrompter(),

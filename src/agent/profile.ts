@@ -153,6 +153,11 @@ export interface ProfileCatalogOptions {
   projectRoot: string;
   /** Default: builtinProfilesDir(). */
   builtinDir?: string | undefined;
+  /**
+   * Whether a project profile may be loaded (file name, text): profiles are policy, so a session
+   * loads only the ones a person confirmed. Default: every one.
+   */
+  acceptProject?: ((file: string, text: string) => boolean) | undefined;
 }
 
 interface Entry {
@@ -173,7 +178,12 @@ export class ProfileCatalog {
     const entries = new Map<string, Entry>();
     const builtinDir = options.builtinDir ?? builtinProfilesDir();
     await readFolder(builtinDir, entries, (f) => `builtin:${f}`);
-    await readFolder(path.join(options.projectRoot, PROFILES_DIR), entries, (f, abs) => abs);
+    await readFolder(
+      path.join(options.projectRoot, PROFILES_DIR),
+      entries,
+      (f, abs) => abs,
+      options.acceptProject,
+    );
     return new ProfileCatalog(entries);
   }
 
@@ -197,6 +207,7 @@ async function readFolder(
   dir: string,
   entries: Map<string, Entry>,
   label: (file: string, abs: string) => string,
+  accept?: (file: string, text: string) => boolean,
 ): Promise<void> {
   let files: string[];
   try {
@@ -210,7 +221,9 @@ async function readFolder(
     // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
     const fallbackName = f.slice(0, -3);
     try {
-      const profile = parseProfile(await readFile(abs, 'utf8'), shown);
+      const text = await readFile(abs, 'utf8');
+      if (accept !== undefined && !accept(f, text)) continue; // not confirmed: as if absent
+      const profile = parseProfile(text, shown);
       entries.set(profile.name, { profile, file: shown });
     } catch (err) {
       const error =

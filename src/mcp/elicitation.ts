@@ -1,6 +1,6 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { PlanApproval } from '../agent/agent-session.js';
-import type { PromptQuestion, Prompter } from '../permissions/prompter.js';
+import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
 import type { AskAnswer } from '../permissions/types.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
@@ -11,6 +11,7 @@ const ANSWER_TITLES: Record<AskAnswer, string> = {
   AlwaysThisSession: 'Allow for this session',
   AlwaysThisProject: 'Allow for this project (saved in capsule.json)',
   Deny: 'Deny',
+  DenyThisSession: 'Deny for this session (do not ask again)',
 };
 
 /** Whether the connected client declared form elicitation (known after initialize). */
@@ -20,15 +21,18 @@ export function clientCanElicit(server: Server): boolean {
 
 /** Pure: the text of a permission elicitation. */
 export function permissionMessage(q: PromptQuestion): string {
-  const lines = [`capsule: permission needed: ${q.key}`];
+  // The key, subject and reasons carry agent- and manifest-controlled text: promptSafe, always.
+  const lines = [`capsule: permission needed: ${promptSafe(q.key)}`];
   const action = q.key.slice(q.key.indexOf(':') + 1);
-  if (q.request.subject !== action) lines.push(`${q.request.tool}: ${q.request.subject}`);
+  if (q.request.subject !== action)
+    lines.push(`${promptSafe(q.request.tool)}: ${promptSafe(q.request.subject)}`);
   if (q.request.key.compound) lines.push('Compound command: an approval covers this exact command only.');
-  if (q.note !== undefined) lines.push(`Note: ${q.note}.`);
+  if (q.note !== undefined) lines.push(`Note: ${promptSafe(q.note)}.`);
+  const reason = promptSafe(q.ceiling.reason);
   lines.push(
     q.ceiling.ceiling === 'project'
-      ? `Sandboxed (${q.ceiling.reason}).`
-      : `Not sandboxed (${q.ceiling.reason}): it can be allowed for this session at most.`,
+      ? `Sandboxed (${reason}).`
+      : `Not sandboxed (${reason}): it can be allowed for this session at most.`,
   );
   return lines.join('\n');
 }
@@ -56,7 +60,7 @@ export function createElicitationPrompter(server: Server): Prompter {
               properties: {
                 decision: {
                   type: 'string',
-                  title: `Allow ${question.key}?`,
+                  title: `Allow ${promptSafe(question.key, 200)}?`,
                   oneOf: options.map((a) => ({ const: a, title: ANSWER_TITLES[a] })),
                 },
               },
