@@ -191,7 +191,11 @@ export class AgentSession {
     if (options.progress !== undefined) this.inFlight.add(options.progress);
     let result: unknown;
     try {
-      ({ result } = await this.executor.call<AgentToolContext, unknown>(tool, args, this.contextFor(options)));
+      ({ result } = await this.executor.call<AgentToolContext, unknown>(
+        tool,
+        args,
+        this.contextFor(options),
+      ));
     } catch (err) {
       // A failed or denied call may still have run something: look, report, then rethrow.
       if (tool.kind !== 'READ_ONLY') await this.gate.checkProtectedFiles();

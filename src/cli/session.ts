@@ -4,10 +4,15 @@ import { createDefaultRunners } from '../executor/runners.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createSessionEngine } from '../permissions/session-gate.js';
+import {
+  defaultStateDir,
+  PolicySnapshotStore,
+  resolveStartingPolicy,
+} from '../permissions/policy-snapshot.js';
 import type { InputValidator } from '../manifest/input.js';
 import { protectedPaths } from '../permissions/self-protection.js';
 import { Registry } from '../registry/registry.js';
-import type { CliIO } from './output.js';
+import { write, type CliIO } from './output.js';
 
 export interface SessionFlags {
   grants?: readonly string[];
@@ -48,9 +53,29 @@ export async function openProject(io: CliIO): Promise<{ project: LoadedProjectCo
   return { project, registry: projectRegistry(project.root, project.config.roots) };
 }
 
-function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO): Promise<PermissionEngine> {
+/**
+ * The gate of one CLI process. Each process reads capsule.json afresh; where a person already
+ * confirmed a policy for this project (capsule reload, an MCP or library session), a change on disk
+ * that would widen it is not applied until `capsule reload` confirms it. A project never confirmed
+ * runs on its files as they are (the ceiling keeps a repository's file from lifting unsandboxed calls).
+ */
+async function createGate(
+  project: LoadedProjectConfig,
+  flags: SessionFlags,
+  io: CliIO,
+): Promise<PermissionEngine> {
+  const snapshots = new PolicySnapshotStore({ stateDir: defaultStateDir(io.env) });
+  const starting = await resolveStartingPolicy({
+    projectRoot: project.root,
+    file: project.file,
+    config: project.config,
+    store: snapshots,
+    recordFirstUse: false,
+  });
+  if (starting.warning !== undefined) await write(io.stderr, `capsule: ${starting.warning}\n`);
   return createSessionEngine({
-    project,
+    project: { ...project, config: starting.config },
+    snapshots,
     grants: flags.grants,
     noPrompt: flags.noPrompt,
     mode: flags.mode,

@@ -1,6 +1,7 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { PlanApproval } from '../agent/agent-session.js';
 import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer } from '../permissions/types.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
@@ -80,6 +81,57 @@ export function createElicitationPrompter(server: Server): Prompter {
   };
 }
 
+/** Characters of a plan shown in an approval request; the rest is cut with a note. */
+export const PLAN_MAX_CHARS = 20_000;
+
+/**
+ * Pure: the agent's plan as the person reads it. Each line is escaped on its own (line breaks kept,
+ * every other control character visible) and marked with "│ " so no line of it can pass for capsule's.
+ */
+export function planText(plan: string): string {
+  const cut = [...plan].length > PLAN_MAX_CHARS ? promptSafe(plan, PLAN_MAX_CHARS) : plan;
+  return cut
+    .split(/\r\n|\n/)
+    .map((line) => `│ ${promptSafe(line, PLAN_MAX_CHARS)}`)
+    .join('\n');
+}
+
+/**
+ * A changed policy (capsule.json rules, allowlist, profiles) confirmed over MCP: the difference is
+ * shown and only an explicit "adopt" applies it. No elicitation, a decline, a failure: not adopted.
+ */
+export function createElicitationPolicyConfirmer(server: Server): PolicyConfirmer {
+  return async (change, signal) => {
+    if (!clientCanElicit(server) || signal?.aborted === true) return false;
+    try {
+      const result = await server.elicitInput(
+        {
+          mode: 'form',
+          message: `${change.text}\n\nThe agent asked to reload. Adopt this policy only if you made (or want) these changes yourself.`,
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              decision: {
+                type: 'string',
+                title: 'Adopt the changed policy?',
+                oneOf: [
+                  { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
+                  { const: 'adopt', title: 'Adopt the change' },
+                ],
+              },
+            },
+            required: ['decision'],
+          },
+        },
+        { signal, timeout: ELICITATION_TIMEOUT_MS },
+      );
+      return result.action === 'accept' && result.content?.decision === 'adopt';
+    } catch {
+      return false;
+    }
+  };
+}
+
 /** exit_plan_mode's approval over MCP: the plan is shown and the human approves or rejects it. */
 export function createElicitationPlanApproval(server: Server): PlanApproval {
   return async (plan, signal) => {
@@ -94,7 +146,7 @@ export function createElicitationPlanApproval(server: Server): PlanApproval {
       const result = await server.elicitInput(
         {
           mode: 'form',
-          message: `capsule: the agent asks to leave plan mode with this plan.\n\n${plan}`,
+          message: `capsule: the agent asks to leave plan mode with this plan.\n\n${planText(plan)}`,
           requestedSchema: {
             type: 'object',
             properties: {

@@ -375,7 +375,9 @@ export class PermissionEngine implements PermissionGate {
       if ((await this.snapshots.read(this.projectRoot)) === undefined) return;
       await this.snapshots.write(this.projectRoot, this.confirmedPolicy(), by);
     } catch (err) {
-      this.logger(`could not record the confirmed policy: ${err instanceof Error ? err.message : String(err)}`);
+      this.logger(
+        `could not record the confirmed policy: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
   }
 

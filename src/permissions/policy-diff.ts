@@ -63,7 +63,8 @@ export type PolicyConfirmer = (change: PolicyChange, signal?: AbortSignal) => Pr
 export function policyViewOf(config: ProjectConfig, profiles: ProfileHashes = {}): PolicyView {
   const allowlist: PolicyView['allowlist'] = {};
   for (const e of normalizeAllowlist(config.allowlist).sort((a, b) => (a.key < b.key ? -1 : 1))) {
-    allowlist[e.key] = e.contentHash !== undefined ? { level: e.level, contentHash: e.contentHash } : { level: e.level };
+    allowlist[e.key] =
+      e.contentHash !== undefined ? { level: e.level, contentHash: e.contentHash } : { level: e.level };
   }
   const sortedProfiles: ProfileHashes = {};
   for (const name of Object.keys(profiles).sort()) sortedProfiles[name] = profiles[name] as string;
@@ -85,6 +86,45 @@ export function configWithPolicy(onDisk: ProjectConfig, view: PolicyView): Proje
     mode: view.mode,
     permissions: { allow: [...view.allow], deny: [...view.deny] },
     allowlist,
+  };
+}
+
+/** Modes from the one that allows least to the one that allows most. */
+const MODE_ORDER = ['plan', 'default', 'edit', 'bypass'] as const;
+
+/**
+ * Pure: the confirmed policy with every change on disk that only takes something away applied —
+ * a removed allow rule or allowlist entry, an added deny rule or Deny entry, a stricter mode, a
+ * removed or changed profile (not loaded). What would widen anything stays out until a person
+ * confirms it. A person's hand edit that tightens the policy therefore never waits for a confirmation.
+ */
+export function tightenOnly(confirmed: PolicyView, onDisk: PolicyView): PolicyView {
+  const diskAllow = new Set(onDisk.allow);
+  const allowlist: PolicyView['allowlist'] = {};
+  for (const [key, entry] of Object.entries(confirmed.allowlist)) {
+    const disk = onDisk.allowlist[key];
+    if (disk === undefined) continue;
+    if (disk.level === 'Deny') allowlist[key] = { level: 'Deny' };
+    else if (JSON.stringify(disk) === JSON.stringify(entry)) allowlist[key] = entry;
+  }
+  for (const [key, entry] of Object.entries(onDisk.allowlist)) {
+    if (entry.level === 'Deny') allowlist[key] = { level: 'Deny' };
+  }
+  const profiles: ProfileHashes = {};
+  for (const [file, hash] of Object.entries(confirmed.profiles)) {
+    if (onDisk.profiles[file] === hash) profiles[file] = hash;
+  }
+  const mode =
+    MODE_ORDER.indexOf(onDisk.mode) < MODE_ORDER.indexOf(confirmed.mode) ? onDisk.mode : confirmed.mode;
+  const sorted: PolicyView['allowlist'] = {};
+  for (const key of Object.keys(allowlist).sort())
+    sorted[key] = allowlist[key] as PolicyView['allowlist'][string];
+  return {
+    mode,
+    allow: confirmed.allow.filter((r) => diskAllow.has(r)),
+    deny: [...new Set([...confirmed.deny, ...onDisk.deny])],
+    allowlist: sorted,
+    profiles,
   };
 }
 
@@ -138,14 +178,17 @@ export function renderPolicyDiff(d: PolicyDiff, to: PolicyView): string[] {
   for (const r of d.denyRemoved) lines.push(`- deny rule ${s(r)}`);
   const entry = (k: string): string => {
     const e = to.allowlist[k];
-    return e === undefined ? '' : `: ${e.level}${e.contentHash !== undefined ? ` (${s(e.contentHash)})` : ''}`;
+    return e === undefined
+      ? ''
+      : `: ${e.level}${e.contentHash !== undefined ? ` (${s(e.contentHash)})` : ''}`;
   };
   for (const k of d.allowlistAdded) lines.push(`+ allowlist ${s(k)}${entry(k)}`);
   for (const k of d.allowlistRemoved) lines.push(`- allowlist ${s(k)}`);
   for (const k of d.allowlistChanged) lines.push(`~ allowlist ${s(k)}${entry(k)}`);
   for (const p of d.profilesAdded) lines.push(`+ profile ${s(path.join(PROFILES_DIR, p))}`);
   for (const p of d.profilesRemoved) lines.push(`- profile ${s(path.join(PROFILES_DIR, p))}`);
-  for (const p of d.profilesChanged) lines.push(`~ profile ${s(path.join(PROFILES_DIR, p))} (content changed)`);
+  for (const p of d.profilesChanged)
+    lines.push(`~ profile ${s(path.join(PROFILES_DIR, p))} (content changed)`);
   return lines;
 }
 

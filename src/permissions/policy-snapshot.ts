@@ -13,6 +13,7 @@ import {
   policyViewOf,
   policyViewSchema,
   readProfileHashes,
+  tightenOnly,
   type PolicyChange,
   type PolicyView,
   type ProfileHashes,
@@ -69,7 +70,7 @@ export class PolicySnapshotStore {
       throw new CapsuleError(
         'CONFIG_INVALID',
         `${file} cannot be read (${(err as NodeJS.ErrnoException).code}).`,
-        { file, hint: 'Check the permissions of capsule\'s state folder.' },
+        { file, hint: "Check the permissions of capsule's state folder." },
         { cause: err },
       );
     }
@@ -128,7 +129,7 @@ export interface StartingPolicy {
  * — a repository's file can never lift the ceiling anyway — and, when `recordFirstUse`, that state
  * becomes the confirmed one (sessions do this, so what an agent changes in one session is not
  * adopted by the next). A snapshot that differs from disk: the snapshot wins, the difference is
- * reported, and `capsule reload` shows it to a person.
+ * reported, and `capsule reload` shows it to a person; what only tightens the policy applies at once.
  */
 export async function resolveStartingPolicy(options: {
   projectRoot: string;
@@ -145,12 +146,16 @@ export async function resolveStartingPolicy(options: {
     if (options.recordFirstUse) await options.store.write(options.projectRoot, onDisk, 'first use');
     return { config: options.config, view: onDisk, profiles };
   }
-  const pending = policyChange(options.file, snapshot.policy, onDisk);
-  if (pending === undefined) return { config: options.config, view: onDisk, profiles };
+  if (policyChange(options.file, snapshot.policy, onDisk) === undefined)
+    return { config: options.config, view: onDisk, profiles };
+  const view = tightenOnly(snapshot.policy, onDisk);
+  const pending = policyChange(options.file, view, onDisk);
+  const config = configWithPolicy(options.config, view);
+  if (pending === undefined) return { config, view, profiles: view.profiles };
   return {
-    config: configWithPolicy(options.config, snapshot.policy),
-    view: snapshot.policy,
-    profiles: snapshot.policy.profiles,
+    config,
+    view,
+    profiles: view.profiles,
     pending,
     warning:
       `${options.file} or ${path.join(options.projectRoot, '.capsule', 'profiles')} changed since a person last confirmed the policy; ` +

@@ -39,7 +39,11 @@ export function promptSafe(text: string, max = PROMPT_FIELD_MAX_CHARS): string {
       continue;
     }
     const code = ch.codePointAt(0) ?? 0;
-    out += NAMED_ESCAPES[ch] ?? (code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`);
+    out +=
+      NAMED_ESCAPES[ch] ??
+      (code <= 0xff
+        ? `\\x${code.toString(16).padStart(2, '0')}`
+        : `\\u${code.toString(16).padStart(4, '0')}`);
   }
   return out;
 }
@@ -140,6 +144,26 @@ export function createTerminalPrompter(options: TerminalPrompterOptions): Prompt
       }
     },
   };
+}
+
+/**
+ * A yes/no question in the terminal (a policy change to confirm). Only an explicit "y"/"yes" is a
+ * yes; no TTY, end of input, an abort or anything else is a no.
+ */
+export async function askYesNo(
+  options: TerminalPrompterOptions,
+  question: string,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  if (options.input.isTTY !== true || signal?.aborted === true) return false;
+  const lines = readLines(options.input, signal);
+  try {
+    options.output.write(`${question} [y/N] `);
+    const line = await lines.next();
+    return line !== undefined && /^(y|yes)$/i.test(line.trim());
+  } finally {
+    lines.close();
+  }
 }
 
 /** Lines of the input as they come (queued, so none typed ahead is lost); undefined at end or abort. */

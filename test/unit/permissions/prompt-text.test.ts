@@ -35,6 +35,7 @@ function drawnLines(text: string): string[] {
   return text.split(/\r\n|\n|\r|\u2028|\u2029|\x85|\x1b\[[0-9;]*[A-Za-z]/);
 }
 
+// eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029]/;
 
 describe('prompt and elicitation text is escaped', () => {
