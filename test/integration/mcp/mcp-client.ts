@@ -23,6 +23,8 @@ export interface ConnectOptions {
   args?: string[];
   /** Answer elicitations; undefined: the client does not declare elicitation at all. */
   answer?: (params: ElicitRequest['params']) => ElicitResult | Promise<ElicitResult>;
+  /** Extra environment for the server (e.g. CAPSULE_STATE_DIR). */
+  env?: Record<string, string>;
 }
 
 /** The real SDK client over stdio against the built `capsule mcp` (run `npm run build` first). */
@@ -33,7 +35,7 @@ export async function connectCapsule(options: ConnectOptions): Promise<McpHarnes
     args: [BUILT_CLI, 'mcp', ...(options.args ?? [])],
     cwd: options.cwd,
     stderr: 'pipe',
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp' },
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', ...options.env },
   });
   let err = '';
   transport.stderr?.on('data', (c: Buffer) => (err += c.toString()));
