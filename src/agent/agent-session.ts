@@ -188,6 +188,17 @@ export class AgentSession {
           .join(', ')}.`,
       });
     }
+    // Host code (run_command, shell capabilities, a process they left behind) can write capsule.json
+    // or .capsule/ directly. Looked at before and after every call that can change things: a change
+    // that only takes permissions away applies before the call; anything else is reported with the
+    // result and never loaded.
+    const mutating = tool.kind !== 'READ_ONLY';
+    const warnings: string[] = [];
+    const look = async (): Promise<void> => {
+      const warning = await this.gate.checkProtectedFiles();
+      if (warning !== undefined) warnings.push(warning);
+    };
+    if (mutating) await look();
     if (options.progress !== undefined) this.inFlight.add(options.progress);
     let result: unknown;
     try {
@@ -197,22 +208,18 @@ export class AgentSession {
         this.contextFor(options),
       ));
     } catch (err) {
-      // A failed or denied call may still have run something: look, report, then rethrow.
-      if (tool.kind !== 'READ_ONLY') await this.gate.checkProtectedFiles();
+      if (mutating) await look();
       throw err;
     } finally {
       if (options.progress !== undefined) this.inFlight.delete(options.progress);
     }
-    if (tool.kind === 'READ_ONLY') return result;
-    // run_command and capabilities run host code that can write capsule.json or .capsule/ directly:
-    // a change is reported here, with the result of the call that made it, and never loaded.
-    const warning = await this.gate.checkProtectedFiles();
-    if (warning === undefined) return result;
+    if (mutating) await look();
+    if (warnings.length === 0) return result;
     if (typeof result === 'object' && result !== null && !Array.isArray(result)) {
       const previous = (result as { warnings?: unknown }).warnings;
-      return { ...result, warnings: [...(Array.isArray(previous) ? previous : []), warning] };
+      return { ...result, warnings: [...(Array.isArray(previous) ? previous : []), ...warnings] };
     }
-    return { value: result, warnings: [warning] };
+    return { value: result, warnings };
   }
 
   /** Progress from a runner (e.g. a docker image build on first use), shown to every call in flight. */

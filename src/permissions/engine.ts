@@ -17,8 +17,10 @@ import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
 import {
+  configWithPolicy,
   policyChange,
   policyViewOf,
+  tightenOnly,
   readProfileHashes,
   type PolicyChange,
   type PolicyConfirmer,
@@ -209,10 +211,18 @@ export class PermissionEngine implements PermissionGate {
   async reload(signal?: AbortSignal): Promise<PolicyReload> {
     const { config } = await readProjectConfigFile(this.configFile);
     const profiles = await readProfileHashes(this.projectRoot);
+    const tightened = this.applyTightening(policyViewOf(config, profiles));
     const change = policyChange(this.configFile, this.confirmedPolicy(), policyViewOf(config, profiles));
     if (change === undefined) {
-      // Nothing that decides anything changed (formatting, grantedAt, roots): keep what is confirmed.
-      return { changed: false, applied: false, diff: [], message: 'The policy is unchanged.' };
+      // Nothing that decides anything is left to confirm (formatting, grantedAt, roots, or only removals).
+      return {
+        changed: tightened,
+        applied: tightened,
+        diff: [],
+        message: tightened
+          ? 'The change only takes permissions away; it is in effect.'
+          : 'The policy is unchanged.',
+      };
     }
     const confirmed =
       this.confirmPolicy !== undefined && signal?.aborted !== true
@@ -254,7 +264,12 @@ export class PermissionEngine implements PermissionGate {
     this.lastFingerprint = fingerprint;
     let change: PolicyChange | undefined;
     try {
-      change = await this.pendingPolicyChange();
+      const onDisk = policyViewOf(
+        (await readProjectConfigFile(this.configFile)).config,
+        await readProfileHashes(this.projectRoot),
+      );
+      this.applyTightening(onDisk);
+      change = policyChange(this.configFile, this.confirmedPolicy(), onDisk);
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
       const warning = `capsule's protected files changed while something ran and no longer load (${why}); the confirmed policy stays in effect.`;
@@ -269,6 +284,21 @@ export class PermissionEngine implements PermissionGate {
     this.logger(warning);
     await this.recordProtected(warning);
     return warning;
+  }
+
+  /**
+   * What on disk only takes something away (a removed allow rule or entry, an added deny rule or Deny
+   * entry, a removed or changed profile) applies at once: it can only make capsule ask or deny more.
+   * The mode of a running session stays. Returns whether anything was applied.
+   */
+  private applyTightening(onDisk: PolicyView): boolean {
+    const confirmed = this.confirmedPolicy();
+    const tightened = tightenOnly(confirmed, onDisk);
+    if (policyChange(this.configFile, confirmed, tightened) === undefined) return false;
+    this.fileConfig = configWithPolicy(this.fileConfig, tightened);
+    this.confirmedProfiles = tightened.profiles;
+    this.state = this.buildState();
+    return true;
   }
 
   /** size, times and inode of capsule.json and of every project profile: changes whenever either is written. */
@@ -387,8 +417,19 @@ export class PermissionEngine implements PermissionGate {
     const base = { mode: this.modeValue, ceiling };
     try {
       const v = decide(this.state, request);
+      if (v.outcome === 'ask' && this.sessionDenials.has(request.key.raw)) {
+        const reason = `${request.key.raw} was refused for this session at the prompt.`;
+        return { ...base, outcome: 'deny', source: 'session-deny', reason, trace: v.trace };
+      }
       return v.outcome === 'ask'
-        ? { ...base, outcome: 'ask', source: 'ask', reason: v.reason, options: v.options, trace: v.trace }
+        ? {
+            ...base,
+            outcome: 'ask',
+            source: 'ask',
+            reason: v.reason,
+            options: withSessionDeny(v.options),
+            trace: v.trace,
+          }
         : {
             ...base,
             outcome: v.outcome,

@@ -151,22 +151,45 @@ describe('the agent cannot reload a policy it wrote', () => {
 
   it('a person confirms a changed policy through the confirmer; then it applies', async () => {
     const { root, stateDir } = await project();
+    const hash = `sha256:${'a'.repeat(64)}`;
     await writeFile(
       path.join(root, 'edit.json'),
-      JSON.stringify({ schemaVersion: 1, permissions: { deny: ['run_command(touch *)'] } }),
+      JSON.stringify({
+        schemaVersion: 1,
+        allowlist: { 'run_capability:w': { level: 'AlwaysThisProject', contentHash: hash } },
+      }),
     );
     const shown: string[] = [];
-    const s = await open(root, stateDir, ['run_command:cp', 'run_command:touch'], {
+    const s = await open(root, stateDir, ['run_command:cp'], {
       confirmPolicy: async (change: { text: string }) => {
         shown.push(change.text);
         return true;
       },
     });
     await s.call('run_command', { command: 'cp edit.json capsule.json' });
-    await s.call('reload', {});
-    expect(shown.join('\n')).toContain('run_command(touch *)');
+    expect(s.gate.projectEntries().map((e) => e.key)).toEqual([]);
+    const r = (await s.call('reload', {})) as { policy: { applied: boolean } };
+    expect(shown.join('\n')).toContain('+ allowlist run_capability:w: AlwaysThisProject');
+    expect(r.policy.applied).toBe(true);
+    expect(s.gate.projectEntries().map((e) => e.key)).toEqual(['run_capability:w']);
+  });
+
+  it('a hand edit that only takes permissions away applies at the next call, unasked', async () => {
+    const { root, stateDir } = await project();
+    let asked = 0;
+    const s = await open(root, stateDir, ['run_command:touch'], {
+      confirmPolicy: async () => {
+        asked += 1;
+        return false;
+      },
+    });
+    await writeFile(
+      path.join(root, 'capsule.json'),
+      JSON.stringify({ schemaVersion: 1, permissions: { deny: ['run_command(touch *)'] } }),
+    );
     await codeOf(s.call('run_command', { command: 'touch M2' }));
     expect(existsSync(path.join(root, 'M2'))).toBe(false);
+    expect(asked).toBe(0);
   });
 
   it('a change the person refuses is not applied', async () => {
