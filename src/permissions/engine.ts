@@ -193,15 +193,6 @@ export class PermissionEngine implements PermissionGate {
     return policyViewOf(this.fileConfig, this.confirmedProfiles);
   }
 
-  /** What differs on disk from the confirmed policy (undefined: nothing). Reads capsule.json and the profiles. */
-  async pendingPolicyChange(): Promise<PolicyChange | undefined> {
-    const onDisk = policyViewOf(
-      (await readProjectConfigFile(this.configFile)).config,
-      await readProfileHashes(this.projectRoot),
-    );
-    return policyChange(this.configFile, this.confirmedPolicy(), onDisk);
-  }
-
   /**
    * Re-read the policy files. Policy (rules, allowlist, profiles) only changes through a person: a
    * difference from the confirmed policy is shown to the confirmer and adopted only if they say yes;
@@ -254,9 +245,9 @@ export class PermissionEngine implements PermissionGate {
   }
 
   /**
-   * Cheap check after something ran on the host: did capsule.json or a project profile change? A new
-   * change is reported once (returned, logged, audited) and not loaded; only reload() with a person's
-   * confirmation adopts it.
+   * Cheap check around calls that run host code: did capsule.json or a project profile change? What
+   * only takes permissions away applies at once; anything else is reported once (returned, logged,
+   * audited) and not loaded: only reload() with a person's confirmation adopts it.
    */
   async checkProtectedFiles(): Promise<string | undefined> {
     const fingerprint = await this.protectedFingerprint();
