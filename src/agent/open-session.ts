@@ -3,7 +3,7 @@ import { createDefaultRunners } from '../executor/runners.js';
 import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey } from '../permissions/keys.js';
-import { profileTextHash, type PolicyConfirmer } from '../permissions/policy-diff.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import {
   defaultStateDir,
   PolicySnapshotStore,
@@ -74,10 +74,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     recordFirstUse: true,
   });
   if (starting.warning !== undefined) log(starting.warning);
-  const profiles = await ProfileCatalog.load({
-    projectRoot: root,
-    acceptProject: (file, text) => starting.profiles[file] === profileTextHash(text),
-  });
+  const profiles = await ProfileCatalog.load({ projectRoot: root, projectProfiles: starting.profileTexts });
   const profile = profiles.get(options.profile ?? 'build');
   const registry = new Registry({
     roots: project.config.roots,

@@ -154,10 +154,10 @@ export interface ProfileCatalogOptions {
   /** Default: builtinProfilesDir(). */
   builtinDir?: string | undefined;
   /**
-   * Whether a project profile may be loaded (file name, text): profiles are policy, so a session
-   * loads only the ones a person confirmed. Default: every one.
+   * The project profiles to load (file name → text) instead of reading `.capsule/profiles/`: profiles
+   * are policy, so a session loads the ones a person confirmed, as confirmed. Default: the folder.
    */
-  acceptProject?: ((file: string, text: string) => boolean) | undefined;
+  projectProfiles?: Readonly<Record<string, string>> | undefined;
 }
 
 interface Entry {
@@ -178,12 +178,13 @@ export class ProfileCatalog {
     const entries = new Map<string, Entry>();
     const builtinDir = options.builtinDir ?? builtinProfilesDir();
     await readFolder(builtinDir, entries, (f) => `builtin:${f}`);
-    await readFolder(
-      path.join(options.projectRoot, PROFILES_DIR),
-      entries,
-      (f, abs) => abs,
-      options.acceptProject,
-    );
+    const projectDir = path.join(options.projectRoot, PROFILES_DIR);
+    if (options.projectProfiles === undefined) await readFolder(projectDir, entries, (f, abs) => abs);
+    else {
+      for (const [f, text] of Object.entries(options.projectProfiles).sort(([a], [b]) => (a < b ? -1 : 1))) {
+        if (f.endsWith('.md')) addProfile(entries, text, path.join(projectDir, f), f);
+      }
+    }
     return new ProfileCatalog(entries);
   }
 
@@ -207,7 +208,6 @@ async function readFolder(
   dir: string,
   entries: Map<string, Entry>,
   label: (file: string, abs: string) => string,
-  accept?: (file: string, text: string) => boolean,
 ): Promise<void> {
   let files: string[];
   try {
@@ -218,19 +218,29 @@ async function readFolder(
   for (const f of files) {
     const abs = path.join(dir, f);
     const shown = label(f, abs);
-    // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
-    const fallbackName = f.slice(0, -3);
+    let text: string;
     try {
-      const text = await readFile(abs, 'utf8');
-      if (accept !== undefined && !accept(f, text)) continue; // not confirmed: as if absent
-      const profile = parseProfile(text, shown);
-      entries.set(profile.name, { profile, file: shown });
+      text = await readFile(abs, 'utf8');
     } catch (err) {
-      const error =
-        err instanceof CapsuleError
-          ? err
-          : invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
-      entries.set(fallbackName, { error, file: shown });
+      const error = invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+      entries.set(f.slice(0, -3), { error, file: shown });
+      continue;
     }
+    addProfile(entries, text, shown, f);
+  }
+}
+
+function addProfile(entries: Map<string, Entry>, text: string, shown: string, f: string): void {
+  // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
+  const fallbackName = f.slice(0, -3);
+  try {
+    const profile = parseProfile(text, shown);
+    entries.set(profile.name, { profile, file: shown });
+  } catch (err) {
+    const error =
+      err instanceof CapsuleError
+        ? err
+        : invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+    entries.set(fallbackName, { error, file: shown });
   }
 }

@@ -279,7 +279,7 @@ export class PermissionEngine implements PermissionGate {
 
   /**
    * What on disk only takes something away (a removed allow rule or entry, an added deny rule or Deny
-   * entry, a removed or changed profile) applies at once: it can only make capsule ask or deny more.
+   * entry) applies at once: it can only make capsule ask or deny more.
    * The mode of a running session stays. Returns whether anything was applied.
    */
   private applyTightening(onDisk: PolicyView): boolean {

@@ -94,9 +94,8 @@ const MODE_ORDER = ['plan', 'default', 'edit', 'bypass'] as const;
 
 /**
  * Pure: the confirmed policy with every change on disk that only takes something away applied —
- * a removed allow rule or allowlist entry, an added deny rule or Deny entry, a stricter mode, a
- * removed or changed profile (not loaded). What would widen anything stays out until a person
- * confirms it. A person's hand edit that tightens the policy therefore never waits for a confirmation.
+ * a removed allow rule or allowlist entry, an added deny rule or Deny entry, a stricter mode. What
+ * would widen anything, and every change of a profile, stays out until a person confirms it. A person's hand edit that tightens the policy therefore never waits for a confirmation.
  */
 export function tightenOnly(confirmed: PolicyView, onDisk: PolicyView): PolicyView {
   const diskAllow = new Set(onDisk.allow);
@@ -110,10 +109,9 @@ export function tightenOnly(confirmed: PolicyView, onDisk: PolicyView): PolicyVi
   for (const [key, entry] of Object.entries(onDisk.allowlist)) {
     if (entry.level === 'Deny') allowlist[key] = { level: 'Deny' };
   }
-  const profiles: ProfileHashes = {};
-  for (const [file, hash] of Object.entries(confirmed.profiles)) {
-    if (onDisk.profiles[file] === hash) profiles[file] = hash;
-  }
+  // Profiles are kept as confirmed: a changed or removed project profile is not a tightening (the
+  // built-in profile of the same name may allow more), so it waits for a person like any widening.
+  const profiles: ProfileHashes = { ...confirmed.profiles };
   const mode =
     MODE_ORDER.indexOf(onDisk.mode) < MODE_ORDER.indexOf(confirmed.mode) ? onDisk.mode : confirmed.mode;
   const sorted: PolicyView['allowlist'] = {};
@@ -207,8 +205,8 @@ export function profileTextHash(text: string): string {
   return `sha256:${createHash('sha256').update(text, 'utf8').digest('hex')}`;
 }
 
-/** The project's profiles on disk: `.capsule/profiles/*.md` → hash of each text. */
-export async function readProfileHashes(projectRoot: string): Promise<ProfileHashes> {
+/** The project's profiles on disk: `.capsule/profiles/*.md` → text (undefined: unreadable). */
+export async function readProfileTexts(projectRoot: string): Promise<Record<string, string | undefined>> {
   const dir = path.join(projectRoot, PROFILES_DIR);
   let files: string[];
   try {
@@ -216,14 +214,18 @@ export async function readProfileHashes(projectRoot: string): Promise<ProfileHas
   } catch {
     return {};
   }
-  const out: ProfileHashes = {};
+  const out: Record<string, string | undefined> = {};
   for (const f of files) {
-    try {
-      out[f] = profileTextHash(await readFile(path.join(dir, f), 'utf8'));
-    } catch {
-      // Unreadable (a folder named x.md, a dangling link): the catalog cannot load it either.
-      out[f] = 'unreadable';
-    }
+    // Unreadable (a folder named x.md, a dangling link): the catalog cannot load it either.
+    out[f] = await readFile(path.join(dir, f), 'utf8').catch(() => undefined);
   }
+  return out;
+}
+
+/** The project's profiles on disk: `.capsule/profiles/*.md` → hash of each text. */
+export async function readProfileHashes(projectRoot: string): Promise<ProfileHashes> {
+  const out: ProfileHashes = {};
+  for (const [f, text] of Object.entries(await readProfileTexts(projectRoot)))
+    out[f] = text === undefined ? 'unreadable' : profileTextHash(text);
   return out;
 }

@@ -12,7 +12,8 @@ import {
   policyHash,
   policyViewOf,
   policyViewSchema,
-  readProfileHashes,
+  profileTextHash,
+  readProfileTexts,
   tightenOnly,
   type PolicyChange,
   type PolicyView,
@@ -38,6 +39,12 @@ const snapshotSchema = z
     root: z.string().describe('Real path of the project root the snapshot belongs to.'),
     hash: z.string().describe('policyHash of `policy`.'),
     policy: policyViewSchema.describe('The policy a person last confirmed for this project.'),
+    profileTexts: z
+      .record(z.string(), z.string())
+      .default({})
+      .describe(
+        'The confirmed project profiles themselves (file → text), so a changed or deleted one still loads as confirmed.',
+      ),
     confirmedAt: z.string().describe('ISO time of the confirmation.'),
     by: z.string().describe('Which human path confirmed it (capsule reload, a prompt answer, first use).'),
   })
@@ -85,8 +92,11 @@ export class PolicySnapshotStore {
         { cause: err },
       );
     }
-    // A snapshot for another root (a copied file) or whose hash does not match is not a confirmation.
-    if (parsed.root !== root || parsed.hash !== policyHash(parsed.policy)) {
+    // A snapshot for another root (a copied file) or whose hashes do not match is not a confirmation.
+    const textsMatch = Object.entries(parsed.profileTexts).every(
+      ([f, text]) => parsed.policy.profiles[f] === profileTextHash(text),
+    );
+    if (parsed.root !== root || parsed.hash !== policyHash(parsed.policy) || !textsMatch) {
       throw new CapsuleError('CONFIG_INVALID', `${file} does not belong to ${root} or was altered.`, {
         file,
         hint: `Delete ${file} and confirm the policy again with capsule reload.`,
@@ -95,14 +105,28 @@ export class PolicySnapshotStore {
     return parsed;
   }
 
+  /**
+   * Record `policy` as confirmed. The text of each confirmed profile is kept too: from disk when it
+   * still has the confirmed hash, else from the previous snapshot.
+   */
   async write(projectRoot: string, policy: PolicyView, by: string): Promise<void> {
     const { root, file } = await this.fileFor(projectRoot);
+    const previous = await this.read(projectRoot).catch(() => undefined);
+    const onDisk = await readProfileTexts(projectRoot);
+    const profileTexts: Record<string, string> = {};
+    for (const [f, hash] of Object.entries(policy.profiles)) {
+      const text = [onDisk[f], previous?.profileTexts[f]].find(
+        (t): t is string => t !== undefined && profileTextHash(t) === hash,
+      );
+      if (text !== undefined) profileTexts[f] = text;
+    }
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const snapshot: PolicySnapshot = {
       schemaVersion: 1,
       root,
       hash: policyHash(policy),
       policy,
+      profileTexts,
       confirmedAt: new Date().toISOString(),
       by,
     };
@@ -118,6 +142,8 @@ export interface StartingPolicy {
   view: PolicyView;
   /** Project profiles that may be loaded (file name → hash): the confirmed ones. */
   profiles: ProfileHashes;
+  /** The texts of those profiles, to load instead of the folder (a changed or deleted one as confirmed). */
+  profileTexts: Record<string, string>;
   /** What differs on disk from the confirmed policy; undefined when nothing does. */
   pending?: PolicyChange | undefined;
   /** A warning for stderr when something on disk is not adopted. */
@@ -138,24 +164,37 @@ export async function resolveStartingPolicy(options: {
   store: PolicySnapshotStore | undefined;
   recordFirstUse: boolean;
 }): Promise<StartingPolicy> {
-  const profiles = await readProfileHashes(options.projectRoot);
+  const texts = await readProfileTexts(options.projectRoot);
+  const diskTexts: Record<string, string> = {};
+  const profiles: ProfileHashes = {};
+  for (const [f, text] of Object.entries(texts)) {
+    profiles[f] = text === undefined ? 'unreadable' : profileTextHash(text);
+    if (text !== undefined) diskTexts[f] = text;
+  }
   const onDisk = policyViewOf(options.config, profiles);
-  if (options.store === undefined) return { config: options.config, view: onDisk, profiles };
+  const asOnDisk = { config: options.config, view: onDisk, profiles, profileTexts: diskTexts };
+  if (options.store === undefined) return asOnDisk;
   const snapshot = await options.store.read(options.projectRoot);
   if (snapshot === undefined) {
     if (options.recordFirstUse) await options.store.write(options.projectRoot, onDisk, 'first use');
-    return { config: options.config, view: onDisk, profiles };
+    return asOnDisk;
   }
-  if (policyChange(options.file, snapshot.policy, onDisk) === undefined)
-    return { config: options.config, view: onDisk, profiles };
+  if (policyChange(options.file, snapshot.policy, onDisk) === undefined) return asOnDisk;
   const view = tightenOnly(snapshot.policy, onDisk);
   const pending = policyChange(options.file, view, onDisk);
   const config = configWithPolicy(options.config, view);
-  if (pending === undefined) return { config, view, profiles: view.profiles };
+  // Each confirmed profile as confirmed: the file when it is unchanged, else the recorded text.
+  const profileTexts: Record<string, string> = {};
+  for (const [f, hash] of Object.entries(view.profiles)) {
+    const text = profiles[f] === hash ? diskTexts[f] : snapshot.profileTexts[f];
+    if (text !== undefined) profileTexts[f] = text;
+  }
+  if (pending === undefined) return { config, view, profiles: view.profiles, profileTexts };
   return {
     config,
     view,
     profiles: view.profiles,
+    profileTexts,
     pending,
     warning:
       `${options.file} or ${path.join(options.projectRoot, '.capsule', 'profiles')} changed since a person last confirmed the policy; ` +

@@ -149,6 +149,28 @@ describe('the agent cannot reload a policy it wrote', () => {
     expect(await markerAttempt(second, root)).toBe(false);
   });
 
+  for (const how of ['rewritten', 'deleted'] as const) {
+    it(`a confirmed project profile ${how} by the agent still holds in the next session`, async () => {
+      const { root, stateDir } = await project();
+      await mkdir(path.join(root, '.capsule', 'profiles'), { recursive: true });
+      // The person's own build profile denies touch; the session grant would allow it otherwise.
+      await writeFile(
+        path.join(root, '.capsule', 'profiles', 'build.md'),
+        '---\nname: build\ndescription: mine\ntools: "*"\ndeny: ["run_command(touch *)"]\n---\n',
+      );
+      await writeFile(path.join(root, 'lax.md'), '---\nname: build\ndescription: lax\ntools: "*"\n---\n');
+      const first = await open(root, stateDir, ['run_command:cp', 'run_command:rm', 'run_command:touch']);
+      await first.call('run_command', {
+        command: how === 'deleted' ? 'rm .capsule/profiles/build.md' : 'cp lax.md .capsule/profiles/build.md',
+      });
+      await first.close();
+      sessions.splice(sessions.indexOf(first), 1);
+      const second = await open(root, stateDir, ['run_command:touch']);
+      await codeOf(second.call('run_command', { command: 'touch M' }));
+      expect(existsSync(path.join(root, 'M'))).toBe(false);
+    });
+  }
+
   it('a person confirms a changed policy through the confirmer; then it applies', async () => {
     const { root, stateDir } = await project();
     const hash = `sha256:${'a'.repeat(64)}`;
