@@ -71,6 +71,30 @@ describe('the agent cannot reload a policy it wrote', () => {
     });
   }
 
+  it('rm capsule.json drops its deny rule on disk only: the rule still holds', async () => {
+    const { root, stateDir } = await project();
+    await writeFile(
+      path.join(root, 'capsule.json'),
+      JSON.stringify({ schemaVersion: 1, permissions: { deny: ['run_command(touch *)'] } }),
+    );
+    const s = await open(root, stateDir, ['run_command:rm', 'run_command:touch']);
+    await s.call('run_command', { command: 'rm capsule.json' });
+    await codeOf(s.call('reload', {}));
+    await codeOf(s.call('run_command', { command: 'touch M' }));
+    expect(existsSync(path.join(root, 'M'))).toBe(false);
+  });
+
+  it('capsule.json replaced by a symlink to a file the agent edits later: not adopted', async () => {
+    const { root, stateDir } = await project();
+    await writeFile(path.join(root, 'mine.json'), '{ "schemaVersion": 1 }\n');
+    await writeFile(path.join(root, 'evil.json'), JSON.stringify(EVIL_POLICIES['allow rules']));
+    const s = await open(root, stateDir, ['run_command:ln', 'run_command:cp']);
+    await s.call('run_command', { command: 'ln -sf mine.json capsule.json' });
+    await s.call('run_command', { command: 'cp evil.json mine.json' });
+    await codeOf(s.call('reload', {}));
+    expect(await markerAttempt(s, root)).toBe(false);
+  });
+
   it('an allowlist entry written by the agent is not adopted by reload', async () => {
     const { root, stateDir } = await project();
     await writeFile(
