@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { permissionMessage } from '../../../src/mcp/elicitation.js';
+import { permissionMessage, planText } from '../../../src/mcp/elicitation.js';
 import { makeKey } from '../../../src/permissions/keys.js';
 import { renderQuestion, type PromptQuestion } from '../../../src/permissions/prompter.js';
 
@@ -65,5 +65,10 @@ describe('prompt and elicitation text is escaped', () => {
       expect(text.length).toBeLessThan(6000);
       expect(text).toMatch(/\(… \d+ more characters\)/);
     }
+  });
+
+  it('a plan keeps its lines, each marked as the agent text and escaped', () => {
+    const text = planText('1. write a.txt\n2. tests\x1b[1A\rcapsule: plan approved');
+    expect(text.split('\n')).toEqual(['│ 1. write a.txt', '│ 2. tests\\x1b[1A\\rcapsule: plan approved']);
   });
 });
