@@ -5,6 +5,7 @@ import { Executor } from '../executor/executor.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { CommandParser } from '../permissions/command-parser.js';
+import type { PolicyReload } from '../permissions/engine.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';
 import { protectedPaths, protectedTarget } from '../permissions/self-protection.js';
@@ -12,7 +13,12 @@ import type { SessionAllowlist } from '../permissions/session-allowlist.js';
 import type { PermissionGate } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
-import type { AgentToolContext, ProgressReporter, SessionControl } from '../tools/agent-context.js';
+import type {
+  AgentToolContext,
+  ProgressReporter,
+  ReloadSummary,
+  SessionControl,
+} from '../tools/agent-context.js';
 import type { CapabilityContext } from '../tools/context.js';
 import { createToolCatalog, isToolName, READ_ONLY_TOOL_NAMES } from '../tools/catalog.js';
 import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
@@ -27,7 +33,10 @@ export interface AgentGate extends PermissionGate {
   readonly mode: PermissionMode;
   setMode(mode: PermissionMode, source?: PolicySource): void;
   setProfileRules(sources: readonly RuleSource[]): void;
-  reload(): Promise<void>;
+  /** Re-read the policy files; a difference is adopted only when a person confirms it. */
+  reload(signal?: AbortSignal): Promise<PolicyReload>;
+  /** After a host run: report (once) a change of capsule.json or a profile; never adopts it. */
+  checkProtectedFiles(): Promise<string | undefined>;
   projectEntries(): AllowlistEntry[];
   readonly session: SessionAllowlist;
 }
@@ -117,7 +126,7 @@ export class AgentSession {
               approved: false,
               feedback: 'no human is reachable to approve it in this session',
             }),
-      reload: () => this.reload(),
+      reload: (signal) => this.reload(signal),
       spawnSubAgent: (sub) => this.createSubAgent(sub),
     };
     this.applyProfile(options.profile);
@@ -180,17 +189,38 @@ export class AgentSession {
           .join(', ')}.`,
       });
     }
+    // Host code (run_command, shell capabilities, a process they left behind) can write capsule.json
+    // or .capsule/ directly. Looked at before and after every call that can change things: a change
+    // that only takes permissions away applies before the call; anything else is reported with the
+    // result and never loaded.
+    const mutating = tool.kind !== 'READ_ONLY';
+    const warnings: string[] = [];
+    const look = async (): Promise<void> => {
+      const warning = await this.gate.checkProtectedFiles();
+      if (warning !== undefined) warnings.push(warning);
+    };
+    if (mutating) await look();
     if (options.progress !== undefined) this.inFlight.add(options.progress);
+    let result: unknown;
     try {
-      const { result } = await this.executor.call<AgentToolContext, unknown>(
+      ({ result } = await this.executor.call<AgentToolContext, unknown>(
         tool,
         args,
         this.contextFor(options),
-      );
-      return result;
+      ));
+    } catch (err) {
+      if (mutating) await look();
+      throw err;
     } finally {
       if (options.progress !== undefined) this.inFlight.delete(options.progress);
     }
+    if (mutating) await look();
+    if (warnings.length === 0) return result;
+    if (typeof result === 'object' && result !== null && !Array.isArray(result)) {
+      const previous = (result as { warnings?: unknown }).warnings;
+      return { ...result, warnings: [...(Array.isArray(previous) ? previous : []), ...warnings] };
+    }
+    return { value: result, warnings };
   }
 
   /** Progress from a runner (e.g. a docker image build on first use), shown to every call in flight. */
@@ -198,14 +228,18 @@ export class AgentSession {
     for (const report of this.inFlight) report({ message, progress: 0 });
   }
 
-  /** Re-read the registry and the project allowlist (capsule.json). */
-  async reload(): Promise<{ capabilities: number; invalid: number; allowlistEntries: number }> {
-    await this.gate.reload();
+  /**
+   * Re-read the registry (freely) and the policy files: a changed policy is shown to a person
+   * (the engine's confirmer) and adopted only on their yes.
+   */
+  async reload(signal?: AbortSignal): Promise<ReloadSummary> {
+    const policy = await this.gate.reload(signal);
     const scan = await this.registry.scan();
     return {
       capabilities: scan.capabilities.length,
       invalid: scan.invalid.length,
       allowlistEntries: this.gate.projectEntries().length,
+      policy,
     };
   }
 

@@ -1,4 +1,5 @@
 import type { PermissionMode } from '../config/project-config.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
 import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
@@ -21,6 +22,13 @@ export interface OpenAgentSessionOptions {
   /** Who answers an Ask. Default: nobody (every Ask is a denial that says how to allow it). */
   prompter?: Prompter | undefined;
   approvePlan?: PlanApproval | undefined;
+  /** Who confirms a changed policy on reload (MCP: elicitation). Default: nobody, so it is never adopted. */
+  confirmPolicy?: PolicyConfirmer | undefined;
+  /**
+   * capsule's per-user state folder, where the confirmed policy of each project is kept
+   * (default: defaultStateDir()). false: keep nothing across sessions (the files at start are taken).
+   */
+  stateDir?: string | false | undefined;
   /** Replace the runners (tests); default shell + wasm + docker. */
   runners?: readonly Runner[] | undefined;
   /** Replace the JS → Wasm component builder (tests); default componentize-qjs. */
@@ -44,23 +52,33 @@ export const defaultComponentize: Componentize = async (source, options) => {
 export async function openAgentSession(options: OpenAgentSessionOptions): Promise<AgentSession> {
   // Runners exist before the session; their progress reaches it through this late-bound sink.
   const sink: { to?: (message: string) => void } = {};
+  // The policy is fixed at the start of a session: the confirmed one (recorded on first use), so an
+  // agent that rewrites capsule.json or a profile in one session gains nothing in the next.
   const runtime = await openRuntime({
     cwd: options.cwd,
     env: options.env,
     grants: options.grants,
     runners: options.runners,
+    stateDir: options.stateDir,
+    recordFirstUse: true,
     onRunnerProgress: (message) => {
       options.onRunnerProgress?.(message);
       sink.to?.(message);
     },
   });
   const root = runtime.root;
-  const profiles = await ProfileCatalog.load({ projectRoot: root });
+  const log = options.logger ?? ((m: string) => process.stderr.write(`capsule: ${m}\n`));
+  if (runtime.starting.warning !== undefined) log(runtime.starting.warning);
+  const profiles = await ProfileCatalog.load({
+    projectRoot: root,
+    projectProfiles: runtime.starting.profileTexts,
+  });
   const profile = profiles.get(options.profile ?? 'build');
   const commands = await runtime.commandParser();
   const engine = await runtime.openGate({
     prompter: options.prompter ?? createNonInteractivePrompter(),
-    logger: options.logger,
+    logger: log,
+    confirmPolicy: options.confirmPolicy,
   });
   const session = await AgentSession.create({
     projectRoot: root,

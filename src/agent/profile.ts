@@ -163,6 +163,11 @@ export interface ProfileCatalogOptions {
   projectRoot: string;
   /** Default: builtinProfilesDir(). */
   builtinDir?: string | undefined;
+  /**
+   * The project profiles to load (file name → text) instead of reading `.capsule/profiles/`: profiles
+   * are policy, so a session loads the ones a person confirmed, as confirmed. Default: the folder.
+   */
+  projectProfiles?: Readonly<Record<string, string>> | undefined;
 }
 
 interface Entry {
@@ -184,7 +189,14 @@ export class ProfileCatalog {
     const builtinDir = options.builtinDir ?? builtinProfilesDir();
     await readFolder(builtinDir, entries, 'process', (f) => `builtin:${f}`);
     // A project profile may replace a built-in of the same name, but it stays a project file.
-    await readFolder(path.join(options.projectRoot, PROFILES_DIR), entries, 'persistent', (f, abs) => abs);
+    const projectDir = path.join(options.projectRoot, PROFILES_DIR);
+    if (options.projectProfiles === undefined)
+      await readFolder(projectDir, entries, 'persistent', (f, abs) => abs);
+    else {
+      for (const [f, text] of Object.entries(options.projectProfiles).sort(([a], [b]) => (a < b ? -1 : 1))) {
+        if (f.endsWith('.md')) addProfile(entries, text, path.join(projectDir, f), f, 'persistent');
+      }
+    }
     return new ProfileCatalog(entries);
   }
 
@@ -219,17 +231,35 @@ async function readFolder(
   for (const f of files) {
     const abs = path.join(dir, f);
     const shown = label(f, abs);
-    // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
-    const fallbackName = f.slice(0, -3);
+    let text: string;
     try {
-      const profile = parseProfile(await readFile(abs, 'utf8'), shown, trust);
-      entries.set(profile.name, { profile, file: shown });
+      text = await readFile(abs, 'utf8');
     } catch (err) {
-      const error =
-        err instanceof CapsuleError
-          ? err
-          : invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
-      entries.set(fallbackName, { error, file: shown });
+      const error = invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+      entries.set(f.slice(0, -3), { error, file: shown });
+      continue;
     }
+    addProfile(entries, text, shown, f, trust);
+  }
+}
+
+function addProfile(
+  entries: Map<string, Entry>,
+  text: string,
+  shown: string,
+  f: string,
+  trust: Trust,
+): void {
+  // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
+  const fallbackName = f.slice(0, -3);
+  try {
+    const profile = parseProfile(text, shown, trust);
+    entries.set(profile.name, { profile, file: shown });
+  } catch (err) {
+    const error =
+      err instanceof CapsuleError
+        ? err
+        : invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+    entries.set(fallbackName, { error, file: shown });
   }
 }

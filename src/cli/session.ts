@@ -35,7 +35,11 @@ export async function openProject(io: CliIO): Promise<{ project: LoadedProjectCo
 
 /**
  * Everything one CLI invocation needs, from the one composition root (openRuntime) that MCP and the
- * library use too. MISSION §6 semantics: `--no-prompt` or no TTY turns every Ask into a denial.
+ * library use too. `--no-prompt` or no TTY turns every Ask into a denial. Each process reads
+ * capsule.json afresh; where a person already confirmed a policy for this project (capsule reload, an
+ * MCP or library session), a change on disk that would widen it is not applied until `capsule reload`
+ * confirms it. A project never confirmed runs on its files as they are (the ceiling keeps a
+ * repository's file from lifting unsandboxed calls).
  */
 export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSession> {
   const mode = parseMode(flags.mode);
@@ -52,7 +56,9 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
       : createTerminalPrompter({ input: process.stdin, output: io.stderr });
   // Warnings (a project file's mode or rule that does not apply) go where the person looks.
   const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
-  const warning = fileModeWarning(runtime.project, mode, prompter.interactive);
+  if (runtime.starting.warning !== undefined) logger(runtime.starting.warning);
+  const project = { ...runtime.project, config: runtime.starting.config };
+  const warning = fileModeWarning(project, mode, prompter.interactive);
   if (warning !== undefined) logger(warning);
   const engine = await runtime.openGate({ prompter, mode, logger });
   const executor = runtime.openExecutor(engine);

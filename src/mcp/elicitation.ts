@@ -1,6 +1,7 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { PlanApproval } from '../agent/agent-session.js';
-import type { PromptQuestion, Prompter } from '../permissions/prompter.js';
+import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer } from '../permissions/types.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
@@ -11,6 +12,7 @@ const ANSWER_TITLES: Record<AskAnswer, string> = {
   AlwaysThisSession: 'Allow for this session',
   AlwaysThisProject: 'Allow for this project (saved in capsule.json)',
   Deny: 'Deny',
+  DenyThisSession: 'Deny for this session (do not ask again)',
 };
 
 /** Whether the connected client declared form elicitation (known after initialize). */
@@ -20,15 +22,18 @@ export function clientCanElicit(server: Server): boolean {
 
 /** Pure: the text of a permission elicitation. */
 export function permissionMessage(q: PromptQuestion): string {
-  const lines = [`capsule: permission needed: ${q.key}`];
+  // The key, subject and reasons carry agent- and manifest-controlled text: promptSafe, always.
+  const lines = [`capsule: permission needed: ${promptSafe(q.key)}`];
   const action = q.key.slice(q.key.indexOf(':') + 1);
-  if (q.request.subject !== action) lines.push(`${q.request.tool}: ${q.request.subject}`);
+  if (q.request.subject !== action)
+    lines.push(`${promptSafe(q.request.tool)}: ${promptSafe(q.request.subject)}`);
   if (q.request.key.compound) lines.push('Compound command: an approval covers this exact command only.');
-  if (q.note !== undefined) lines.push(`Note: ${q.note}.`);
+  if (q.note !== undefined) lines.push(`Note: ${promptSafe(q.note)}.`);
+  const reason = promptSafe(q.ceiling.reason);
   lines.push(
     q.ceiling.ceiling === 'project'
-      ? `Sandboxed (${q.ceiling.reason}).`
-      : `Not sandboxed (${q.ceiling.reason}): it can be allowed for this session at most.`,
+      ? `Sandboxed (${reason}).`
+      : `Not sandboxed (${reason}): it can be allowed for this session at most.`,
   );
   return lines.join('\n');
 }
@@ -56,7 +61,7 @@ export function createElicitationPrompter(server: Server): Prompter {
               properties: {
                 decision: {
                   type: 'string',
-                  title: `Allow ${question.key}?`,
+                  title: `Allow ${promptSafe(question.key, 200)}?`,
                   oneOf: options.map((a) => ({ const: a, title: ANSWER_TITLES[a] })),
                 },
               },
@@ -76,6 +81,57 @@ export function createElicitationPrompter(server: Server): Prompter {
   };
 }
 
+/** Characters of a plan shown in an approval request; the rest is cut with a note. */
+export const PLAN_MAX_CHARS = 20_000;
+
+/**
+ * Pure: the agent's plan as the person reads it. Each line is escaped on its own (line breaks kept,
+ * every other control character visible) and marked with "│ " so no line of it can pass for capsule's.
+ */
+export function planText(plan: string): string {
+  const cut = [...plan].length > PLAN_MAX_CHARS ? promptSafe(plan, PLAN_MAX_CHARS) : plan;
+  return cut
+    .split(/\r\n|\n/)
+    .map((line) => `│ ${promptSafe(line, PLAN_MAX_CHARS)}`)
+    .join('\n');
+}
+
+/**
+ * A changed policy (capsule.json rules, allowlist, profiles) confirmed over MCP: the difference is
+ * shown and only an explicit "adopt" applies it. No elicitation, a decline, a failure: not adopted.
+ */
+export function createElicitationPolicyConfirmer(server: Server): PolicyConfirmer {
+  return async (change, signal) => {
+    if (!clientCanElicit(server) || signal?.aborted === true) return false;
+    try {
+      const result = await server.elicitInput(
+        {
+          mode: 'form',
+          message: `${change.text}\n\nThe agent asked to reload. Adopt this policy only if you made (or want) these changes yourself.`,
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              decision: {
+                type: 'string',
+                title: 'Adopt the changed policy?',
+                oneOf: [
+                  { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
+                  { const: 'adopt', title: 'Adopt the change' },
+                ],
+              },
+            },
+            required: ['decision'],
+          },
+        },
+        { signal, timeout: ELICITATION_TIMEOUT_MS },
+      );
+      return result.action === 'accept' && result.content?.decision === 'adopt';
+    } catch {
+      return false;
+    }
+  };
+}
+
 /** exit_plan_mode's approval over MCP: the plan is shown and the human approves or rejects it. */
 export function createElicitationPlanApproval(server: Server): PlanApproval {
   return async (plan, signal) => {
@@ -90,7 +146,7 @@ export function createElicitationPlanApproval(server: Server): PlanApproval {
       const result = await server.elicitInput(
         {
           mode: 'form',
-          message: `capsule: the agent asks to leave plan mode with this plan.\n\n${plan}`,
+          message: `capsule: the agent asks to leave plan mode with this plan.\n\n${planText(plan)}`,
           requestedSchema: {
             type: 'object',
             properties: {

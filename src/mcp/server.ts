@@ -11,17 +11,24 @@ import {
 import { z } from 'zod';
 import type { AgentSession, PlanApproval } from '../agent/agent-session.js';
 import { CapsuleError } from '../errors.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { ProgressReporter } from '../tools/agent-context.js';
 import type { AgentTool } from '../tools/define.js';
-import { clientCanElicit, createElicitationPlanApproval, createElicitationPrompter } from './elicitation.js';
+import {
+  clientCanElicit,
+  createElicitationPlanApproval,
+  createElicitationPolicyConfirmer,
+  createElicitationPrompter,
+} from './elicitation.js';
 
 export const MCP_SERVER_NAME = 'capsule';
 
-/** The hooks a session needs from the MCP side: who answers Asks and plan approvals. */
+/** The hooks a session needs from the MCP side: who answers Asks, plan approvals and policy changes. */
 export interface McpHumanHooks {
   prompter: Prompter;
   approvePlan: PlanApproval;
+  confirmPolicy: PolicyConfirmer;
 }
 
 export interface CapsuleMcpServerOptions {
@@ -73,6 +80,20 @@ function isRunLike(value: unknown): value is RunLike {
 
 /** Pure: a tool result as MCP content. A run that did not succeed is an `isError` result with the exit code and stderr. */
 export function toolResultOf(name: string, value: unknown): CallToolResult {
+  const result = toolResultBody(name, value);
+  // capsule's own warnings (a protected file changed during the call) come last, as their own text.
+  const warnings = (result.structuredContent as { warnings?: unknown } | undefined)?.warnings;
+  if (Array.isArray(warnings)) {
+    for (const w of warnings)
+      if (typeof w === 'string') result.content.push({ type: 'text', text: `capsule warning: ${w}` });
+  }
+  return result;
+}
+
+function toolResultBody(
+  name: string,
+  value: unknown,
+): CallToolResult & { content: CallToolResult['content'] } {
   const structured =
     typeof value === 'object' && value !== null && !Array.isArray(value)
       ? (value as Record<string, unknown>)
@@ -208,6 +229,7 @@ export class CapsuleMcpServer {
     this.sessionValue = await this.options.openSession({
       prompter: createElicitationPrompter(this.server),
       approvePlan: createElicitationPlanApproval(this.server),
+      confirmPolicy: createElicitationPolicyConfirmer(this.server),
     });
     await this.server.connect(transport);
   }

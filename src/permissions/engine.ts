@@ -1,3 +1,4 @@
+import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
 import {
@@ -15,9 +16,21 @@ import type { CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
+import {
+  configWithPolicy,
+  policyChange,
+  policyViewOf,
+  tightenOnly,
+  readProfileHashes,
+  type PolicyChange,
+  type PolicyConfirmer,
+  type PolicyView,
+  type ProfileHashes,
+} from './policy-diff.js';
+import type { PolicySnapshotStore } from './policy-snapshot.js';
 import type { Prompter } from './prompter.js';
 import { buildRuleSet, type RuleSource } from './rules.js';
-import { protectedTarget } from './self-protection.js';
+import { PROFILES_DIR, protectedTarget } from './self-protection.js';
 import {
   SessionAllowlist,
   systemClock,
@@ -59,6 +72,26 @@ export interface PermissionEngineOptions {
    * `request.parts` (deny rules are matched against each).
    */
   commandParser?: CommandParser | undefined;
+  /**
+   * Who confirms a changed policy found by reload() (terminal prompt, MCP elicitation). Without one,
+   * a changed capsule.json or profile is reported and never adopted.
+   */
+  confirmPolicy?: PolicyConfirmer | undefined;
+  /** Where confirmed policies are recorded across processes (capsule's per-user state). */
+  snapshots?: PolicySnapshotStore | undefined;
+  /** Hashes of the project profiles the session loaded (the confirmed ones); default: read at create. */
+  profiles?: ProfileHashes | undefined;
+}
+
+/** What reload() did with the policy on disk. */
+export interface PolicyReload {
+  /** The policy on disk differs from the confirmed one. */
+  changed: boolean;
+  /** A person confirmed the difference and it is now in effect. */
+  applied: boolean;
+  /** The difference, as shown to the person (escaped). */
+  diff: string[];
+  message: string;
 }
 
 /** `explain`: the decision that would be taken, why, and every step looked at. No side effects. */
@@ -73,6 +106,13 @@ export interface Explanation {
   options?: readonly AskAnswer[] | undefined;
   trace: TraceStep[];
   error?: { code: string; message: string } | undefined;
+}
+
+/** The answers a prompt offers: decide()'s, plus "deny for this session" beside a plain deny. */
+function withSessionDeny(options: readonly AskAnswer[]): AskAnswer[] {
+  return options.includes('Deny') && !options.includes('DenyThisSession')
+    ? [...options, 'DenyThisSession']
+    : [...options];
 }
 
 /** Shell-quote a key for a copy-pasteable `--grant` hint. */
@@ -103,6 +143,14 @@ export class PermissionEngine implements PermissionGate {
   private readonly parser: CommandParser | undefined;
   /** One prompt at a time: a human answers questions in order. */
   private promptQueue: Promise<unknown> = Promise.resolve();
+  /** Keys answered "deny for this session": denied without asking again. */
+  private readonly sessionDenials = new Set<string>();
+  private readonly confirmPolicy: PolicyConfirmer | undefined;
+  private readonly snapshots: PolicySnapshotStore | undefined;
+  /** Project profiles (file → hash) as confirmed; profile changes are policy changes too. */
+  private confirmedProfiles: ProfileHashes;
+  /** The last protected-files fingerprint looked at, and whether it was reported. */
+  private lastFingerprint: string | undefined;
 
   private constructor(options: PermissionEngineOptions, config: ProjectConfig) {
     this.projectRoot = path.resolve(options.projectRoot);
@@ -116,6 +164,9 @@ export class PermissionEngine implements PermissionGate {
         ? undefined
         : (options.audit ?? new JsonlAuditLog(auditLogPath(this.projectRoot), this.clock));
     this.parser = options.commandParser;
+    this.confirmPolicy = options.confirmPolicy;
+    this.snapshots = options.snapshots;
+    this.confirmedProfiles = { ...(options.profiles ?? {}) };
     this.fileConfig = config;
     this.modeValue = options.mode ?? config.mode;
     this.modeSource =
@@ -133,7 +184,8 @@ export class PermissionEngine implements PermissionGate {
       const file = options.configFile ?? path.join(path.resolve(options.projectRoot), PROJECT_CONFIG_FILE);
       config = (await readProjectConfigFile(file)).config;
     }
-    return new PermissionEngine(options, config);
+    const profiles = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
+    return new PermissionEngine({ ...options, profiles }, config);
   }
 
   get mode(): PermissionMode {
@@ -156,10 +208,151 @@ export class PermissionEngine implements PermissionGate {
     this.state = this.buildState();
   }
 
-  /** Re-read capsule.json (allowlist and rules). Not automatic: hand edits apply after reload(). */
-  async reload(): Promise<void> {
-    this.fileConfig = (await readProjectConfigFile(this.configFile)).config;
+  /** The policy in effect that came from files: what a person last confirmed (or what the session started with). */
+  confirmedPolicy(): PolicyView {
+    return policyViewOf(this.fileConfig, this.confirmedProfiles);
+  }
+
+  /**
+   * Re-read the policy files. Policy (rules, allowlist, profiles) only changes through a person: a
+   * difference from the confirmed policy is shown to the confirmer and adopted only if they say yes;
+   * with no confirmer, or a no, nothing changes. The mode is a starting mode: a confirmed change of it
+   * is recorded for later sessions, the current mode stays.
+   */
+  async reload(signal?: AbortSignal): Promise<PolicyReload> {
+    const { config } = await readProjectConfigFile(this.configFile);
+    const profiles = await readProfileHashes(this.projectRoot);
+    const tightened = this.applyTightening(policyViewOf(config, profiles));
+    const change = policyChange(this.configFile, this.confirmedPolicy(), policyViewOf(config, profiles));
+    if (change === undefined) {
+      // Nothing that decides anything is left to confirm (formatting, grantedAt, roots, or only removals).
+      return {
+        changed: tightened,
+        applied: tightened,
+        diff: [],
+        message: tightened
+          ? 'The change only takes permissions away; it is in effect.'
+          : 'The policy is unchanged.',
+      };
+    }
+    const confirmed =
+      this.confirmPolicy !== undefined && signal?.aborted !== true
+        ? await this.confirmPolicy(change, signal).catch(() => false)
+        : false;
+    await this.recordPolicy(change, confirmed);
+    if (!confirmed) {
+      return {
+        changed: true,
+        applied: false,
+        diff: change.lines,
+        message:
+          this.confirmPolicy === undefined
+            ? `The policy on disk differs from the confirmed one and no person can be asked here, so nothing changed. A person reviews and confirms it with: capsule reload`
+            : 'The policy on disk differs from the confirmed one; the person did not confirm it, so nothing changed.',
+      };
+    }
+    this.fileConfig = config;
+    this.confirmedProfiles = profiles;
     this.state = this.buildState();
+    this.lastFingerprint = undefined;
+    await this.snapshots?.write(this.projectRoot, this.confirmedPolicy(), 'confirmed at a prompt');
+    return {
+      changed: true,
+      applied: true,
+      diff: change.lines,
+      message: 'A person confirmed the policy change; it is in effect.',
+    };
+  }
+
+  /**
+   * Cheap check around calls that run host code: did capsule.json or a project profile change? What
+   * only takes permissions away applies at once; anything else is reported once (returned, logged,
+   * audited) and not loaded: only reload() with a person's confirmation adopts it.
+   */
+  async checkProtectedFiles(): Promise<string | undefined> {
+    const fingerprint = await this.protectedFingerprint();
+    if (fingerprint === this.lastFingerprint) return undefined;
+    this.lastFingerprint = fingerprint;
+    let change: PolicyChange | undefined;
+    try {
+      const onDisk = policyViewOf(
+        (await readProjectConfigFile(this.configFile)).config,
+        await readProfileHashes(this.projectRoot),
+      );
+      this.applyTightening(onDisk);
+      change = policyChange(this.configFile, this.confirmedPolicy(), onDisk);
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      const warning = `capsule's protected files changed while something ran and no longer load (${why}); the confirmed policy stays in effect.`;
+      this.logger(warning);
+      await this.recordProtected(warning);
+      return warning;
+    }
+    if (change === undefined) return undefined;
+    const warning =
+      `capsule.json or a project profile was changed while something ran (${change.lines.join('; ')}). ` +
+      'The change is not applied: the confirmed policy stays in effect until a person confirms it (capsule reload).';
+    this.logger(warning);
+    await this.recordProtected(warning);
+    return warning;
+  }
+
+  /**
+   * What on disk only takes something away (a removed allow rule or entry, an added deny rule or Deny
+   * entry) applies at once: it can only make capsule ask or deny more.
+   * The mode of a running session stays. Returns whether anything was applied.
+   */
+  private applyTightening(onDisk: PolicyView): boolean {
+    const confirmed = this.confirmedPolicy();
+    const tightened = tightenOnly(confirmed, onDisk);
+    if (policyChange(this.configFile, confirmed, tightened) === undefined) return false;
+    this.fileConfig = configWithPolicy(this.fileConfig, tightened);
+    this.confirmedProfiles = tightened.profiles;
+    this.state = this.buildState();
+    return true;
+  }
+
+  /** size, times and inode of capsule.json and of every project profile: changes whenever either is written. */
+  private async protectedFingerprint(): Promise<string> {
+    const parts: string[] = [];
+    const one = async (file: string): Promise<void> => {
+      try {
+        const st = await stat(file, { bigint: true });
+        parts.push(`${file}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`);
+      } catch {
+        parts.push(`${file}:-`);
+      }
+    };
+    await one(this.configFile);
+    const dir = path.join(this.projectRoot, PROFILES_DIR);
+    await one(dir);
+    const names = await readdir(dir).catch(() => [] as string[]);
+    for (const name of names.sort()) await one(path.join(dir, name));
+    return parts.join('\n');
+  }
+
+  private async recordPolicy(change: PolicyChange, confirmed: boolean): Promise<void> {
+    if (this.audit === undefined) return;
+    await this.audit.append({
+      tool: 'reload',
+      key: `reload:${PROJECT_CONFIG_FILE}`,
+      mode: this.modeValue,
+      decision: confirmed ? 'allow' : 'deny',
+      source: confirmed ? 'prompt' : this.confirmPolicy === undefined ? 'no-prompt' : 'prompt',
+      reason: `policy change ${confirmed ? 'confirmed' : 'not confirmed'}: ${change.lines.join('; ')}`,
+    });
+  }
+
+  private async recordProtected(reason: string): Promise<void> {
+    if (this.audit === undefined) return;
+    await this.audit.append({
+      tool: 'reload',
+      key: `reload:${PROJECT_CONFIG_FILE}`,
+      mode: this.modeValue,
+      decision: 'deny',
+      source: 'protected-files',
+      reason,
+    });
   }
 
   projectEntries(): AllowlistEntry[] {
@@ -194,15 +387,39 @@ export class PermissionEngine implements PermissionGate {
       ...(request.contentHash !== undefined ? { contentHash: request.contentHash } : {}),
       grantedAt: new Date(this.clock.now()).toISOString(),
     };
-    this.fileConfig = await setAllowlistEntry(this.configFile, request.key.raw, entry);
+    await setAllowlistEntry(this.configFile, request.key.raw, entry);
+    // Only this entry is adopted: whatever else the file holds now was not confirmed by anyone.
+    this.fileConfig = {
+      ...this.fileConfig,
+      allowlist: { ...this.fileConfig.allowlist, [request.key.raw]: entry },
+    };
     this.state = this.buildState();
+    await this.recordConfirmed('project grant at a prompt');
   }
 
-  /** Remove a project entry (`capsule grants revoke`). */
+  /** Remove a project entry (`capsule grants revoke`): on disk and in effect, nothing else re-read. */
   async revokeProject(key: string): Promise<boolean> {
     const removed = await removeAllowlistEntry(this.configFile, key);
-    await this.reload();
-    return removed;
+    const inEffect = key in this.fileConfig.allowlist;
+    const allowlist = { ...this.fileConfig.allowlist };
+    delete allowlist[key];
+    this.fileConfig = { ...this.fileConfig, allowlist };
+    this.state = this.buildState();
+    if (removed || inEffect) await this.recordConfirmed('capsule grants revoke');
+    return removed || inEffect;
+  }
+
+  /** Keep the cross-process snapshot in step with a human-side change, if this project has one. */
+  private async recordConfirmed(by: string): Promise<void> {
+    if (this.snapshots === undefined) return;
+    try {
+      if ((await this.snapshots.read(this.projectRoot)) === undefined) return;
+      await this.snapshots.write(this.projectRoot, this.confirmedPolicy(), by);
+    } catch (err) {
+      this.logger(
+        `could not record the confirmed policy: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    }
   }
 
   explain(input: PermissionRequest): Explanation {
@@ -211,8 +428,19 @@ export class PermissionEngine implements PermissionGate {
     const base = { mode: this.modeValue, ceiling };
     try {
       const v = decide(this.state, request);
+      if (v.outcome === 'ask' && this.sessionDenials.has(request.key.raw)) {
+        const reason = `${request.key.raw} was refused for this session at the prompt.`;
+        return { ...base, outcome: 'deny', source: 'session-deny', reason, trace: v.trace };
+      }
       return v.outcome === 'ask'
-        ? { ...base, outcome: 'ask', source: 'ask', reason: v.reason, options: v.options, trace: v.trace }
+        ? {
+            ...base,
+            outcome: 'ask',
+            source: 'ask',
+            reason: v.reason,
+            options: withSessionDeny(v.options),
+            trace: v.trace,
+          }
         : {
             ...base,
             outcome: v.outcome,
@@ -239,6 +467,7 @@ export class PermissionEngine implements PermissionGate {
     const request = this.withParts(input);
     const verdict = await this.decideAndAudit(request);
     if (verdict.outcome !== 'ask') return this.finish(request, verdict);
+    if (this.sessionDenials.has(request.key.raw)) return this.deniedForSession(request);
     // Prompts are serialized; the state is looked at again once it is our turn (an earlier answer
     // may have granted the same key for the session meanwhile).
     const turn = this.promptQueue.then(() => this.askHuman(request, signal));
@@ -250,14 +479,16 @@ export class PermissionEngine implements PermissionGate {
     const verdict = await this.decideAndAudit(request);
     if (verdict.outcome !== 'ask') return this.finish(request, verdict);
     const key = request.key.raw;
+    if (this.sessionDenials.has(key)) return this.deniedForSession(request);
+    const options = withSessionDeny(verdict.options);
     const answer: AskAnswer =
       signal?.aborted === true
         ? 'Deny'
         : await this.prompter.ask(
-            { request, key, options: verdict.options, ceiling: verdict.ceiling, note: verdict.note },
+            { request, key, options, ceiling: verdict.ceiling, note: verdict.note },
             signal,
           );
-    if (!verdict.options.includes(answer)) {
+    if (!options.includes(answer)) {
       const err = new CapsuleError(
         'CEILING_VIOLATION',
         `${key} cannot be allowed for the whole project: it is not sandboxed (${verdict.ceiling.reason}).`,
@@ -265,6 +496,12 @@ export class PermissionEngine implements PermissionGate {
       );
       await this.record(request, { decision: 'error', source: 'prompt', reason: err.message, answer });
       throw err;
+    }
+    if (answer === 'DenyThisSession') {
+      this.sessionDenials.add(key);
+      const reason = `Permission denied: ${key} was refused at the prompt for the rest of this session; capsule will not ask again.`;
+      await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
+      return { outcome: 'deny', source: 'prompt', reason, key };
     }
     if (answer === 'Deny') {
       const source = this.prompter.interactive ? 'prompt' : 'no-prompt';
@@ -290,6 +527,13 @@ export class PermissionEngine implements PermissionGate {
     }
     await this.record(request, { decision: 'allow', source: 'prompt', reason, answer });
     return { outcome: 'allow', source: 'prompt', reason, key };
+  }
+
+  private async deniedForSession(request: PermissionRequest): Promise<Decision> {
+    const key = request.key.raw;
+    const reason = `Permission denied: ${key} was refused for this session at the prompt; capsule does not ask again. Do something else, or ask the person in your reply.`;
+    await this.record(request, { decision: 'deny', source: 'session-deny', reason });
+    return { outcome: 'deny', source: 'session-deny', reason, key };
   }
 
   private withParts(request: PermissionRequest): PermissionRequest {

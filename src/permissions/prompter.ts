@@ -12,6 +12,42 @@ export interface PromptQuestion {
   note?: string | undefined;
 }
 
+/** Characters of one agent- or manifest-controlled field a prompt shows before it cuts with a note. */
+export const PROMPT_FIELD_MAX_CHARS = 2000;
+
+// C0 and C1 controls, DEL, line/paragraph separators and bidi overrides: each can redraw or reorder
+// what the person reads, so none reaches a prompt raw.
+// eslint-disable-next-line no-control-regex
+const UNSAFE_CHAR = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/;
+const NAMED_ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t', '\x1b': '\\x1b' };
+
+/**
+ * Pure: text that did not come from capsule (a command, a capability's name or description, an
+ * isolation reason built from a manifest), made safe to show a person: every control character is
+ * written visibly (`\n`, `\x1b`, `\u202e`) so it cannot fake a line or hide one, and text longer
+ * than `max` characters is cut with a note saying how much was left out.
+ */
+export function promptSafe(text: string, max = PROMPT_FIELD_MAX_CHARS): string {
+  let out = '';
+  let used = 0;
+  const chars = [...text];
+  for (const [i, ch] of chars.entries()) {
+    if (used >= max) return `${out} (… ${chars.length - i} more characters)`;
+    used += 1;
+    if (!UNSAFE_CHAR.test(ch)) {
+      out += ch;
+      continue;
+    }
+    const code = ch.codePointAt(0) ?? 0;
+    out +=
+      NAMED_ESCAPES[ch] ??
+      (code <= 0xff
+        ? `\\x${code.toString(16).padStart(2, '0')}`
+        : `\\u${code.toString(16).padStart(4, '0')}`);
+  }
+  return out;
+}
+
 /** Injected into the engine: who answers an Ask. */
 export interface Prompter {
   /** False when no human can be asked: every Ask becomes a denial that says how to allow the key. */
@@ -50,18 +86,20 @@ const CHOICES: Record<AskAnswer, { letter: string; label: string }> = {
   AlwaysThisSession: { letter: 's', label: 'this session' },
   AlwaysThisProject: { letter: 'p', label: 'this project' },
   Deny: { letter: 'd', label: 'deny' },
+  DenyThisSession: { letter: 'n', label: 'deny for this session' },
 };
 
 /** Pure: what the prompt shows. */
 export function renderQuestion(q: PromptQuestion): string {
-  const lines = [`capsule: permission needed: ${q.key}`];
+  // Everything but capsule's own words is promptSafe: the key, subject and reasons carry agent text.
+  const lines = [`capsule: permission needed: ${promptSafe(q.key)}`];
   if (q.request.subject !== q.key.slice(q.key.indexOf(':') + 1))
-    lines.push(`  ${q.request.tool}: ${q.request.subject}`);
+    lines.push(`  ${promptSafe(q.request.tool)}: ${promptSafe(q.request.subject)}`);
   if (q.request.key.compound) lines.push('  compound command: approved as this exact string only');
-  if (q.note !== undefined) lines.push(`  note: ${q.note}`);
+  if (q.note !== undefined) lines.push(`  note: ${promptSafe(q.note)}`);
   if (q.ceiling.ceiling === 'session')
-    lines.push(`  not sandboxed (${q.ceiling.reason}): session grant at most`);
-  else lines.push(`  sandboxed (${q.ceiling.reason})`);
+    lines.push(`  not sandboxed (${promptSafe(q.ceiling.reason)}): session grant at most`);
+  else lines.push(`  sandboxed (${promptSafe(q.ceiling.reason)})`);
   const menu = q.options.map((a) => `[${CHOICES[a].letter}] ${CHOICES[a].label}`).join('  ');
   lines.push(`  ${menu}  (default: deny)`);
   return `${lines.join('\n')}\n> `;
@@ -106,6 +144,26 @@ export function createTerminalPrompter(options: TerminalPrompterOptions): Prompt
       }
     },
   };
+}
+
+/**
+ * A yes/no question in the terminal (a policy change to confirm). Only an explicit "y"/"yes" is a
+ * yes; no TTY, end of input, an abort or anything else is a no.
+ */
+export async function askYesNo(
+  options: TerminalPrompterOptions,
+  question: string,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  if (options.input.isTTY !== true || signal?.aborted === true) return false;
+  const lines = readLines(options.input, signal);
+  try {
+    options.output.write(`${question} [y/N] `);
+    const line = await lines.next();
+    return line !== undefined && /^(y|yes)$/i.test(line.trim());
+  } finally {
+    lines.close();
+  }
 }
 
 /** Lines of the input as they come (queued, so none typed ahead is lost); undefined at end or abort. */

@@ -6,6 +6,7 @@ import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } f
 import type { RuleSource } from './rules.js';
 import { RUN_COMMAND } from './keys.js';
 import type { AuditSink } from './audit-log.js';
+import type { PolicySnapshotStore } from './policy-snapshot.js';
 
 export interface SessionGateOptions {
   project: LoadedProjectConfig;
@@ -25,6 +26,8 @@ export interface SessionGateOptions {
   profileRules?: readonly RuleSource[] | undefined;
   audit?: AuditSink | false | undefined;
   logger?: ((message: string) => void) | undefined;
+  /** Confirmed policies across processes; human-side grants and revokes keep it in step. */
+  snapshots?: PolicySnapshotStore | undefined;
 }
 
 export function parseMode(mode: string | undefined): PermissionMode | undefined {
@@ -85,5 +88,6 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     profileRules: options.profileRules,
     audit: options.audit,
     logger,
+    snapshots: options.snapshots,
   });
 }

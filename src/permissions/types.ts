@@ -22,7 +22,8 @@ export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
 
 /** Answers to an Ask. */
 export type GrantLevel = 'Once' | 'AlwaysThisSession' | 'AlwaysThisProject';
-export type AskAnswer = GrantLevel | 'Deny';
+/** DenyThisSession: denied, and the same key is denied without asking for the rest of the session. */
+export type AskAnswer = GrantLevel | 'Deny' | 'DenyThisSession';
 
 /** Everything the gate needs to decide one call. */
 export interface PermissionRequest {

@@ -11,6 +11,13 @@ import { createDefaultRunners } from '../executor/runners.js';
 import type { InputValidator } from '../manifest/input.js';
 import type { AuditSink } from '../permissions/audit-log.js';
 import type { PolicySource } from '../permissions/ceiling.js';
+import type { PolicyConfirmer } from '../permissions/policy-diff.js';
+import {
+  defaultStateDir,
+  PolicySnapshotStore,
+  resolveStartingPolicy,
+  type StartingPolicy,
+} from '../permissions/policy-snapshot.js';
 import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
@@ -34,6 +41,16 @@ export interface RuntimeOptions {
   runners?: readonly Runner[] | undefined;
   /** Progress of long runner work (docker image builds). */
   onRunnerProgress?: ((message: string) => void) | undefined;
+  /**
+   * capsule's per-user state folder (confirmed policies); default from `env`
+   * (`$CAPSULE_STATE_DIR`, `$XDG_STATE_HOME/capsule`, `~/.local/state/capsule`); false: keep none.
+   */
+  stateDir?: string | false | undefined;
+  /**
+   * Record the policy on disk as confirmed when none is yet (agent sessions: what an agent changes in
+   * one session is then not adopted by the next). CLI commands do not.
+   */
+  recordFirstUse?: boolean | undefined;
 }
 
 export interface GateOptions {
@@ -50,6 +67,8 @@ export interface GateOptions {
   projectAllowlist?: boolean | undefined;
   audit?: AuditSink | false | undefined;
   logger?: ((message: string) => void) | undefined;
+  /** Who confirms a changed policy found by reload(); none: a change is reported, never adopted. */
+  confirmPolicy?: PolicyConfirmer | undefined;
 }
 
 /**
@@ -62,6 +81,13 @@ export interface Runtime {
   /** capsule.json and its real-path root. */
   readonly project: LoadedProjectConfig;
   readonly root: string;
+  /**
+   * The policy this process starts from: the one a person last confirmed (tightened by what changed on
+   * disk since), or the files as they are when none was confirmed yet.
+   */
+  readonly starting: StartingPolicy;
+  /** Confirmed policies across processes (undefined when no state folder is kept). */
+  readonly snapshots: PolicySnapshotStore | undefined;
   /** capsule's own state under the root: no capability, tool or grant may write it. */
   readonly protectedPaths: ProtectedPaths;
   readonly env: NodeJS.ProcessEnv;
@@ -134,6 +160,17 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const project = await openProjectAt(options.cwd);
   const root = project.root;
   const env = options.env ?? process.env;
+  const snapshots =
+    options.stateDir === false
+      ? undefined
+      : new PolicySnapshotStore({ stateDir: options.stateDir ?? defaultStateDir(env) });
+  const starting = await resolveStartingPolicy({
+    projectRoot: root,
+    file: project.file,
+    config: project.config,
+    store: snapshots,
+    recordFirstUse: options.recordFirstUse === true,
+  });
   let parser: Promise<CommandParser> | undefined =
     options.parser !== undefined ? Promise.resolve(options.parser) : undefined;
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
@@ -146,6 +183,8 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   return {
     project,
     root,
+    starting,
+    snapshots,
     protectedPaths: protectedPaths(root),
     env,
     grants,
@@ -157,7 +196,10 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       return PermissionEngine.create({
         projectRoot: root,
         configFile: project.file,
-        config: gate.projectAllowlist === false ? { ...project.config, allowlist: {} } : project.config,
+        config: gate.projectAllowlist === false ? { ...starting.config, allowlist: {} } : starting.config,
+        profiles: starting.profiles,
+        snapshots,
+        confirmPolicy: gate.confirmPolicy,
         mode: gate.mode,
         modeSource: gate.modeSource,
         profileRules: gate.profileRules,

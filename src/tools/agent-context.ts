@@ -8,6 +8,14 @@ import type { Workspace } from './workspace.js';
 /** Progress of long work (componentizing, image builds); MCP turns it into progress notifications. */
 export type ProgressReporter = (progress: { message: string; progress: number; total?: number }) => void;
 
+/** What the reload tool reports: the registry counts and what happened to the policy. */
+export interface ReloadSummary {
+  capabilities: number;
+  invalid: number;
+  allowlistEntries: number;
+  policy: { changed: boolean; applied: boolean; diff: string[]; message: string };
+}
+
 /** A child session as the run_subagent tool sees it. */
 export interface SubAgent {
   readonly depth: number;
@@ -30,8 +38,8 @@ export interface SessionControl {
     profile?: string | undefined;
     grants?: readonly string[] | undefined;
   }): Promise<SubAgent>;
-  /** Re-read the registry and the project allowlist (capsule.json). */
-  reload(): Promise<{ capabilities: number; invalid: number; allowlistEntries: number }>;
+  /** Re-read the registry; a changed policy takes effect only when a person confirms it. */
+  reload(signal?: AbortSignal): Promise<ReloadSummary>;
 }
 
 /** Everything the agent tools can reach while they run; one per session, plus the call's signal. */

@@ -43,6 +43,15 @@ export function createExitPlanModeTool(): AgentTool {
       return noCheck('plan');
     },
     async execute(args, ctx) {
+      // Leaving plan mode is the one way this tool changes the mode: from any other mode an
+      // "approval" would be a way to reach edit mode without the person choosing it.
+      if (ctx.control.mode !== 'plan') {
+        throw new CapsuleError(
+          'USAGE',
+          `exit_plan_mode works only in plan mode; the mode is ${ctx.control.mode} and stays ${ctx.control.mode}.`,
+          { hint: 'Call enter_plan_mode first, or carry on in the current mode.' },
+        );
+      }
       const verdict = await ctx.control.approvePlan(args.plan, ctx.signal);
       if (verdict.approved) {
         ctx.control.setMode('edit');
@@ -95,14 +104,14 @@ export function createReloadTool(): AgentTool {
   return defineTool({
     name: 'reload',
     description:
-      'Re-read the capability registry and the project allowlist (capsule.json) from disk, as after a hand edit.',
+      'Re-read the capability registry from disk. A changed policy (capsule.json rules, allowlist, profiles) is shown to the human with the difference and takes effect only if they confirm it.',
     kind: 'READ_ONLY',
     parameters: z.strictObject({}),
     async permission() {
       return noCheck('reload');
     },
     async execute(_args, ctx) {
-      return ctx.control.reload();
+      return ctx.control.reload(ctx.signal);
     },
   });
 }

@@ -1,6 +1,7 @@
 import type { Writable } from 'node:stream';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { Command } from 'commander';
+import type { PlanApproval } from '../../agent/agent-session.js';
 import { openAgentSession } from '../../agent/open-session.js';
 import { createNonInteractivePrompter } from '../../permissions/prompter.js';
 import { CapsuleMcpServer } from '../../mcp/server.js';
@@ -8,6 +9,13 @@ import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, write, type CliIO } from '../output.js';
 import { VERSION } from '../program.js';
+
+const noPromptPlanApproval: PlanApproval = () =>
+  Promise.resolve({
+    approved: false,
+    feedback:
+      'the server runs with --no-prompt, so no person is asked to approve plans; present the plan in your reply instead',
+  });
 
 export function registerMcp(program: Command, io: CliIO): void {
   addGateFlags(
@@ -31,9 +39,11 @@ export function registerMcp(program: Command, io: CliIO): void {
             profile: opts.profile,
             mode: opts.mode,
             grants: opts.grant,
-            // --no-prompt: the client is never asked, every Ask is a denial naming the key.
+            // --no-prompt: the client is never asked: every Ask is a denial naming the key, a plan
+            // stays unapproved and a changed policy is not adopted.
             prompter: opts.prompt ? hooks.prompter : createNonInteractivePrompter(),
-            approvePlan: hooks.approvePlan,
+            approvePlan: opts.prompt ? hooks.approvePlan : noPromptPlanApproval,
+            confirmPolicy: opts.prompt ? hooks.confirmPolicy : undefined,
             // stdout carries the protocol: everything else goes to stderr.
             logger: (m) => void write(io.stderr, `capsule: ${m}\n`),
             onRunnerProgress: (m) => void write(io.stderr, `capsule: ${m}\n`),

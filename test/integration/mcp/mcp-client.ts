@@ -1,4 +1,7 @@
 import { existsSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
@@ -23,6 +26,8 @@ export interface ConnectOptions {
   args?: string[];
   /** Answer elicitations; undefined: the client does not declare elicitation at all. */
   answer?: (params: ElicitRequest['params']) => ElicitResult | Promise<ElicitResult>;
+  /** Extra environment for the server (e.g. CAPSULE_STATE_DIR). */
+  env?: Record<string, string>;
 }
 
 /** The real SDK client over stdio against the built `capsule mcp` (run `npm run build` first). */
@@ -33,7 +38,14 @@ export async function connectCapsule(options: ConnectOptions): Promise<McpHarnes
     args: [BUILT_CLI, 'mcp', ...(options.args ?? [])],
     cwd: options.cwd,
     stderr: 'pipe',
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp' },
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/tmp',
+      // Confirmed policies of throwaway projects stay out of the user's own state folder.
+      CAPSULE_STATE_DIR:
+        options.env?.CAPSULE_STATE_DIR ?? (await mkdtemp(path.join(tmpdir(), 'capsule-mcp-state-'))),
+      ...options.env,
+    },
   });
   let err = '';
   transport.stderr?.on('data', (c: Buffer) => (err += c.toString()));

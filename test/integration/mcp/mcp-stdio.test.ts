@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
-import { readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -170,7 +171,7 @@ describe('capsule mcp over stdio', () => {
         requestedSchema: { properties: { decision: { oneOf: Array<{ const: string }> } } };
       }
     ).requestedSchema.properties.decision.oneOf.map((o) => o.const);
-    expect(options).toEqual(['Once', 'AlwaysThisSession', 'Deny']);
+    expect(options).toEqual(['Once', 'AlwaysThisSession', 'Deny', 'DenyThisSession']);
     await call('echo three && touch marker');
     expect(h.elicitations.map((e) => keyOf(e.message))).toEqual([
       'run_command:echo',
@@ -317,10 +318,17 @@ describe('capsule mcp over stdio', () => {
     ).toEqual(['fine']);
   });
 
-  it('reload picks up a hand-edited project allowlist', async () => {
+  it('reload picks up a hand-edited project allowlist once the person confirms it', async () => {
     const { root, capRoot } = await project();
     await writeCapability(capRoot, 'hello', {}, { 'run.sh': 'echo hello\n' });
-    const h = await connect({ cwd: root });
+    const h = await connect({
+      cwd: root,
+      env: { CAPSULE_STATE_DIR: await mkdtemp(path.join(tmpdir(), 'capsule-mcp-state-')) },
+      answer: (p) =>
+        p.message.includes('differs from the one confirmed')
+          ? { action: 'accept', content: { decision: 'adopt' } }
+          : choose('Deny'),
+    });
     expect((await h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } })).isError).toBe(
       true,
     );
@@ -330,7 +338,11 @@ describe('capsule mcp over stdio', () => {
       JSON.stringify({ schemaVersion: 1, allowlist: { 'run_capability:hello': 'AlwaysThisProject' } }),
     );
     const reload = await h.client.callTool({ name: 'reload', arguments: {} });
-    expect(reload.structuredContent).toMatchObject({ capabilities: 1, allowlistEntries: 1 });
+    expect(reload.structuredContent).toMatchObject({
+      capabilities: 1,
+      allowlistEntries: 1,
+      policy: { changed: true, applied: true },
+    });
     const r = await h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } });
     expect(textOf(r)).toMatch(/^CEILING_VIOLATION: /);
   });

@@ -83,6 +83,7 @@ describe('MCP server (in-memory transport)', () => {
       'Once',
       'AlwaysThisSession',
       'Deny',
+      'DenyThisSession',
     ]);
     expect(c.elicited[0]?.message).toMatch(/run_capability:fails[\s\S]*Not sandboxed/);
     // A failed run is an isError result with the exit code and stderr.

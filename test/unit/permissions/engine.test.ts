@@ -223,8 +223,14 @@ describe('project allowlist, ceiling rule and content-hash binding', () => {
     const { e, prompter } = await engine({}, {}, ['Once', 'Once']);
     await e.check(commandReq('git'));
     await e.check(capabilityRequest('w', { sandboxed: true }));
-    expect(prompter.asked[0]?.options).toEqual(['Once', 'AlwaysThisSession', 'Deny']);
-    expect(prompter.asked[1]?.options).toEqual(['Once', 'AlwaysThisSession', 'AlwaysThisProject', 'Deny']);
+    expect(prompter.asked[0]?.options).toEqual(['Once', 'AlwaysThisSession', 'Deny', 'DenyThisSession']);
+    expect(prompter.asked[1]?.options).toEqual([
+      'Once',
+      'AlwaysThisSession',
+      'AlwaysThisProject',
+      'Deny',
+      'DenyThisSession',
+    ]);
   });
 
   it('an "always this project" answer persists a hash-bound entry; a reload keeps it', async () => {

@@ -1,0 +1,124 @@
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { projectConfigSchema } from '../../../src/config/project-config.js';
+import { PermissionEngine } from '../../../src/permissions/engine.js';
+import { policyChange, policyViewOf, tightenOnly } from '../../../src/permissions/policy-diff.js';
+import { PolicySnapshotStore } from '../../../src/permissions/policy-snapshot.js';
+import { createScriptedPrompter, parseAnswer } from '../../../src/permissions/prompter.js';
+import { capabilityRequest, commandReq, HASH_A, tempProject } from './helpers.js';
+
+const view = (raw: unknown) => policyViewOf(projectConfigSchema.parse(raw));
+
+describe('policy difference', () => {
+  it('names every rule, entry and mode that changed; formatting and grantedAt are not policy', () => {
+    const from = view({ permissions: { allow: ['read_file'] }, allowlist: { 'run_capability:a': 'Deny' } });
+    const to = view({
+      mode: 'bypass',
+      permissions: { allow: ['run_command(*)'], deny: ['run_command(rm *)'] },
+      allowlist: { 'run_capability:a': { level: 'AlwaysThisProject', contentHash: HASH_A } },
+    });
+    expect(policyChange('capsule.json', from, to)?.lines).toEqual([
+      '~ mode: default → bypass',
+      '+ allow rule run_command(*)',
+      '- allow rule read_file',
+      '+ deny rule run_command(rm *)',
+      `~ allowlist run_capability:a: AlwaysThisProject (${HASH_A})`,
+    ]);
+    const stamped = view({
+      allowlist: { 'run_capability:a': { level: 'Deny', grantedAt: 'now', note: 'x' } },
+      permissions: { allow: ['read_file'] },
+    });
+    expect(policyChange('capsule.json', from, stamped)).toBeUndefined();
+  });
+
+  it('a forged line in a rule is escaped in the difference', () => {
+    const to = view({ permissions: { allow: ['run_command(x\n~ mode: bypass → plan)'] } });
+    const lines = policyChange('capsule.json', view({}), to)?.text.split('\n') ?? [];
+    expect(lines.filter((l) => l.trim().startsWith('~ mode'))).toEqual([]);
+  });
+
+  it('tightenOnly keeps removals, added denials and a stricter mode, and drops every widening', () => {
+    const confirmed = view({
+      mode: 'edit',
+      permissions: { allow: ['read_file', 'write_file(src/**)'], deny: [] },
+      allowlist: { 'run_capability:a': { level: 'AlwaysThisProject', contentHash: HASH_A } },
+    });
+    const onDisk = view({
+      mode: 'plan',
+      permissions: { allow: ['read_file', 'run_command(*)'], deny: ['run_command(rm *)'] },
+      allowlist: { 'run_capability:a': 'Deny', 'run_capability:b': { level: 'AlwaysThisProject' } },
+    });
+    expect(tightenOnly(confirmed, onDisk)).toEqual({
+      mode: 'plan',
+      allow: ['read_file'],
+      deny: ['run_command(rm *)'],
+      allowlist: { 'run_capability:a': { level: 'Deny' } },
+      profiles: {},
+    });
+    const wider = view({ mode: 'bypass', permissions: { allow: ['read_file', 'write_file(src/**)'] } });
+    expect(tightenOnly(confirmed, wider).mode).toBe('edit');
+  });
+});
+
+describe('confirmed policy snapshots', () => {
+  it('a snapshot edited or copied to another project is refused, not trusted', async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const a = await mkdtemp(path.join(tmpdir(), 'capsule-snap-a-'));
+    const b = await mkdtemp(path.join(tmpdir(), 'capsule-snap-b-'));
+    const store = new PolicySnapshotStore({ stateDir: state });
+    await store.write(a, view({}), 'test');
+    expect((await store.read(a))?.policy.mode).toBe('default');
+    const { file } = await store.fileFor(a);
+    const doc = JSON.parse(await readFile(file, 'utf8')) as { policy: { mode: string } };
+    doc.policy.mode = 'bypass';
+    await writeFile(file, JSON.stringify(doc));
+    await expect(store.read(a)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    await store.write(a, view({}), 'test');
+    await writeFile((await store.fileFor(b)).file, await readFile(file, 'utf8'));
+    await expect(store.read(b)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+  });
+});
+
+describe('engine reload and protected-file checks', () => {
+  it('without a confirmer a changed file is reported, audited as not confirmed, and never adopted', async () => {
+    const { root, file } = await tempProject({ schemaVersion: 1 });
+    const e = await PermissionEngine.create({
+      projectRoot: root,
+      prompter: createScriptedPrompter([]),
+      audit: false,
+    });
+    await writeFile(file, JSON.stringify({ schemaVersion: 1, permissions: { allow: ['run_command'] } }));
+    expect(await e.checkProtectedFiles()).toMatch(/\+ allow rule run_command/);
+    // Reported once per change, not at every call.
+    expect(await e.checkProtectedFiles()).toBeUndefined();
+    expect(await e.reload()).toMatchObject({ changed: true, applied: false });
+    expect((await e.check(commandReq('touch'))).outcome).toBe('deny');
+  });
+
+  it("capsule's own project grant is not mistaken for tampering", async () => {
+    const { root } = await tempProject({ schemaVersion: 1 });
+    const e = await PermissionEngine.create({
+      projectRoot: root,
+      prompter: createScriptedPrompter(['AlwaysThisProject']),
+      audit: false,
+    });
+    await e.check(capabilityRequest('w', { sandboxed: true }));
+    expect(await e.checkProtectedFiles()).toBeUndefined();
+    expect(await e.reload()).toMatchObject({ changed: false });
+  });
+
+  it('explain shows a key denied for this session', async () => {
+    const { root } = await tempProject({ schemaVersion: 1 });
+    const e = await PermissionEngine.create({
+      projectRoot: root,
+      prompter: createScriptedPrompter(['DenyThisSession']),
+      audit: false,
+    });
+    expect(e.explain(commandReq('touch')).options).toContain('DenyThisSession');
+    await e.check(commandReq('touch'));
+    expect(e.explain(commandReq('touch'))).toMatchObject({ outcome: 'deny', source: 'session-deny' });
+    expect(parseAnswer('n', ['Once', 'Deny', 'DenyThisSession'])).toBe('DenyThisSession');
+  });
+});
