@@ -279,10 +279,14 @@ export class PermissionEngine implements PermissionGate {
     return { ...request, parts: this.parser.analyze(request.subject).parts };
   }
 
-  /** decide(), with a ceiling violation recorded in the audit log before it is thrown. */
+  /**
+   * decide(), with a ceiling violation recorded in the audit log before it is thrown. A session
+   * grant's use is reserved here, synchronously with the decision (no await in between), so
+   * concurrent checks cannot all spend one remaining use while the audit append is in flight.
+   */
   private async decideAndAudit(request: PermissionRequest): Promise<Verdict> {
     try {
-      return decide(this.state, request);
+      return this.decideAndReserve(request);
     } catch (err) {
       if (isCapsuleError(err)) {
         await this.record(request, {
@@ -296,11 +300,18 @@ export class PermissionEngine implements PermissionGate {
     }
   }
 
+  private decideAndReserve(request: PermissionRequest): Verdict {
+    const verdict = decide(this.state, request);
+    if (verdict.outcome === 'ask' || verdict.sessionEntry === undefined) return verdict;
+    if (this.session.reserve(verdict.sessionEntry)) return verdict;
+    // The entry found is no longer live: decide again without it (it is gone from the allowlist).
+    return this.decideAndReserve(request);
+  }
+
   private async finish(
     request: PermissionRequest,
     verdict: Exclude<Verdict, { outcome: 'ask' }>,
   ): Promise<Decision> {
-    if (verdict.sessionEntry !== undefined) this.session.consume(verdict.sessionEntry);
     await this.record(request, {
       decision: verdict.outcome,
       source: verdict.source,
