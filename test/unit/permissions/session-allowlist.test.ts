@@ -8,6 +8,7 @@ import {
   type AuditEvent,
   type AuditSink,
 } from '../../../src/permissions/audit-log.js';
+import { projectConfigSchema } from '../../../src/config/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { SessionAllowlist } from '../../../src/permissions/session-allowlist.js';
@@ -29,12 +30,7 @@ async function engineWith(audit: AuditSink, clock = fakeClock()): Promise<Permis
   const { root } = await tempProject();
   return PermissionEngine.create({
     projectRoot: root,
-    config: {
-      schemaVersion: 1,
-      roots: ['capabilities'],
-      allowlist: {},
-      permissions: { allow: [], deny: [] },
-    },
+    config: projectConfigSchema.parse({}),
     prompter: createNonInteractivePrompter(),
     audit,
     clock,
@@ -46,12 +42,7 @@ describe('use counts and TTLs under concurrency', () => {
     const { root } = await tempProject();
     const e = await PermissionEngine.create({
       projectRoot: root,
-      config: {
-        schemaVersion: 1,
-        roots: ['capabilities'],
-        allowlist: {},
-        permissions: { allow: [], deny: [] },
-      },
+      config: projectConfigSchema.parse({}),
       prompter: createNonInteractivePrompter(),
       audit: new JsonlAuditLog(auditLogPath(root), fakeClock()),
     });
