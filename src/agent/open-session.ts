@@ -1,4 +1,6 @@
+import { homedir } from 'node:os';
 import { loadProjectConfig, type PermissionMode } from '../config/project-config.js';
+import { userStateDir } from '../config/user-state.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
@@ -32,6 +34,8 @@ export interface OpenAgentSessionOptions {
   onRunnerProgress?: ((message: string) => void) | undefined;
   /** Warnings that must not stop a call. */
   logger?: ((message: string) => void) | undefined;
+  /** The per-user state directory (the audit log's head); default from this process's environment. */
+  userStateDir?: string | undefined;
 }
 
 export const defaultComponentize: Componentize = async (source, options) => {
@@ -63,6 +67,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     prompter: options.prompter ?? createNonInteractivePrompter(),
     commandParser: commands,
     logger: options.logger,
+    userStateDir: options.userStateDir ?? userStateDir(process.env, homedir()),
   });
   // Runners exist before the session; their progress reaches it through this late-bound sink.
   const sink: { to?: (message: string) => void } = {};

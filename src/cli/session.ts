@@ -1,4 +1,6 @@
+import { homedir } from 'node:os';
 import { loadProjectConfig, type LoadedProjectConfig } from '../config/project-config.js';
+import { userStateDir } from '../config/user-state.js';
 import { Executor } from '../executor/executor.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import type { CommandParser } from '../permissions/command-parser.js';
@@ -57,7 +59,13 @@ function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO
     interactive: io.interactive,
     output: io.stderr,
     parser: flags.parser,
+    userStateDir: cliStateDir(io),
   });
+}
+
+/** The per-user state directory of this invocation (from its environment). */
+export function cliStateDir(io: CliIO): string {
+  return userStateDir(io.env, homedir());
 }
 
 /** Everything one CLI invocation needs, built explicitly (no module-level state). */

@@ -1,3 +1,4 @@
+import { homedir } from 'node:os';
 import path from 'node:path';
 import { setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
 import {
@@ -9,7 +10,8 @@ import {
   type ProjectConfig,
 } from '../config/project-config.js';
 import { CapsuleError, isCapsuleError } from '../errors.js';
-import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
+import { userStateDir } from '../config/user-state.js';
+import { auditHeadPath, auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict } from './ceiling.js';
 import type { CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
@@ -43,6 +45,11 @@ export interface PermissionEngineOptions {
   prompter: Prompter;
   /** Where decisions go; default the JSONL log at `<root>/.capsule/audit.jsonl`; false: nowhere. */
   audit?: AuditSink | false | undefined;
+  /**
+   * The per-user state directory holding the default log's head (see userStateDir); default
+   * `~/.local/state/capsule`. The composition root passes the one derived from its environment.
+   */
+  userStateDir?: string | undefined;
   clock?: Clock | undefined;
   /** Warnings that must not stop a call (a failed persist of an "always" answer). */
   logger?: ((message: string) => void) | undefined;
@@ -100,10 +107,7 @@ export class PermissionEngine implements PermissionGate {
     this.session = new SessionAllowlist(this.clock);
     this.prompter = options.prompter;
     this.logger = options.logger ?? ((m) => process.stderr.write(`capsule: ${m}\n`));
-    this.audit =
-      options.audit === false
-        ? undefined
-        : (options.audit ?? new JsonlAuditLog(auditLogPath(this.projectRoot), this.clock));
+    this.audit = options.audit === false ? undefined : options.audit;
     this.parser = options.commandParser;
     this.fileConfig = config;
     this.modeValue = options.mode ?? config.mode;
@@ -118,7 +122,16 @@ export class PermissionEngine implements PermissionGate {
       const file = options.configFile ?? path.join(path.resolve(options.projectRoot), PROJECT_CONFIG_FILE);
       config = (await readProjectConfigFile(file)).config;
     }
-    return new PermissionEngine(options, config);
+    let audit = options.audit;
+    if (audit === undefined) {
+      const root = path.resolve(options.projectRoot);
+      const stateDir = options.userStateDir ?? userStateDir({}, homedir());
+      audit = new JsonlAuditLog(auditLogPath(root), options.clock ?? systemClock(), {
+        headFile: await auditHeadPath(stateDir, root),
+        projectRoot: root,
+      });
+    }
+    return new PermissionEngine({ ...options, audit }, config);
   }
 
   get mode(): PermissionMode {

@@ -24,6 +24,8 @@ export interface SessionGateOptions {
   parser?: CommandParser | undefined;
   profileRules?: readonly RuleSource[] | undefined;
   audit?: AuditSink | false | undefined;
+  /** The per-user state directory (the audit log's head); see userStateDir. */
+  userStateDir?: string | undefined;
   logger?: ((message: string) => void) | undefined;
 }
 
@@ -62,6 +64,7 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     commandParser: parser,
     profileRules: options.profileRules,
     audit: options.audit,
+    userStateDir: options.userStateDir,
     logger: options.logger,
   });
 }

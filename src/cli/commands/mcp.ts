@@ -8,6 +8,7 @@ import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, write, type CliIO } from '../output.js';
 import { VERSION } from '../program.js';
+import { cliStateDir } from '../session.js';
 
 export function registerMcp(program: Command, io: CliIO): void {
   addGateFlags(
@@ -36,6 +37,7 @@ export function registerMcp(program: Command, io: CliIO): void {
             // stdout carries the protocol: everything else goes to stderr.
             logger: (m) => void write(io.stderr, `capsule: ${m}\n`),
             onRunnerProgress: (m) => void write(io.stderr, `capsule: ${m}\n`),
+            userStateDir: cliStateDir(io),
           }),
       });
       await server.start(new StdioServerTransport(process.stdin, io.stdout as Writable));
