@@ -394,6 +394,8 @@ export class JsonlAuditLog implements AuditSink {
   /** What we last wrote: trusted only while the log's size is what we left it at. */
   private tail: { size: number; seq: number; hash: string } | undefined;
   private headDirReady = false;
+  /** The head file is known to be exactly one page (checked on this instance's first write). */
+  private headSized = false;
 
   constructor(
     readonly file: string,
@@ -537,7 +539,8 @@ export class JsonlAuditLog implements AuditSink {
       lastHash,
       updated: new Date(this.clock.now()).toISOString(),
     };
-    await replaceFile(headFile, `${JSON.stringify(head)}\n`);
+    await writeHeadFile(headFile, JSON.stringify(head), !this.headSized);
+    this.headSized = true;
   }
 
   /**
@@ -622,6 +625,39 @@ async function fileSize(file: string): Promise<number> {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
     throw err;
+  }
+}
+
+/** A head is one page, padded with spaces (valid JSON whitespace), so it can be overwritten in place. */
+const HEAD_BYTES = 4096;
+
+/**
+ * Overwrite the head in place with one page-sized write at offset 0: a killed process leaves the old
+ * page or the new one (a single write into the page cache is not interrupted halfway), and it costs a
+ * fraction of a create-and-rename per append. A first head, or one too long for a page, is written
+ * beside and renamed over.
+ */
+async function writeHeadFile(file: string, text: string, checkSize: boolean): Promise<void> {
+  const page = `${text}\n`;
+  const length = Buffer.byteLength(page);
+  if (length > HEAD_BYTES) return replaceFile(file, page);
+  const bytes = Buffer.alloc(HEAD_BYTES, 0x20);
+  bytes.write(page, 0, 'utf8');
+  bytes[HEAD_BYTES - 1] = 0x0a;
+  let handle;
+  try {
+    handle = await open(file, 'r+');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return replaceFile(file, bytes.toString('utf8'));
+    throw err;
+  }
+  try {
+    const { bytesWritten } = await handle.write(bytes, 0, HEAD_BYTES, 0);
+    if (bytesWritten !== HEAD_BYTES) throw new Error(`short write to ${file}`);
+    // A longer head from before (written by rename) would leave bytes after the page.
+    if (checkSize && (await handle.stat()).size !== HEAD_BYTES) await handle.truncate(HEAD_BYTES);
+  } finally {
+    await handle.close();
   }
 }
 
