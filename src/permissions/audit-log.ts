@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
 import {
   appendFile,
   mkdir,
@@ -20,6 +21,9 @@ import type { Clock } from './session-allowlist.js';
 
 export const AUDIT_FILE = 'audit.jsonl';
 export const GENESIS_HASH = '0'.repeat(64);
+
+/** Append, create if missing, and never through a symlink planted where the log should be. */
+const APPEND_FLAGS = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW;
 
 /** Default audit log of a project: `<root>/.capsule/audit.jsonl`. */
 export function auditLogPath(projectRoot: string): string {
@@ -444,7 +448,7 @@ export class JsonlAuditLog implements AuditSink {
         out += `${line}\n`;
         prev = hash;
       }
-      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600 });
+      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
       await this.writeHead(seq + 1, prev);
       this.tail = { size: last.size + Buffer.byteLength(out), seq, hash: prev };
     });
@@ -573,7 +577,7 @@ export class JsonlAuditLog implements AuditSink {
         ),
       );
       const out = `${line}\n`;
-      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600 });
+      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
       await this.writeHead(1, hash);
       this.tail = { size: Buffer.byteLength(out), seq: 0, hash };
     });

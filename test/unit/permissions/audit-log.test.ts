@@ -196,4 +196,29 @@ describe('the head outside the project', () => {
     );
     expect(await verifyAuditLog(file)).toMatchObject({ ok: true, records: 3, anchored: false });
   });
+
+  it('a kill between the append and the head update is reported (extra) and not extended', async () => {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 3; i++) await log.append(event(i));
+    const headBefore = await readFile(headFile);
+    await log.append(event(3));
+    await writeFile(headFile, headBefore); // the head as it was before the last append
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'extra', records: 4 });
+    await expect(new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(4))).rejects.toMatchObject({
+      code: 'AUDIT_BROKEN',
+    });
+  });
+
+  it('never appends through a symlink planted where the log should be', async () => {
+    const { root } = await tempProject();
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
+    const target = path.join(await mkdtemp(path.join(tmpdir(), 'capsule-victim-')), 'victim.txt');
+    await mkdir(path.join(root, '.capsule'), { recursive: true });
+    await symlink(target, auditLogPath(root));
+    const log = new JsonlAuditLog(auditLogPath(root), fakeClock(), {
+      headFile: await auditHeadPath(state, root),
+    });
+    await expect(log.append(event(0))).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
+    await expect(readFile(target)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
 });
