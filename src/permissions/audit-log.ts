@@ -485,40 +485,37 @@ export class JsonlAuditLog implements AuditSink {
     const read = headFile !== undefined ? await readHead(headFile) : ({ found: false } as HeadRead);
     if ('broken' in read) throw this.broken(`its head ${headFile ?? ''} ${read.broken}`);
     const head = read.found ? read.head : undefined;
-    if (head === undefined && size === 0) return { size: 0, seq: -1, hash: GENESIS_HASH };
-    const buf = (await readLog(this.file)) ?? Buffer.alloc(0);
-    // Without a head, only the last line is read (a log that never had one); with one, the whole
-    // chain is checked, which happens once per process or after another process appended.
-    const walk = head !== undefined ? walkChain(buf, head.records) : walkTail(buf);
+    // Only the end of the log is read: its last record must be the one the head names. Whatever is
+    // wrong further up is for `verify` to find; it is never hidden by extending the chain.
+    const tail = await readTail(this.file, size);
+    if (tail.problem !== undefined) throw this.broken(tail.problem);
     if (head === undefined) {
-      if (walk.failure !== undefined) throw this.broken(walk.failure.problem);
-      if (headFile !== undefined) {
+      if (tail.torn !== undefined) throw this.broken('its last line is torn (no newline) and it has no head');
+      if (headFile !== undefined && tail.records > 0) {
         notes.push(
           auditNote(
-            `this log had no head: the ${walk.records} record(s) before this one are anchored from here on, not before`,
+            `this log had no head: the ${tail.records} record(s) before this one are anchored from here on, not before`,
           ),
         );
       }
-      return { size: buf.length, seq: walk.records - 1, hash: walk.lastHash };
+      return { size, seq: tail.records - 1, hash: tail.lastHash };
     }
-    const verdict = againstHead(walk, head, headFile as string);
-    if (verdict.ok) return { size: buf.length, seq: walk.records - 1, hash: walk.lastHash };
-    if (
-      verdict.kind === 'torn' &&
-      walk.records === head.records &&
-      walk.lastHash === head.lastHash &&
-      walk.torn
-    ) {
-      await truncate(this.file, walk.torn.offset);
-      const shown = JSON.stringify(walk.torn.bytes.subarray(0, 200).toString('utf8'));
+    if (tail.records === head.records && tail.lastHash === head.lastHash) {
+      if (tail.torn === undefined) return { size, seq: tail.records - 1, hash: tail.lastHash };
+      // The records the head names, then a fragment: what a crash during an append leaves.
+      const { offset, bytes } = tail.torn;
+      await truncate(this.file, offset);
+      const shown = JSON.stringify(bytes.subarray(0, 200).toString('utf8'));
       notes.push(
         auditNote(
-          `a torn final line of ${walk.torn.bytes.length} byte(s) (a crash during an append) was removed from the log: ${shown}${walk.torn.bytes.length > 200 ? ' …' : ''}`,
+          `a torn final line of ${bytes.length} byte(s) (a crash during an append) was removed from the log: ${shown}${bytes.length > 200 ? ' …' : ''}`,
         ),
       );
-      return { size: walk.torn.offset, seq: walk.records - 1, hash: walk.lastHash };
+      return { size: offset, seq: tail.records - 1, hash: tail.lastHash };
     }
-    throw this.broken(verdict.problem);
+    // Broken: read it all once, to say precisely how.
+    const verdict = await verifyAuditLog(this.file, { headFile });
+    throw this.broken(verdict.ok ? 'it changed while it was being read' : verdict.problem);
   }
 
   private broken(problem: string): CapsuleError {
@@ -589,38 +586,45 @@ function auditNote(reason: string): AuditEvent {
   return { tool: 'audit', key: 'audit:log', decision: 'allow', source: 'audit', reason, mode: '-' };
 }
 
-/** The last complete line only (for a log without a head): its seq and hash, or why it is broken. */
-function walkTail(buf: Buffer): Walk {
-  if (buf.length === 0) return { records: 0, lastHash: GENESIS_HASH };
-  if (buf[buf.length - 1] !== 0x0a) {
-    return {
-      records: 0,
-      lastHash: GENESIS_HASH,
-      failure: {
-        ok: false,
-        records: 0,
-        line: 0,
-        kind: 'torn',
-        problem: 'its last line is torn (no newline)',
-      },
-    };
+interface Tail {
+  /** seq + 1 of the last complete line (0 for an empty log), and its hash. */
+  records: number;
+  lastHash: string;
+  /** Bytes after the last newline: a torn final line. */
+  torn?: { offset: number; bytes: Buffer } | undefined;
+  /** The last complete line is not a valid record. */
+  problem?: string | undefined;
+}
+
+/** The last complete line of the log and any fragment after it, read from the end of the file. */
+async function readTail(file: string, size: number): Promise<Tail> {
+  if (size === 0) return { records: 0, lastHash: GENESIS_HASH };
+  const handle = await open(file, 'r');
+  try {
+    for (let chunk = 8192; ; chunk *= 4) {
+      const start = Math.max(0, size - chunk);
+      const buf = Buffer.alloc(size - start);
+      const { bytesRead } = await handle.read(buf, 0, buf.length, start);
+      if (bytesRead !== buf.length)
+        return { records: 0, lastHash: GENESIS_HASH, problem: 'it changed while it was being read' };
+      const lastNl = buf.lastIndexOf(0x0a);
+      const torn =
+        lastNl === buf.length - 1
+          ? undefined
+          : { offset: start + lastNl + 1, bytes: Buffer.from(buf.subarray(lastNl + 1)) };
+      if (lastNl < 0 && start > 0) continue; // no newline in this chunk yet: read more
+      if (lastNl < 0) return { records: 0, lastHash: GENESIS_HASH, torn };
+      const prevNl = lastNl > 0 ? buf.lastIndexOf(0x0a, lastNl - 1) : -1;
+      if (prevNl < 0 && start > 0) continue; // the line may begin further back
+      const lineStart = prevNl + 1;
+      const checked = checkLine(buf.subarray(lineStart, lastNl));
+      if (!checked.ok)
+        return { records: 0, lastHash: GENESIS_HASH, torn, problem: `its last line ${checked.problem}` };
+      return { records: checked.record.seq + 1, lastHash: checked.record.hash, torn };
+    }
+  } finally {
+    await handle.close();
   }
-  const start = buf.lastIndexOf(0x0a, buf.length - 2) + 1;
-  const checked = checkLine(buf.subarray(start, buf.length - 1));
-  if (!checked.ok) {
-    return {
-      records: 0,
-      lastHash: GENESIS_HASH,
-      failure: {
-        ok: false,
-        records: 0,
-        line: 0,
-        kind: 'malformed',
-        problem: `its last line ${checked.problem}`,
-      },
-    };
-  }
-  return { records: checked.record.seq + 1, lastHash: checked.record.hash };
 }
 
 async function fileSize(file: string): Promise<number> {

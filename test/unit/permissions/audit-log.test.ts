@@ -221,4 +221,13 @@ describe('the head outside the project', () => {
     await expect(log.append(event(0))).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
     await expect(readFile(target)).rejects.toMatchObject({ code: 'ENOENT' });
   });
+
+  it('a fresh writer finds the tail of a long log whose last record spans several reads', async () => {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 50; i++) await log.append(event(i));
+    await log.append({ ...event(50), reason: 'r'.repeat(40_000) });
+    const fresh = new JsonlAuditLog(file, fakeClock(), { headFile });
+    await fresh.append(event(51));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 52 });
+  });
 });
