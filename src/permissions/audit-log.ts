@@ -138,7 +138,10 @@ function lineFor(body: AuditBody): { line: string; hash: string } {
   return { line: `${text.slice(0, -1)},"hash":"${hash}"}`, hash };
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+// fatal: invalid UTF-8 is an error, not U+FFFD; ignoreBOM: a leading BOM stays in the text (and so
+// fails the canonical check) instead of being dropped silently. Decoding is then one-to-one, so a
+// line equal to the canonical text is equal to it byte for byte.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 type LineCheck = { ok: true; record: AuditRecord } | { ok: false; problem: string };
 

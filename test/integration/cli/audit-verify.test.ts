@@ -129,13 +129,17 @@ describe('capsule audit verify detects what it claims', () => {
       },
       (line) => line.replace('"tool":"run_command"', '"tool":"run\\u005fcommand"'),
       (line) => ` ${line}`,
+      (line) => `\uFEFF${line}`,
+      (line) => line.replace('"tool"', '"\\u0074ool"'),
     ];
-    for (const change of variants) {
+    for (const [i, change] of variants.entries()) {
       const p = await auditedProject(3);
       const l = await lines(p.log);
-      l[1] = change(l[1] as string);
+      const changed = change(l[1] as string);
+      expect(changed, `variant ${i}`).not.toBe(l[1]);
+      l[1] = changed;
       await writeFile(p.log, `${l.join('\n')}\n`);
-      expect(await p.verify()).toBe(1);
+      expect([i, await p.verify()]).toEqual([i, 1]);
     }
   });
 
