@@ -213,6 +213,11 @@ export type AuditVerification =
       lastHash: string;
       /** True when the log was compared with its head; false: only the chain was checked. */
       anchored: boolean;
+      /**
+       * Records before this index were written before the log had a head (a log adopted by a later
+       * append, which says so in its own record): the head vouches for them only from here on.
+       */
+      anchoredFrom: number;
     }
   | { ok: false; records: number; line: number; kind: AuditProblemKind; problem: string };
 
@@ -229,6 +234,8 @@ interface Walk {
   failure?: Extract<AuditVerification, { ok: false }> | undefined;
   /** Byte offset where a torn final fragment starts, and its length. */
   torn?: { offset: number; bytes: Buffer } | undefined;
+  /** seq of the last note saying the log was adopted without a head (0: none). */
+  anchoredFrom: number;
 }
 
 function walkChain(buf: Buffer, hashAtCount?: number): Walk {
@@ -236,12 +243,14 @@ function walkChain(buf: Buffer, hashAtCount?: number): Walk {
   let records = 0;
   let hashAt = hashAtCount === 0 ? GENESIS_HASH : undefined;
   let start = 0;
+  let anchoredFrom = 0;
   while (start < buf.length) {
     const nl = buf.indexOf(0x0a, start);
     const fail = (kind: AuditProblemKind, problem: string): Walk => ({
       records,
       lastHash: prev,
       hashAt,
+      anchoredFrom,
       failure: { ok: false, records, line: records + 1, kind, problem },
     });
     if (nl < 0) {
@@ -262,12 +271,13 @@ function walkChain(buf: Buffer, hashAtCount?: number): Walk {
       return fail('chain', `seq is ${r.seq}, expected ${records} (a line was deleted, inserted or moved)`);
     if (r.prev !== prev)
       return fail('chain', 'prev does not match the previous line (a line was deleted or moved)');
+    if (r.tool === AUDIT_TOOL && r.key === ANCHOR_KEY) anchoredFrom = r.seq;
     prev = r.hash;
     records++;
     if (hashAtCount === records) hashAt = prev;
     start = nl + 1;
   }
-  return { records, lastHash: prev, hashAt };
+  return { records, lastHash: prev, hashAt, anchoredFrom };
 }
 
 /** Compare a walked chain with its head. */
@@ -311,7 +321,7 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string): AuditVerifi
       problem: `${records - head.records} record(s) after the last one ${said.replace('says', 'names')}: appended by something other than capsule, or a crash between an append and the head update`,
     };
   }
-  return { ok: true, records, lastHash, anchored: true };
+  return { ok: true, records, lastHash, anchored: true, anchoredFrom: walk.anchoredFrom };
 }
 
 type HeadRead = { found: true; head: AuditHead } | { found: false } | { broken: string; found: false };
@@ -373,13 +383,27 @@ export async function verifyAuditLog(file: string, options: VerifyOptions = {}):
       problem: `the chain of ${walk.records} record(s) is consistent, but it has no head (${headFile}): a cut, deleted or rewritten log cannot be told from it`,
     };
   }
-  return { ok: true, records: walk.records, lastHash: walk.lastHash, anchored: headFile !== undefined };
+  return {
+    ok: true,
+    records: walk.records,
+    lastHash: walk.lastHash,
+    anchored: headFile !== undefined,
+    anchoredFrom: walk.anchoredFrom,
+  };
 }
 
 /** Pure: the chain checks on a log's text (no head). */
 export function verifyAuditText(text: string): AuditVerification {
   const walk = walkChain(Buffer.from(text, 'utf8'));
-  return walk.failure ?? { ok: true, records: walk.records, lastHash: walk.lastHash, anchored: false };
+  return (
+    walk.failure ?? {
+      ok: true,
+      records: walk.records,
+      lastHash: walk.lastHash,
+      anchored: false,
+      anchoredFrom: walk.anchoredFrom,
+    }
+  );
 }
 
 export interface JsonlAuditLogOptions {
@@ -498,6 +522,7 @@ export class JsonlAuditLog implements AuditSink {
         notes.push(
           auditNote(
             `this log had no head: the ${tail.records} record(s) before this one are anchored from here on, not before`,
+            ANCHOR_KEY,
           ),
         );
       }
@@ -585,8 +610,12 @@ export class JsonlAuditLog implements AuditSink {
   }
 }
 
-function auditNote(reason: string): AuditEvent {
-  return { tool: 'audit', key: 'audit:log', decision: 'allow', source: 'audit', reason, mode: '-' };
+/** The log's own records: a log adopted without a head, a torn line removed, a new chain. */
+const AUDIT_TOOL = 'audit';
+const ANCHOR_KEY = 'audit:anchor';
+
+function auditNote(reason: string, key = 'audit:log'): AuditEvent {
+  return { tool: AUDIT_TOOL, key, decision: 'allow', source: 'audit', reason, mode: '-' };
 }
 
 interface Tail {

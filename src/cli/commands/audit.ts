@@ -38,9 +38,11 @@ export function registerAudit(program: Command, io: CliIO): void {
         if (opts.json) {
           await write(io.stdout, json({ file, head: headFile ?? null, ...result }));
         } else if (result.ok) {
-          const anchor = result.anchored
+          let anchor = result.anchored
             ? `matches its head ${headFile ?? ''}`
             : 'no head: only the chain was checked (a cut tail cannot be seen)';
+          if (result.anchoredFrom > 0)
+            anchor += `; records 0-${result.anchoredFrom - 1} were written before the log had a head (not anchored)`;
           await write(
             io.stdout,
             `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}; ${anchor}\n`,

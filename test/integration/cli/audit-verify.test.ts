@@ -59,7 +59,7 @@ describe('capsule audit verify detects what it claims', () => {
     await p.exec('touch more');
     expect(await p.verify()).toBe(0);
     const json = await cli(['audit', 'verify', '--json'], { cwd: p.root, env: p.env });
-    expect(JSON.parse(json.stdout)).toMatchObject({ ok: true, records: 5, anchored: true });
+    expect(JSON.parse(json.stdout)).toMatchObject({ ok: true, records: 5, anchored: true, anchoredFrom: 0 });
   });
 
   it('cutting the tail (last line removed) is detected', async () => {

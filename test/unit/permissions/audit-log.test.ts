@@ -175,7 +175,12 @@ describe('the head outside the project', () => {
     const headFile = await auditHeadPath(state, root);
     expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'unanchored' });
     await new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(3));
-    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 5, anchored: true });
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({
+      ok: true,
+      records: 5,
+      anchored: true,
+      anchoredFrom: 3,
+    });
     expect(await readFile(file, 'utf8')).toContain('had no head');
   });
 
