@@ -460,7 +460,8 @@ export class JsonlAuditLog implements AuditSink {
   }
 
   private async appendNow(event: AuditEvent): Promise<void> {
-    await mkdir(path.dirname(this.file), { recursive: true });
+    // The lock below creates the folder too; this is only for a log this instance has not written yet.
+    if (this.tail === undefined) await mkdir(path.dirname(this.file), { recursive: true });
     await this.lock(async () => {
       const size = await fileSize(this.file);
       const notes: AuditEvent[] = [];
