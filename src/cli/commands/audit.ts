@@ -1,10 +1,23 @@
+import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
+import { isInside } from '../../manifest/paths.js';
 import { systemClock } from '../../permissions/session-allowlist.js';
 import { auditHeadPath, auditLogPath, JsonlAuditLog, verifyAuditLog } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { cliStateDir, openProject } from '../session.js';
+
+async function realpathOr(p: string): Promise<string> {
+  // The head's folder may not exist yet: judge its nearest existing ancestor.
+  for (let dir = path.resolve(p); ; dir = path.dirname(dir)) {
+    try {
+      return path.join(await realpath(dir), path.relative(dir, path.resolve(p)));
+    } catch {
+      if (path.dirname(dir) === dir) return path.resolve(p);
+    }
+  }
+}
 
 /** The project's log and its head; a `--file` elsewhere has no head (only its chain is checked). */
 async function logAndHead(
@@ -15,6 +28,15 @@ async function logAndHead(
   const projectLog = auditLogPath(project.root);
   const chosen = file !== undefined ? path.resolve(io.cwd, file) : projectLog;
   const headFile = chosen === projectLog ? await auditHeadPath(cliStateDir(io), project.root) : undefined;
+  if (
+    headFile !== undefined &&
+    isInside(await realpathOr(project.root), await realpathOr(path.dirname(headFile)))
+  ) {
+    await write(
+      io.stderr,
+      `capsule: warning: the audit head ${headFile} lies inside the project ${project.root}: a grant there can reach it (set XDG_STATE_HOME outside the project).\n`,
+    );
+  }
   return { file: chosen, headFile };
 }
 

@@ -191,3 +191,15 @@ describe('capsule audit verify detects what it claims', () => {
     expect(await p.verify()).toBe(0);
   });
 });
+
+describe('a head inside the project', () => {
+  it('verify warns when the state directory lies inside the project root', async () => {
+    const { root } = await tempProject('capsule-audit-');
+    await writeFile(path.join(root, 'capsule.json'), '{"schemaVersion": 1}');
+    const env = { ...process.env, XDG_STATE_HOME: path.join(root, 'state') };
+    await cli(['exec', '--no-prompt', '--', 'touch x'], { cwd: root, env });
+    const r = await cli(['audit', 'verify'], { cwd: root, env });
+    expect(r.code).toBe(0);
+    expect(r.stderr).toContain('inside the project');
+  });
+});
