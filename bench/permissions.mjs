@@ -1,5 +1,5 @@
 // Permission engine throughput: command keying (a real bash parse per command) and gate decisions
-// (engine.check: rules → mode → allowlists), without and with the hash-chained audit log on disk.
+// (engine.check: rules → mode → allowlists), without and with the hash-chained audit log (and its head) on disk.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -68,7 +68,12 @@ export async function benchPermissions() {
     const decisions = await rate((i) => bare.check(request(i)));
     const audited = await PermissionEngine.create({
       ...options,
-      audit: new JsonlAuditLog(path.join(root, 'audit.jsonl'), { now: () => Date.now() }),
+      // With its head (count + last hash) replaced after every append, as capsule runs it.
+      audit: new JsonlAuditLog(
+        path.join(root, '.capsule', 'audit.jsonl'),
+        { now: () => Date.now() },
+        { headFile: path.join(root, 'state', 'audit-heads', 'bench.json') },
+      ),
     });
     const auditedDecisions = await rate((i) => audited.check(request(i)), { seconds: 1 });
     return [

@@ -29,7 +29,8 @@ step('build', 'npm', ['run', 'build', '--silent']);
 step('build the sandbox images', 'node', ['scripts/build-images.mjs']);
 step('typecheck', 'npm', ['run', 'typecheck', '--silent']);
 step('lint', 'npm', ['run', 'lint', '--silent']);
-const report = path.join(mkdtempSync(path.join(tmpdir(), 'capsule-test-')), 'vitest.json');
+const scratch = mkdtempSync(path.join(tmpdir(), 'capsule-test-'));
+const report = path.join(scratch, 'vitest.json');
 const tests = spawnSync(
   'npx',
   [
@@ -40,7 +41,9 @@ const tests = spawnSync(
     `--outputFile.json=${report}`,
     ...process.argv.slice(2),
   ],
-  { cwd: root, stdio: 'inherit' },
+  // capsule's per-user state (confirmed policies, audit heads) goes to a folder of this run, so a test
+  // run neither reads nor leaves anything in the home directory of the machine.
+  { cwd: root, stdio: 'inherit', env: { ...process.env, CAPSULE_STATE_DIR: path.join(scratch, 'state') } },
 );
 // One plain closing line, whatever the reporter printed above it.
 try {

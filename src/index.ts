@@ -34,7 +34,8 @@ export type {
 export { PermissionEngine } from './permissions/engine.js';
 export { createCommandParser, keyCommand } from './permissions/command-parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
-export { verifyAuditLog } from './permissions/audit-log.js';
+export { auditHeadPath, auditLogPath, verifyAuditLog } from './permissions/audit-log.js';
+export { userStateDir } from './config/user-state.js';
 
 export type { Tool } from './tools/tool.js';
 export { createToolCatalog } from './tools/catalog.js';

@@ -1,7 +1,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, YAMLParseError } from 'yaml';
 import { z } from 'zod';
 import { PERMISSION_MODES, type PermissionMode } from '../config/project-config.js';
 import { CapsuleError } from '../errors.js';
@@ -77,6 +77,17 @@ function invalid(file: string, field: string | undefined, message: string, hint?
   });
 }
 
+/** The key a DUPLICATE_KEY error points at: the text from there to the `:` on its line, unquoted. */
+function repeatedYamlKey(yaml: string, at: number): string | undefined {
+  const rest = yaml.slice(at).split('\n')[0] ?? '';
+  const key = rest
+    .replace(/^\?\s*/, '')
+    .split(':')[0]
+    ?.trim()
+    .replace(/^(["'])(.*)\1$/, '$2');
+  return key === undefined || key === '' ? undefined : key;
+}
+
 /**
  * Pure: one profile file's text → a validated profile, or PROFILE_INVALID naming the file and field.
  * `trust` defaults to `persistent`: only the catalog, reading capsule's own folder, says `process`.
@@ -91,9 +102,21 @@ export function parseProfile(text: string, file: string, trust: Trust = 'persist
     );
   }
   let raw: unknown;
+  const yaml = m[1] ?? '';
   try {
-    raw = parseYaml(m[1] ?? '');
+    // uniqueKeys is the yaml package's default; it is spelled out because a repeated key (`deny:` twice,
+    // the last one empty) must never silently win in a file that carries policy.
+    raw = parseYaml(yaml, { uniqueKeys: true });
   } catch (err) {
+    if (err instanceof YAMLParseError && err.code === 'DUPLICATE_KEY') {
+      const key = repeatedYamlKey(yaml, err.pos[0]);
+      const where = err.linePos?.[0] !== undefined ? ` (front matter line ${err.linePos[0].line})` : '';
+      throw invalid(
+        file,
+        key,
+        `appears twice in the front matter${where}: YAML keeps only one of them; remove the duplicate.`,
+      );
+    }
     throw invalid(
       file,
       undefined,
@@ -243,13 +266,7 @@ async function readFolder(
   }
 }
 
-function addProfile(
-  entries: Map<string, Entry>,
-  text: string,
-  shown: string,
-  f: string,
-  trust: Trust,
-): void {
+function addProfile(entries: Map<string, Entry>, text: string, shown: string, f: string, trust: Trust): void {
   // Keyed by file name until parsed, so a broken file can still be reported by the name it would have.
   const fallbackName = f.slice(0, -3);
   try {

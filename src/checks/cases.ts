@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
+import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import type { Capability } from '../manifest/types.js';
@@ -35,15 +36,15 @@ export type CheckCase = z.infer<typeof caseSchema>;
 
 /** Pure: parse cases.json text. */
 export function parseCases(text: string, file: string): CheckCase[] {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError('MANIFEST_INVALID', `${file} is not valid JSON: ${(err as Error).message}`, {
-      file,
-    });
+  const json = parseStrictJson(text);
+  if (!json.ok) {
+    const message =
+      json.kind === 'duplicate-key'
+        ? `${file}: ${json.message}`
+        : `${file} is not valid JSON: ${json.message}`;
+    throw new CapsuleError('MANIFEST_INVALID', message, { file, field: json.field });
   }
-  const parsed = casesFileSchema.safeParse(raw);
+  const parsed = casesFileSchema.safeParse(json.value);
   if (!parsed.success) {
     const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
     throw new CapsuleError(

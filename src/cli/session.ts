@@ -1,5 +1,7 @@
 import type { LoadedProjectConfig } from '../config/project-config.js';
 import type { Executor } from '../executor/executor.js';
+import { homedir } from 'node:os';
+import { userStateDir } from '../config/user-state.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter } from '../permissions/prompter.js';
@@ -31,6 +33,11 @@ export interface CliSession {
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
   const project = await openProjectAt(io.cwd);
   return { project, registry: projectRegistry(project.root, project.config.roots) };
+}
+
+/** The per-user state directory of this invocation (from its environment). */
+export function cliStateDir(io: CliIO): string {
+  return userStateDir(io.env, homedir());
 }
 
 /**

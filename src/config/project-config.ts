@@ -3,6 +3,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
+import { parseStrictJson } from './strict-json.js';
 import { ENVIRONMENTS } from '../manifest/schema.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
@@ -146,16 +147,19 @@ export async function findProjectRoot(cwd: string): Promise<{ root: string; exis
 
 /** Pure: parse capsule.json text; errors name the file and the field. */
 export function parseProjectConfig(text: string, file: string): ProjectConfig {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError('CONFIG_INVALID', `${file} is not valid JSON: ${(err as Error).message}`, {
+  const json = parseStrictJson(text);
+  if (!json.ok) {
+    const message =
+      json.kind === 'duplicate-key'
+        ? `${file} is invalid: ${json.message}`
+        : `${file} is not valid JSON: ${json.message}`;
+    throw new CapsuleError('CONFIG_INVALID', message, {
       file,
+      field: json.field,
       hint: 'Fix the JSON by hand; capsule never overwrites a file it cannot read.',
     });
   }
-  const parsed = projectConfigSchema.safeParse(raw);
+  const parsed = projectConfigSchema.safeParse(json.value);
   if (!parsed.success) {
     const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
     const first = issues[0];

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { parseStrictJson } from '../config/strict-json.js';
 import { manifestSchema, type Manifest } from './schema.js';
 
 export interface ManifestIssue {
@@ -39,12 +40,13 @@ export function zodIssues(error: z.ZodError): ManifestIssue[] {
  * adds the checks that need the disk (real paths, symlinks, folder name).
  */
 export function parseManifest(text: string): ParseResult {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    return { ok: false, issues: [{ message: `is not valid JSON: ${(err as Error).message}` }] };
+  const json = parseStrictJson(text);
+  if (!json.ok) {
+    return json.kind === 'duplicate-key'
+      ? { ok: false, issues: [{ field: json.field, message: json.message }] }
+      : { ok: false, issues: [{ message: `is not valid JSON: ${json.message}` }] };
   }
+  const raw = json.value;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     return { ok: false, issues: [{ message: 'must be a JSON object' }] };
   }

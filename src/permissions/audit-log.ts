@@ -1,17 +1,43 @@
-import { createHash } from 'node:crypto';
-import { appendFile, mkdir, open, readFile, stat } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import {
+  appendFile,
+  mkdir,
+  open,
+  readFile,
+  realpath,
+  rename,
+  stat,
+  truncate,
+  unlink,
+} from 'node:fs/promises';
 import path from 'node:path';
+import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
 import { STATE_DIR } from '../config/config-store.js';
+import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
 
 export const AUDIT_FILE = 'audit.jsonl';
 export const GENESIS_HASH = '0'.repeat(64);
 
+/** Append, create if missing, and never through a symlink planted where the log should be. */
+const APPEND_FLAGS = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW;
+
 /** Default audit log of a project: `<root>/.capsule/audit.jsonl`. */
 export function auditLogPath(projectRoot: string): string {
   return path.join(projectRoot, STATE_DIR, AUDIT_FILE);
+}
+
+/**
+ * Where the head of a project's log lives: in the per-user state directory (never under a root a
+ * capability or tool can be granted), one file per project, named by a hash of the root's real path.
+ */
+export async function auditHeadPath(userStateDir: string, projectRoot: string): Promise<string> {
+  const real = await realpath(projectRoot).catch(() => path.resolve(projectRoot));
+  const id = createHash('sha256').update(real).digest('hex').slice(0, 32);
+  return path.join(userStateDir, 'audit-heads', `${id}.json`);
 }
 
 /** One decision, as the engine reports it. */
@@ -31,13 +57,43 @@ export interface AuditEvent {
   sandboxed?: boolean | undefined;
 }
 
+const HEX64 = /^[0-9a-f]{64}$/;
+
+const auditRecordSchema = z
+  .strictObject({
+    seq: z.int().min(0),
+    time: z.string(),
+    tool: z.string(),
+    key: z.string(),
+    decision: z.enum(['allow', 'deny', 'error']),
+    source: z.string(),
+    reason: z.string(),
+    mode: z.string(),
+    matched: z.string().optional(),
+    answer: z.string().optional(),
+    contentHash: z.string().optional(),
+    sandboxed: z.boolean().optional(),
+    prev: z.string().regex(HEX64),
+    hash: z.string().regex(HEX64),
+  })
+  .describe('One line of .capsule/audit.jsonl, in exactly this key order.');
+
 /** A line of the log: the event plus its place in the chain. */
-export interface AuditRecord extends AuditEvent {
-  seq: number;
-  time: string;
-  prev: string;
-  hash: string;
-}
+export type AuditRecord = z.infer<typeof auditRecordSchema>;
+type AuditBody = Omit<AuditRecord, 'hash'>;
+
+const auditHeadSchema = z
+  .strictObject({
+    schemaVersion: z.literal(1),
+    projectRoot: z.string().describe('For people: the project whose log this anchors.'),
+    log: z.string().describe('For people: the log file.'),
+    records: z.int().min(0).describe('How many records the log held after the last append.'),
+    lastHash: z.string().regex(HEX64).describe('The hash of its last record (GENESIS_HASH when empty).'),
+    updated: z.string(),
+  })
+  .describe('The head of an audit log: kept outside the project so a cut, deleted or rewritten log shows.');
+
+export type AuditHead = z.infer<typeof auditHeadSchema>;
 
 export interface AuditSink {
   append(event: AuditEvent): Promise<void>;
@@ -52,24 +108,347 @@ export class MemoryAuditSink implements AuditSink {
   }
 }
 
-function hashRecord(body: Omit<AuditRecord, 'hash'>): string {
-  return createHash('sha256').update(JSON.stringify(body)).digest('hex');
+/** The one serialization capsule writes; verification rebuilds it and compares bytes. */
+function canonicalBody(r: AuditBody): string {
+  return JSON.stringify({
+    seq: r.seq,
+    time: r.time,
+    tool: r.tool,
+    key: r.key,
+    decision: r.decision,
+    source: r.source,
+    reason: r.reason,
+    mode: r.mode,
+    ...(r.matched !== undefined ? { matched: r.matched } : {}),
+    ...(r.answer !== undefined ? { answer: r.answer } : {}),
+    ...(r.contentHash !== undefined ? { contentHash: r.contentHash } : {}),
+    ...(r.sandboxed !== undefined ? { sandboxed: r.sandboxed } : {}),
+    prev: r.prev,
+  });
+}
+
+function sha256(text: string): string {
+  return createHash('sha256').update(text, 'utf8').digest('hex');
+}
+
+/** The line for a body: `{…body…,"hash":"<sha256 of the body's bytes>"}` (no newline). */
+function lineFor(body: AuditBody): { line: string; hash: string } {
+  const text = canonicalBody(body);
+  const hash = sha256(text);
+  return { line: `${text.slice(0, -1)},"hash":"${hash}"}`, hash };
+}
+
+// fatal: invalid UTF-8 is an error, not U+FFFD; ignoreBOM: a leading BOM stays in the text (and so
+// fails the canonical check) instead of being dropped silently. Decoding is then one-to-one, so a
+// line equal to the canonical text is equal to it byte for byte.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+type LineCheck = { ok: true; record: AuditRecord } | { ok: false; problem: string };
+
+/**
+ * One line, judged on its exact bytes: valid UTF-8, strict JSON (no key twice), every field known
+ * and typed, byte-for-byte the canonical serialization, and its hash the sha256 of those bytes
+ * (minus the hash field itself). Anything a reader could see differently from the hash is refused.
+ */
+function checkLine(bytes: Uint8Array): LineCheck {
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    return { ok: false, problem: 'is not valid UTF-8' };
+  }
+  const json = parseStrictJson(text);
+  if (!json.ok) {
+    return {
+      ok: false,
+      problem:
+        json.kind === 'duplicate-key'
+          ? `repeats the key ${json.field ?? ''} (a reader and the hash would see different values)`
+          : 'is not JSON (a torn or edited line)',
+    };
+  }
+  const parsed = auditRecordSchema.safeParse(json.value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.join('.') || (issue?.code === 'unrecognized_keys' ? issue.keys.join(', ') : '');
+    return {
+      ok: false,
+      problem: `is not an audit record (${field || 'top level'}: ${issue?.message ?? ''})`,
+    };
+  }
+  const { hash, ...body } = parsed.data;
+  const canonical = canonicalBody(body);
+  if (`${canonical.slice(0, -1)},"hash":"${hash}"}` !== text) {
+    return {
+      ok: false,
+      problem: 'is not in canonical form (spacing, key order or escapes differ from what capsule writes)',
+    };
+  }
+  // The text is now known to be `canonical` plus the hash field: this hashes the line's own bytes.
+  if (sha256(canonical) !== hash)
+    return { ok: false, problem: 'hash does not match the bytes of the line (the line was edited)' };
+  return { ok: true, record: parsed.data };
+}
+
+export type AuditProblemKind =
+  /** A line that is not a canonical, correctly hashed record. */
+  | 'malformed'
+  /** seq or prev out of order: a line deleted, inserted or moved. */
+  | 'chain'
+  /** The last line has no newline: a crash during an append (or a cut in the middle of a line). */
+  | 'torn'
+  /** Fewer records than the head: the tail was cut, or the file emptied or deleted. */
+  | 'truncated'
+  /** More records than the head. */
+  | 'extra'
+  /** Same length, different last hash, or the record the head names is not there: a rewrite. */
+  | 'rewritten'
+  /** A non-empty log with no head, or a head that cannot be read. */
+  | 'unanchored'
+  /** The chain was begun anew because the log its head named was missing or empty (deleted, emptied). */
+  | 'restarted';
+
+export type AuditVerification =
+  | {
+      ok: true;
+      records: number;
+      lastHash: string;
+      /** True when the log was compared with its head; false: only the chain was checked. */
+      anchored: boolean;
+      /**
+       * Records before this index were written before the log had a head (a log adopted by a later
+       * append, which says so in its own record): the head vouches for them only from here on.
+       */
+      anchoredFrom: number;
+    }
+  | { ok: false; records: number; line: number; kind: AuditProblemKind; problem: string };
+
+export interface VerifyOptions {
+  /** The log's head (auditHeadPath); without it only the chain itself is checked. */
+  headFile?: string | undefined;
+}
+
+interface Walk {
+  records: number;
+  lastHash: string;
+  /** Hash after each record count, on request (the record the head names). */
+  hashAt?: string | undefined;
+  failure?: Extract<AuditVerification, { ok: false }> | undefined;
+  /** Byte offset where a torn final fragment starts, and its length. */
+  torn?: { offset: number; bytes: Buffer } | undefined;
+  /** seq of the last note saying the log was adopted without a head (0: none). */
+  anchoredFrom: number;
+  /** The last note saying the chain began anew over a missing log (its seq and text). */
+  restarted?: { seq: number; reason: string } | undefined;
+}
+
+function walkChain(buf: Buffer, hashAtCount?: number): Walk {
+  let prev = GENESIS_HASH;
+  let records = 0;
+  let hashAt = hashAtCount === 0 ? GENESIS_HASH : undefined;
+  let start = 0;
+  let anchoredFrom = 0;
+  let restarted: Walk['restarted'];
+  while (start < buf.length) {
+    const nl = buf.indexOf(0x0a, start);
+    const fail = (kind: AuditProblemKind, problem: string): Walk => ({
+      records,
+      lastHash: prev,
+      hashAt,
+      anchoredFrom,
+      restarted,
+      failure: { ok: false, records, line: records + 1, kind, problem },
+    });
+    if (nl < 0) {
+      const bytes = buf.subarray(start);
+      return {
+        ...fail(
+          'torn',
+          `line ${records + 1} is a torn final line (${bytes.length} byte(s) with no newline): a crash during an append, or the log was cut inside a line`,
+        ),
+        torn: { offset: start, bytes },
+      };
+    }
+    const line = buf.subarray(start, nl);
+    const checked = checkLine(line);
+    if (!checked.ok) return fail('malformed', `line ${records + 1} ${checked.problem}`);
+    const r = checked.record;
+    if (r.seq !== records)
+      return fail('chain', `seq is ${r.seq}, expected ${records} (a line was deleted, inserted or moved)`);
+    if (r.prev !== prev)
+      return fail('chain', 'prev does not match the previous line (a line was deleted or moved)');
+    if (r.tool === AUDIT_TOOL && r.key === ANCHOR_KEY) anchoredFrom = r.seq;
+    if (r.tool === AUDIT_TOOL && r.key === RESTART_KEY) restarted = { seq: r.seq, reason: r.reason };
+    prev = r.hash;
+    records++;
+    if (hashAtCount === records) hashAt = prev;
+    start = nl + 1;
+  }
+  return { records, lastHash: prev, hashAt, anchoredFrom, restarted };
+}
+
+/** Compare a walked chain with its head. */
+function againstHead(walk: Walk, head: AuditHead, headFile: string): AuditVerification {
+  const { records, lastHash } = walk;
+  const said = `its head (${headFile}) says ${head.records} record(s)`;
+  if (walk.failure !== undefined && walk.failure.kind !== 'torn') return walk.failure;
+  if (walk.torn !== undefined) {
+    // A torn fragment after exactly the records the head names is what a crash leaves.
+    const failure = walk.failure as Extract<AuditVerification, { ok: false }>;
+    const matches = records === head.records && lastHash === head.lastHash;
+    return {
+      ...failure,
+      problem: `${failure.problem}; ${matches ? 'the records before it match the head' : `and ${said} while ${records} precede it`}`,
+    };
+  }
+  if (records < head.records) {
+    return {
+      ok: false,
+      records,
+      line: records + 1,
+      kind: 'truncated',
+      problem: `the log has ${records} record(s) but ${said}: its tail was cut, or it was emptied, deleted or replaced`,
+    };
+  }
+  if (walk.hashAt !== head.lastHash) {
+    return {
+      ok: false,
+      records,
+      line: head.records,
+      kind: 'rewritten',
+      problem: `record ${head.records} does not have the hash the head holds (${head.lastHash}): the log was rewritten`,
+    };
+  }
+  if (records > head.records) {
+    return {
+      ok: false,
+      records,
+      line: head.records + 1,
+      kind: 'extra',
+      problem: `${records - head.records} record(s) after the last one ${said.replace('says', 'names')}: appended by something other than capsule, or a crash between an append and the head update`,
+    };
+  }
+  if (walk.restarted !== undefined) {
+    // Detected, and kept visible: the note is chained under the head, so it cannot be taken out.
+    return {
+      ok: false,
+      records,
+      line: walk.restarted.seq + 1,
+      kind: 'restarted',
+      problem: `record ${walk.restarted.seq} says: ${walk.restarted.reason} (capsule audit reset acknowledges it and starts a clean chain)`,
+    };
+  }
+  return { ok: true, records, lastHash, anchored: true, anchoredFrom: walk.anchoredFrom };
+}
+
+type HeadRead = { found: true; head: AuditHead } | { found: false } | { broken: string; found: false };
+
+async function readHead(headFile: string): Promise<HeadRead> {
+  let text: string;
+  try {
+    text = await readFile(headFile, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { found: false };
+    return { found: false, broken: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})` };
+  }
+  const json = parseStrictJson(text);
+  const parsed = json.ok ? auditHeadSchema.safeParse(json.value) : undefined;
+  if (parsed?.success !== true) return { found: false, broken: 'is not a valid audit head' };
+  return { found: true, head: parsed.data };
+}
+
+async function readLog(file: string): Promise<Buffer | undefined> {
+  try {
+    return await readFile(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
 }
 
 /**
- * Append-only JSONL log, each line hash-chained to the previous one:
- *   hash = sha256(JSON of the line without `hash`), and that JSON holds `prev` (the previous line's hash)
- *   and `seq` (its index). Editing, deleting or reordering any line breaks the chain at that point.
+ * Walk the chain and, given the head, compare its length and last hash with it. Detects an edited,
+ * inserted, deleted or reordered line, a non-canonical line, a torn final line, and (with the head) a
+ * cut tail, an emptied, deleted or wholly rewritten log. See docs/permissions.md for what it cannot see.
+ */
+export async function verifyAuditLog(file: string, options: VerifyOptions = {}): Promise<AuditVerification> {
+  const buf = (await readLog(file)) ?? Buffer.alloc(0);
+  const headFile = options.headFile;
+  let head: AuditHead | undefined;
+  if (headFile !== undefined) {
+    const read = await readHead(headFile);
+    if ('broken' in read) {
+      return {
+        ok: false,
+        records: 0,
+        line: 0,
+        kind: 'unanchored',
+        problem: `the head ${headFile} ${read.broken}`,
+      };
+    }
+    if (read.found) head = read.head;
+  }
+  const walk = walkChain(buf, head?.records);
+  if (head !== undefined && headFile !== undefined) return againstHead(walk, head, headFile);
+  if (walk.failure !== undefined) return walk.failure;
+  if (headFile !== undefined && walk.records > 0) {
+    return {
+      ok: false,
+      records: walk.records,
+      line: 0,
+      kind: 'unanchored',
+      problem: `the chain of ${walk.records} record(s) is consistent, but it has no head (${headFile}): a cut, deleted or rewritten log cannot be told from it`,
+    };
+  }
+  return {
+    ok: true,
+    records: walk.records,
+    lastHash: walk.lastHash,
+    anchored: headFile !== undefined,
+    anchoredFrom: walk.anchoredFrom,
+  };
+}
+
+/** Pure: the chain checks on a log's text (no head). */
+export function verifyAuditText(text: string): AuditVerification {
+  const walk = walkChain(Buffer.from(text, 'utf8'));
+  return (
+    walk.failure ?? {
+      ok: true,
+      records: walk.records,
+      lastHash: walk.lastHash,
+      anchored: false,
+      anchoredFrom: walk.anchoredFrom,
+    }
+  );
+}
+
+export interface JsonlAuditLogOptions {
+  /** The head file (auditHeadPath). Without one the log is only self-consistent: a cut tail goes unseen. */
+  headFile?: string | undefined;
+  /** The project, as written into the head for people. */
+  projectRoot?: string | undefined;
+}
+
+/**
+ * Append-only JSONL log, each line hash-chained to the previous one: hash = sha256 of the line's own
+ * bytes without its `hash` field, and those bytes hold `prev` (the previous hash) and `seq` (its
+ * index). After every append the head (record count and last hash) is replaced atomically in a file
+ * outside the project, so a cut, emptied or rewritten log no longer matches it.
  * Appends are serialized inside the process (a promise queue) and across processes (a lock file).
  */
 export class JsonlAuditLog implements AuditSink {
   private queue: Promise<unknown> = Promise.resolve();
-  /** The tail we last wrote: reused when the file did not change size since (no other writer). */
+  /** What we last wrote: trusted only while the log's size is what we left it at. */
   private tail: { size: number; seq: number; hash: string } | undefined;
+  private headDirReady = false;
+  /** The head file is known to be exactly one page (checked on this instance's first write). */
+  private headSized = false;
 
   constructor(
     readonly file: string,
     private readonly clock: Clock,
+    private readonly options: JsonlAuditLogOptions = {},
   ) {}
 
   /** Fails closed: a decision that cannot be recorded is an error (AUDIT_BROKEN), not a silent gap. */
@@ -78,42 +457,236 @@ export class JsonlAuditLog implements AuditSink {
       this.appendNow(event).catch((err: unknown) => {
         if (err instanceof CapsuleError) throw err;
         const code = (err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message : 'error');
-        throw new CapsuleError('AUDIT_BROKEN', `Cannot append to the audit log ${this.file} (${code}).`, {
-          file: this.file,
-          hint: 'capsule records every permission decision there: make the .capsule folder writable.',
-        });
+        throw new CapsuleError(
+          'AUDIT_BROKEN',
+          `Cannot append to the audit log ${this.file} (${code}).`,
+          {
+            file: this.file,
+            hint: 'capsule records every permission decision there: make the .capsule folder writable.',
+          },
+          { cause: err },
+        );
       }),
     );
     this.queue = run.catch(() => undefined);
     return run;
   }
 
+  private lock<T>(fn: () => Promise<T>): Promise<T> {
+    return withFileLock(`${this.file}.lock`, fn);
+  }
+
   private async appendNow(event: AuditEvent): Promise<void> {
-    await mkdir(path.dirname(this.file), { recursive: true });
-    await withFileLock(`${this.file}.lock`, async () => {
+    // The lock below creates the folder too; this is only for a log this instance has not written yet.
+    if (this.tail === undefined) await mkdir(path.dirname(this.file), { recursive: true });
+    await this.lock(async () => {
       const size = await fileSize(this.file);
+      const notes: AuditEvent[] = [];
       let last = this.tail !== undefined && this.tail.size === size ? this.tail : undefined;
-      if (last === undefined) last = { size, ...(await readLastRecord(this.file, size)) };
-      const body: Omit<AuditRecord, 'hash'> = {
-        seq: last.seq + 1,
-        time: new Date(this.clock.now()).toISOString(),
-        tool: event.tool,
-        key: event.key,
-        decision: event.decision,
-        source: event.source,
-        reason: event.reason,
-        mode: event.mode,
-        ...(event.matched !== undefined ? { matched: event.matched } : {}),
-        ...(event.answer !== undefined ? { answer: event.answer } : {}),
-        ...(event.contentHash !== undefined ? { contentHash: event.contentHash } : {}),
-        ...(event.sandboxed !== undefined ? { sandboxed: event.sandboxed } : {}),
-        prev: last.hash,
-      };
-      const hash = hashRecord(body);
-      const line = `${JSON.stringify({ ...body, hash })}\n`;
-      await appendFile(this.file, line, { encoding: 'utf8', mode: 0o600 });
-      this.tail = { size: size + Buffer.byteLength(line), seq: body.seq, hash };
+      if (last === undefined) last = await this.establishTail(size, notes);
+      let seq = last.seq;
+      let prev = last.hash;
+      let out = '';
+      for (const e of [...notes, event]) {
+        seq++;
+        const { line, hash } = lineFor(this.body(e, seq, prev));
+        out += `${line}\n`;
+        prev = hash;
+      }
+      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
+      await this.writeHead(seq + 1, prev);
+      this.tail = { size: last.size + Buffer.byteLength(out), seq, hash: prev };
     });
+  }
+
+  private body(e: AuditEvent, seq: number, prev: string): AuditBody {
+    return {
+      seq,
+      time: new Date(this.clock.now()).toISOString(),
+      tool: e.tool,
+      key: e.key,
+      decision: e.decision,
+      source: e.source,
+      reason: e.reason,
+      mode: e.mode,
+      matched: e.matched,
+      answer: e.answer,
+      contentHash: e.contentHash,
+      sandboxed: e.sandboxed,
+      prev,
+    };
+  }
+
+  /**
+   * The log's tail, checked against the head before anything is chained onto it. A torn final
+   * fragment after exactly the records the head names is a crashed append: it is cut off and the cut
+   * is recorded. Anything else that does not match is AUDIT_BROKEN: a broken chain is never extended.
+   */
+  private async establishTail(
+    size: number,
+    notes: AuditEvent[],
+  ): Promise<{ size: number; seq: number; hash: string }> {
+    const headFile = this.options.headFile;
+    const read = headFile !== undefined ? await readHead(headFile) : ({ found: false } as HeadRead);
+    if ('broken' in read) throw this.broken(`its head ${headFile ?? ''} ${read.broken}`);
+    const head = read.found ? read.head : undefined;
+    // Only the end of the log is read: its last record must be the one the head names. Whatever is
+    // wrong further up is for `verify` to find; it is never hidden by extending the chain.
+    const tail = await readTail(this.file, size);
+    if (tail.problem !== undefined) throw this.broken(tail.problem);
+    if (head === undefined) {
+      if (tail.torn !== undefined) throw this.broken('its last line is torn (no newline) and it has no head');
+      if (headFile !== undefined && tail.records > 0) {
+        notes.push(
+          auditNote(
+            `this log had no head: the ${tail.records} record(s) before this one are anchored from here on, not before`,
+            ANCHOR_KEY,
+          ),
+        );
+      }
+      return { size, seq: tail.records - 1, hash: tail.lastHash };
+    }
+    if (tail.records === 0 && tail.torn === undefined && head.records > 0) {
+      // The whole log is gone (deleted, emptied, or a fresh checkout at the same path): decisions go on
+      // being recorded, in a new chain whose first record says what the head remembered, so `verify`
+      // reports the loss for good instead of every later call failing.
+      notes.push(
+        auditNote(
+          `the log was missing or empty while its head named ${head.records} record(s), last hash ${head.lastHash}: it was deleted or emptied; a new chain begins here`,
+          RESTART_KEY,
+        ),
+      );
+      return { size, seq: -1, hash: tail.lastHash };
+    }
+    if (tail.records === head.records && tail.lastHash === head.lastHash) {
+      if (tail.torn === undefined) return { size, seq: tail.records - 1, hash: tail.lastHash };
+      // The records the head names, then a fragment: what a crash during an append leaves.
+      const { offset, bytes } = tail.torn;
+      await truncate(this.file, offset);
+      const shown = JSON.stringify(bytes.subarray(0, 200).toString('utf8'));
+      notes.push(
+        auditNote(
+          `a torn final line of ${bytes.length} byte(s) (a crash during an append) was removed from the log: ${shown}${bytes.length > 200 ? ' …' : ''}`,
+        ),
+      );
+      return { size: offset, seq: tail.records - 1, hash: tail.lastHash };
+    }
+    // Broken: read it all once, to say precisely how.
+    const verdict = await verifyAuditLog(this.file, { headFile });
+    throw this.broken(verdict.ok ? 'it changed while it was being read' : verdict.problem);
+  }
+
+  private broken(problem: string): CapsuleError {
+    return new CapsuleError('AUDIT_BROKEN', `The audit log ${this.file} is broken: ${problem}.`, {
+      file: this.file,
+      hint: 'Nothing is recorded (or run) on a broken chain. Run `capsule audit verify`, keep a copy, then `capsule audit reset` to start a new chain.',
+    });
+  }
+
+  private async writeHead(records: number, lastHash: string): Promise<void> {
+    const headFile = this.options.headFile;
+    if (headFile === undefined) return;
+    if (!this.headDirReady) {
+      await mkdir(path.dirname(headFile), { recursive: true, mode: 0o700 });
+      this.headDirReady = true;
+    }
+    const head: AuditHead = {
+      schemaVersion: 1,
+      projectRoot: this.options.projectRoot ?? path.dirname(path.dirname(this.file)),
+      log: this.file,
+      records,
+      lastHash,
+      updated: new Date(this.clock.now()).toISOString(),
+    };
+    await writeHeadFile(headFile, JSON.stringify(head), !this.headSized);
+    this.headSized = true;
+  }
+
+  /**
+   * A person's fresh start (`capsule audit reset`): the current log, if any, is moved aside (never
+   * deleted), and a new chain begins with a record saying so and what the old one looked like.
+   */
+  async reset(reason: string): Promise<{ movedTo?: string | undefined }> {
+    await mkdir(path.dirname(this.file), { recursive: true });
+    let movedTo: string | undefined;
+    await this.queue;
+    await this.lock(async () => {
+      const stamp = new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-');
+      if ((await readLog(this.file)) !== undefined) {
+        movedTo = path.join(path.dirname(this.file), `audit.${stamp}.jsonl`);
+        await rename(this.file, movedTo);
+      }
+      const headFile = this.options.headFile;
+      const before = headFile !== undefined ? await readHead(headFile) : undefined;
+      const was =
+        before?.found === true
+          ? `its head said ${before.head.records} record(s), last hash ${before.head.lastHash}`
+          : 'it had no head';
+      const { line, hash } = lineFor(
+        this.body(
+          auditNote(
+            `a new chain was started by a person (${reason}); ${movedTo !== undefined ? `the previous log was moved to ${movedTo}` : 'there was no previous log'}; ${was}`,
+          ),
+          0,
+          GENESIS_HASH,
+        ),
+      );
+      const out = `${line}\n`;
+      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
+      await this.writeHead(1, hash);
+      this.tail = { size: Buffer.byteLength(out), seq: 0, hash };
+    });
+    return { movedTo };
+  }
+}
+
+/** The log's own records: a log adopted without a head, a torn line removed, a new chain. */
+const AUDIT_TOOL = 'audit';
+const ANCHOR_KEY = 'audit:anchor';
+const RESTART_KEY = 'audit:restart';
+
+function auditNote(reason: string, key = 'audit:log'): AuditEvent {
+  return { tool: AUDIT_TOOL, key, decision: 'allow', source: 'audit', reason, mode: '-' };
+}
+
+interface Tail {
+  /** seq + 1 of the last complete line (0 for an empty log), and its hash. */
+  records: number;
+  lastHash: string;
+  /** Bytes after the last newline: a torn final line. */
+  torn?: { offset: number; bytes: Buffer } | undefined;
+  /** The last complete line is not a valid record. */
+  problem?: string | undefined;
+}
+
+/** The last complete line of the log and any fragment after it, read from the end of the file. */
+async function readTail(file: string, size: number): Promise<Tail> {
+  if (size === 0) return { records: 0, lastHash: GENESIS_HASH };
+  const handle = await open(file, 'r');
+  try {
+    for (let chunk = 8192; ; chunk *= 4) {
+      const start = Math.max(0, size - chunk);
+      const buf = Buffer.alloc(size - start);
+      const { bytesRead } = await handle.read(buf, 0, buf.length, start);
+      if (bytesRead !== buf.length)
+        return { records: 0, lastHash: GENESIS_HASH, problem: 'it changed while it was being read' };
+      const lastNl = buf.lastIndexOf(0x0a);
+      const torn =
+        lastNl === buf.length - 1
+          ? undefined
+          : { offset: start + lastNl + 1, bytes: Buffer.from(buf.subarray(lastNl + 1)) };
+      if (lastNl < 0 && start > 0) continue; // no newline in this chunk yet: read more
+      if (lastNl < 0) return { records: 0, lastHash: GENESIS_HASH, torn };
+      const prevNl = lastNl > 0 ? buf.lastIndexOf(0x0a, lastNl - 1) : -1;
+      if (prevNl < 0 && start > 0) continue; // the line may begin further back
+      const lineStart = prevNl + 1;
+      const checked = checkLine(buf.subarray(lineStart, lastNl));
+      if (!checked.ok)
+        return { records: 0, lastHash: GENESIS_HASH, torn, problem: `its last line ${checked.problem}` };
+      return { records: checked.record.seq + 1, lastHash: checked.record.hash, torn };
+    }
+  } finally {
+    await handle.close();
   }
 }
 
@@ -126,87 +699,56 @@ async function fileSize(file: string): Promise<number> {
   }
 }
 
-/** The seq and hash of the last line (reads the file from its end). An empty log is the genesis. */
-async function readLastRecord(file: string, size: number): Promise<{ seq: number; hash: string }> {
-  if (size === 0) return { seq: -1, hash: GENESIS_HASH };
-  const handle = await open(file, 'r');
+/** A head is one page, padded with spaces (valid JSON whitespace), so it can be overwritten in place. */
+const HEAD_BYTES = 4096;
+
+/**
+ * Overwrite the head in place with one page-sized write at offset 0: a killed process leaves the old
+ * page or the new one (a single write into the page cache is not interrupted halfway), and it costs a
+ * fraction of a create-and-rename per append. A first head, or one too long for a page, is written
+ * beside and renamed over.
+ */
+async function writeHeadFile(file: string, text: string, checkSize: boolean): Promise<void> {
+  const page = `${text}\n`;
+  const length = Buffer.byteLength(page);
+  if (length > HEAD_BYTES) return replaceFile(file, page);
+  const bytes = Buffer.alloc(HEAD_BYTES, 0x20);
+  bytes.write(page, 0, 'utf8');
+  bytes[HEAD_BYTES - 1] = 0x0a;
+  let handle;
   try {
-    let chunk = 4096;
-    for (;;) {
-      const start = Math.max(0, size - chunk);
-      const buf = Buffer.alloc(size - start);
-      await handle.read(buf, 0, buf.length, start);
-      const text = buf.toString('utf8').replace(/\n+$/, '');
-      const nl = text.lastIndexOf('\n');
-      if (nl >= 0 || start === 0) {
-        const lastLine = text.slice(nl + 1);
-        const parsed = parseRecord(lastLine);
-        if (parsed === undefined) {
-          throw new CapsuleError(
-            'AUDIT_BROKEN',
-            `The last line of the audit log ${file} is not a valid record.`,
-            {
-              file,
-              hint: 'Run `capsule audit verify`; move the file aside to start a new chain.',
-            },
-          );
-        }
-        return { seq: parsed.seq, hash: parsed.hash };
-      }
-      chunk *= 4;
-    }
+    handle = await open(file, 'r+');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return replaceFile(file, bytes.toString('utf8'));
+    throw err;
+  }
+  try {
+    const { bytesWritten } = await handle.write(bytes, 0, HEAD_BYTES, 0);
+    if (bytesWritten !== HEAD_BYTES) throw new Error(`short write to ${file}`);
+    // A longer head from before (written by rename) would leave bytes after the page.
+    if (checkSize && (await handle.stat()).size !== HEAD_BYTES) await handle.truncate(HEAD_BYTES);
   } finally {
     await handle.close();
   }
 }
 
-function parseRecord(line: string): AuditRecord | undefined {
-  try {
-    const r = JSON.parse(line) as Partial<AuditRecord>;
-    if (typeof r.seq !== 'number' || typeof r.hash !== 'string' || typeof r.prev !== 'string')
-      return undefined;
-    return r as AuditRecord;
-  } catch {
-    return undefined;
-  }
-}
-
-export type AuditVerification =
-  | { ok: true; records: number; lastHash: string }
-  | { ok: false; records: number; line: number; problem: string };
-
 /**
- * Walk the chain. Detects an edited, inserted, deleted or reordered line (reported with its 1-based
- * line number). A cut-off tail cannot be told apart from a shorter log without an outside anchor:
- * compare `lastHash` with one you kept.
+ * Replace a small file by writing a sibling and renaming it over: a reader (or a crash) sees the old
+ * head or the new one, never half of one. Not fsynced, like the log itself: what is promised holds
+ * against a killed process, not against a power cut.
  */
-export function verifyAuditText(text: string): AuditVerification {
-  const lines = text.split('\n');
-  if (lines[lines.length - 1] === '') lines.pop();
-  let prev = GENESIS_HASH;
-  for (let i = 0; i < lines.length; i++) {
-    const fail = (problem: string): AuditVerification => ({ ok: false, records: i, line: i + 1, problem });
-    const record = parseRecord(lines[i] as string);
-    if (record === undefined) return fail('not a valid audit record (JSON with seq, prev, hash)');
-    const { hash, ...body } = record;
-    if (record.seq !== i)
-      return fail(`seq is ${record.seq}, expected ${i} (a line was deleted, inserted or moved)`);
-    if (record.prev !== prev)
-      return fail('prev does not match the previous line (a line was deleted or moved)');
-    if (hashRecord(body) !== hash) return fail('hash does not match the content (the line was edited)');
-    prev = hash;
-  }
-  return { ok: true, records: lines.length, lastHash: prev };
-}
-
-export async function verifyAuditLog(file: string): Promise<AuditVerification> {
-  let text: string;
+async function replaceFile(file: string, text: string): Promise<void> {
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   try {
-    text = await readFile(file, 'utf8');
+    const handle = await open(tmp, 'wx', 0o600);
+    try {
+      await handle.writeFile(text, 'utf8');
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-      return { ok: true, records: 0, lastHash: GENESIS_HASH };
+    await unlink(tmp).catch(() => undefined);
     throw err;
   }
-  return verifyAuditText(text);
 }

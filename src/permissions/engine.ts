@@ -1,4 +1,5 @@
 import { readdir, stat } from 'node:fs/promises';
+import { homedir } from 'node:os';
 import path from 'node:path';
 import { setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
 import {
@@ -10,7 +11,8 @@ import {
   type ProjectConfig,
 } from '../config/project-config.js';
 import { CapsuleError, isCapsuleError } from '../errors.js';
-import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
+import { userStateDir } from '../config/user-state.js';
+import { auditHeadPath, auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import type { CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
@@ -64,6 +66,11 @@ export interface PermissionEngineOptions {
   prompter: Prompter;
   /** Where decisions go; default the JSONL log at `<root>/.capsule/audit.jsonl`; false: nowhere. */
   audit?: AuditSink | false | undefined;
+  /**
+   * The per-user state directory holding the default log's head (see userStateDir); default
+   * `~/.local/state/capsule`. The composition root passes the one derived from its environment.
+   */
+  userStateDir?: string | undefined;
   clock?: Clock | undefined;
   /** Warnings that must not stop a call (a failed persist of an "always" answer). */
   logger?: ((message: string) => void) | undefined;
@@ -159,10 +166,7 @@ export class PermissionEngine implements PermissionGate {
     this.session = new SessionAllowlist(this.clock);
     this.prompter = options.prompter;
     this.logger = options.logger ?? ((m) => process.stderr.write(`capsule: ${m}\n`));
-    this.audit =
-      options.audit === false
-        ? undefined
-        : (options.audit ?? new JsonlAuditLog(auditLogPath(this.projectRoot), this.clock));
+    this.audit = options.audit === false ? undefined : options.audit;
     this.parser = options.commandParser;
     this.confirmPolicy = options.confirmPolicy;
     this.snapshots = options.snapshots;
@@ -185,7 +189,16 @@ export class PermissionEngine implements PermissionGate {
       config = (await readProjectConfigFile(file)).config;
     }
     const profiles = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
-    return new PermissionEngine({ ...options, profiles }, config);
+    let audit = options.audit;
+    if (audit === undefined) {
+      const root = path.resolve(options.projectRoot);
+      const stateDir = options.userStateDir ?? userStateDir({}, homedir());
+      audit = new JsonlAuditLog(auditLogPath(root), options.clock ?? systemClock(), {
+        headFile: await auditHeadPath(stateDir, root),
+        projectRoot: root,
+      });
+    }
+    return new PermissionEngine({ ...options, profiles, audit }, config);
   }
 
   get mode(): PermissionMode {
@@ -543,10 +556,14 @@ export class PermissionEngine implements PermissionGate {
     return { ...request, parts: this.parser.analyze(request.subject).parts };
   }
 
-  /** decide(), with a ceiling violation recorded in the audit log before it is thrown. */
+  /**
+   * decide(), with a ceiling violation recorded in the audit log before it is thrown. A session
+   * grant's use is reserved here, synchronously with the decision (no await in between), so
+   * concurrent checks cannot all spend one remaining use while the audit append is in flight.
+   */
   private async decideAndAudit(request: PermissionRequest): Promise<Verdict> {
     try {
-      const verdict = decide(this.state, request);
+      const verdict = this.decideAndReserve(request);
       if (verdict.outcome === 'ask') this.warnIgnored(request, verdict);
       return verdict;
     } catch (err) {
@@ -562,11 +579,18 @@ export class PermissionEngine implements PermissionGate {
     }
   }
 
+  private decideAndReserve(request: PermissionRequest): Verdict {
+    const verdict = decide(this.state, request);
+    if (verdict.outcome === 'ask' || verdict.sessionEntry === undefined) return verdict;
+    if (this.session.reserve(verdict.sessionEntry)) return verdict;
+    // The entry found is no longer live: decide again without it (it is gone from the allowlist).
+    return this.decideAndReserve(request);
+  }
+
   private async finish(
     request: PermissionRequest,
     verdict: Exclude<Verdict, { outcome: 'ask' }>,
   ): Promise<Decision> {
-    if (verdict.sessionEntry !== undefined) this.session.consume(verdict.sessionEntry);
     await this.record(request, {
       decision: verdict.outcome,
       source: verdict.source,

@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, realpath } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../config/config-store.js';
@@ -19,19 +18,6 @@ import {
   type PolicyView,
   type ProfileHashes,
 } from './policy-diff.js';
-
-/**
- * capsule's per-user state folder (outside every project, so nothing a project's files or a sandboxed
- * capability can reach): `$CAPSULE_STATE_DIR`, else `$XDG_STATE_HOME/capsule`, else
- * `~/.local/state/capsule`.
- */
-export function defaultStateDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.CAPSULE_STATE_DIR !== undefined && env.CAPSULE_STATE_DIR !== '')
-    return path.resolve(env.CAPSULE_STATE_DIR);
-  if (env.XDG_STATE_HOME !== undefined && env.XDG_STATE_HOME !== '')
-    return path.join(path.resolve(env.XDG_STATE_HOME), 'capsule');
-  return path.join(env.HOME ?? os.homedir(), '.local', 'state', 'capsule');
-}
 
 const snapshotSchema = z
   .strictObject({

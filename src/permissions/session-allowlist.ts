@@ -95,11 +95,19 @@ export class SessionAllowlist {
     return { found: false, reason: why };
   }
 
-  /** Count one use of an entry found by find(); an exhausted entry is dropped. */
-  consume(entry: SessionEntry): void {
-    if (entry.usesLeft === null) return;
+  /**
+   * Take one use of an entry found by find(), in the same synchronous step as the decision: two
+   * concurrent checks can never both spend the last use, and the TTL is judged at that same instant.
+   * False when the entry is no longer live (expired, exhausted or removed); an exhausted entry is dropped.
+   */
+  reserve(entry: SessionEntry): boolean {
+    if (this.entries.get(entry.key) !== entry) return false;
+    if (entry.expiresAt !== null && this.clock.now() >= entry.expiresAt) return false;
+    if (entry.usesLeft === null) return true;
+    if (entry.usesLeft <= 0) return false;
     entry.usesLeft -= 1;
-    if (entry.usesLeft <= 0 && this.entries.get(entry.key) === entry) this.entries.delete(entry.key);
+    if (entry.usesLeft <= 0) this.entries.delete(entry.key);
+    return true;
   }
 
   private sweep(): void {

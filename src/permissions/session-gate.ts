@@ -25,6 +25,8 @@ export interface SessionGateOptions {
   parser?: CommandParser | undefined;
   profileRules?: readonly RuleSource[] | undefined;
   audit?: AuditSink | false | undefined;
+  /** The per-user state directory (the audit log's head); see userStateDir. */
+  userStateDir?: string | undefined;
   logger?: ((message: string) => void) | undefined;
   /** Confirmed policies across processes; human-side grants and revokes keep it in step. */
   snapshots?: PolicySnapshotStore | undefined;
@@ -87,6 +89,7 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     commandParser: parser,
     profileRules: options.profileRules,
     audit: options.audit,
+    userStateDir: options.userStateDir,
     logger,
     snapshots: options.snapshots,
   });

@@ -1,9 +1,11 @@
 import { realpath } from 'node:fs/promises';
+import { homedir } from 'node:os';
 import {
   loadProjectConfig,
   type LoadedProjectConfig,
   type PermissionMode,
 } from '../config/project-config.js';
+import { userStateDir } from '../config/user-state.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
 import type { IsolationJudge } from '../executor/isolation.js';
@@ -13,7 +15,6 @@ import type { AuditSink } from '../permissions/audit-log.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import {
-  defaultStateDir,
   PolicySnapshotStore,
   resolveStartingPolicy,
   type StartingPolicy,
@@ -160,10 +161,9 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const project = await openProjectAt(options.cwd);
   const root = project.root;
   const env = options.env ?? process.env;
-  const snapshots =
-    options.stateDir === false
-      ? undefined
-      : new PolicySnapshotStore({ stateDir: options.stateDir ?? defaultStateDir(env) });
+  // One per-user state folder for this process: confirmed policies and the audit log's head.
+  const stateDir = typeof options.stateDir === 'string' ? options.stateDir : userStateDir(env, homedir());
+  const snapshots = options.stateDir === false ? undefined : new PolicySnapshotStore({ stateDir });
   const starting = await resolveStartingPolicy({
     projectRoot: root,
     file: project.file,
@@ -199,6 +199,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         config: gate.projectAllowlist === false ? { ...starting.config, allowlist: {} } : starting.config,
         profiles: starting.profiles,
         snapshots,
+        userStateDir: stateDir,
         confirmPolicy: gate.confirmPolicy,
         mode: gate.mode,
         modeSource: gate.modeSource,

@@ -1,34 +1,98 @@
+import { realpath } from 'node:fs/promises';
+import path from 'node:path';
 import type { Command } from 'commander';
-import { auditLogPath, verifyAuditLog } from '../../permissions/audit-log.js';
+import { isInside } from '../../manifest/paths.js';
+import { systemClock } from '../../permissions/session-allowlist.js';
+import { auditHeadPath, auditLogPath, JsonlAuditLog, verifyAuditLog } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject } from '../session.js';
+import { cliStateDir, openProject } from '../session.js';
+
+async function realpathOr(p: string): Promise<string> {
+  // The head's folder may not exist yet: judge its nearest existing ancestor.
+  for (let dir = path.resolve(p); ; dir = path.dirname(dir)) {
+    try {
+      return path.join(await realpath(dir), path.relative(dir, path.resolve(p)));
+    } catch {
+      if (path.dirname(dir) === dir) return path.resolve(p);
+    }
+  }
+}
+
+/** The project's log and its head; a `--file` elsewhere has no head (only its chain is checked). */
+async function logAndHead(
+  io: CliIO,
+  file?: string,
+): Promise<{ file: string; headFile?: string | undefined }> {
+  const { project } = await openProject(io);
+  const projectLog = auditLogPath(project.root);
+  const chosen = file !== undefined ? path.resolve(io.cwd, file) : projectLog;
+  const headFile = chosen === projectLog ? await auditHeadPath(cliStateDir(io), project.root) : undefined;
+  if (
+    headFile !== undefined &&
+    isInside(await realpathOr(project.root), await realpathOr(path.dirname(headFile)))
+  ) {
+    await write(
+      io.stderr,
+      `capsule: warning: the audit head ${headFile} lies inside the project ${project.root}: a grant there can reach it (set XDG_STATE_HOME outside the project).\n`,
+    );
+  }
+  return { file: chosen, headFile };
+}
 
 export function registerAudit(program: Command, io: CliIO): void {
   const audit = program.command('audit').description('The hash-chained audit log of permission decisions.');
   audit
     .command('verify')
     .description(
-      'Check the chain of .capsule/audit.jsonl: exit 0 when intact, 1 naming the first edited, deleted or moved line.',
+      'Check .capsule/audit.jsonl against its chain and its head (kept in the per-user state directory): ' +
+        'exit 0 when intact, 1 naming the first problem (an edited, moved, non-canonical or torn line; a cut, emptied, deleted or rewritten log).',
     )
-    .option('--file <path>', 'verify this log instead of the project one')
-    .option('--json', 'print JSON: {file, ok, records, line?, problem?, lastHash?}')
+    .option(
+      '--file <path>',
+      'verify this log instead of the project one (no head: only its chain is checked)',
+    )
+    .option('--json', 'print JSON: {file, head, ok, records, anchored?, lastHash?, line?, kind?, problem?}')
     .action(
       action(io, async (opts: { file?: string; json?: boolean }) => {
-        const { project } = await openProject(io);
-        const file = opts.file ?? auditLogPath(project.root);
-        const result = await verifyAuditLog(file);
+        const { file, headFile } = await logAndHead(io, opts.file);
+        const result = await verifyAuditLog(file, { headFile });
         if (opts.json) {
-          await write(io.stdout, json({ file, ...result }));
+          await write(io.stdout, json({ file, head: headFile ?? null, ...result }));
         } else if (result.ok) {
+          let anchor = result.anchored
+            ? `matches its head ${headFile ?? ''}`
+            : 'no head: only the chain was checked (a cut tail cannot be seen)';
+          if (result.anchoredFrom > 0)
+            anchor += `; records 0-${result.anchoredFrom - 1} were written before the log had a head (not anchored)`;
           await write(
             io.stdout,
-            `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}\n`,
+            `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}; ${anchor}\n`,
           );
         } else {
-          await write(io.stderr, `${file}: BROKEN at line ${result.line}: ${result.problem}\n`);
+          await write(io.stderr, `${file}: BROKEN (${result.kind}): ${result.problem}\n`);
         }
         return result.ok ? EXIT.OK : EXIT.FAILURE;
+      }),
+    );
+  audit
+    .command('reset')
+    .description(
+      'Start a new chain: the current log is moved aside (never deleted) and the head is replaced. ' +
+        'For a person, after `audit verify` reported a broken log and it was looked at.',
+    )
+    .action(
+      action(io, async () => {
+        const { file, headFile } = await logAndHead(io);
+        const log = new JsonlAuditLog(file, systemClock(), { headFile });
+        const before = await verifyAuditLog(file, { headFile });
+        const why = before.ok ? 'the log verified' : `verify said: ${before.problem}`;
+        const { movedTo } = await log.reset(`capsule audit reset; ${why}`);
+        await write(
+          io.stdout,
+          `${file}: new chain started${movedTo !== undefined ? `; the previous log is ${movedTo}` : ''}\n`,
+        );
+        return EXIT.OK;
       }),
     );
 }

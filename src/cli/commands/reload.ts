@@ -1,10 +1,11 @@
 import type { Command } from 'commander';
 import { loadProjectConfig, projectConfigSchema } from '../../config/project-config.js';
 import { policyChange, policyViewOf, readProfileHashes } from '../../permissions/policy-diff.js';
-import { defaultStateDir, PolicySnapshotStore } from '../../permissions/policy-snapshot.js';
+import { PolicySnapshotStore } from '../../permissions/policy-snapshot.js';
 import { askYesNo } from '../../permissions/prompter.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
+import { cliStateDir } from '../session.js';
 
 export function registerReload(program: Command, io: CliIO): void {
   program
@@ -20,7 +21,7 @@ export function registerReload(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { json?: boolean; prompt: boolean }) => {
         const project = await loadProjectConfig(io.cwd);
-        const store = new PolicySnapshotStore({ stateDir: defaultStateDir(io.env) });
+        const store = new PolicySnapshotStore({ stateDir: cliStateDir(io) });
         const snapshot = await store.read(project.root);
         const { file: snapshotFile } = await store.fileFor(project.root);
         const onDisk = policyViewOf(project.config, await readProfileHashes(project.root));

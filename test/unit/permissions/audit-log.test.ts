@@ -1,7 +1,9 @@
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  auditHeadPath,
   auditLogPath,
   JsonlAuditLog,
   verifyAuditLog,
@@ -118,5 +120,119 @@ describe('audit log failures', () => {
       code: 'AUDIT_BROKEN',
       details: { file: auditLogPath(root) },
     });
+  });
+});
+
+describe('the head outside the project', () => {
+  async function anchored(): Promise<{ root: string; file: string; headFile: string; log: JsonlAuditLog }> {
+    const { root } = await tempProject();
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
+    const headFile = await auditHeadPath(state, root);
+    const file = auditLogPath(root);
+    return { root, file, headFile, log: new JsonlAuditLog(file, fakeClock(), { headFile }) };
+  }
+
+  it('is keyed by the real path of the project root, outside it', async () => {
+    const { root } = await tempProject();
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
+    const link = path.join(await mkdtemp(path.join(tmpdir(), 'capsule-link-')), 'p');
+    await symlink(root, link);
+    expect(await auditHeadPath(state, link)).toBe(await auditHeadPath(state, root));
+    expect((await auditHeadPath(state, root)).startsWith(state)).toBe(true);
+  });
+
+  it('two writers with one head keep one chain that matches it', async () => {
+    const { file, headFile } = await anchored();
+    const a = new JsonlAuditLog(file, fakeClock(), { headFile });
+    const b = new JsonlAuditLog(file, fakeClock(), { headFile });
+    await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? a : b).append(event(i))));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 40, anchored: true });
+    const head = JSON.parse(await readFile(headFile, 'utf8')) as { records: number };
+    expect(head.records).toBe(40);
+  });
+
+  it('a cut log is not extended (AUDIT_BROKEN), by this writer or a fresh one', async () => {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 4; i++) await log.append(event(i));
+    const lines = (await readFile(file, 'utf8')).split('\n');
+    await writeFile(file, `${lines.slice(0, 2).join('\n')}\n`);
+    await expect(log.append(event(9))).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
+    const fresh = new JsonlAuditLog(file, fakeClock(), { headFile });
+    await expect(fresh.append(event(9))).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({
+      ok: false,
+      kind: 'truncated',
+      records: 2,
+    });
+  });
+
+  it('a log that never had a head is reported unanchored, then anchored by the next append with a note', async () => {
+    const { root } = await tempProject();
+    const file = auditLogPath(root);
+    const plain = new JsonlAuditLog(file, fakeClock());
+    for (let i = 0; i < 3; i++) await plain.append(event(i));
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
+    const headFile = await auditHeadPath(state, root);
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'unanchored' });
+    await new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(3));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({
+      ok: true,
+      records: 5,
+      anchored: true,
+      anchoredFrom: 3,
+    });
+    expect(await readFile(file, 'utf8')).toContain('had no head');
+  });
+
+  it('a head that is not a valid head is reported, and blocks appends', async () => {
+    const { file, headFile, log } = await anchored();
+    await log.append(event(0));
+    await writeFile(headFile, '{"schemaVersion": 1, "records": 1, "records": 0}');
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'unanchored' });
+    await expect(new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(1))).rejects.toMatchObject({
+      code: 'AUDIT_BROKEN',
+    });
+  });
+
+  it('lines capsule wrote before byte-exact hashing still verify (same serialization)', async () => {
+    const { file, lines } = await logWith(3);
+    expect(lines[0]).toMatch(
+      /^\{"seq":0,"time":"[^"]+","tool":"run_capability",.*,"prev":"0{64}","hash":"[0-9a-f]{64}"\}$/,
+    );
+    expect(await verifyAuditLog(file)).toMatchObject({ ok: true, records: 3, anchored: false });
+  });
+
+  it('a kill between the append and the head update is reported (extra) and not extended', async () => {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 3; i++) await log.append(event(i));
+    const headBefore = await readFile(headFile);
+    await log.append(event(3));
+    await writeFile(headFile, headBefore); // the head as it was before the last append
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'extra', records: 4 });
+    await expect(new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(4))).rejects.toMatchObject({
+      code: 'AUDIT_BROKEN',
+    });
+  });
+
+  it('never appends through a symlink planted where the log should be', async () => {
+    const { root } = await tempProject();
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
+    const target = path.join(await mkdtemp(path.join(tmpdir(), 'capsule-victim-')), 'victim.txt');
+    await mkdir(path.join(root, '.capsule'), { recursive: true });
+    await symlink(target, auditLogPath(root));
+    const log = new JsonlAuditLog(auditLogPath(root), fakeClock(), {
+      headFile: await auditHeadPath(state, root),
+    });
+    await expect(log.append(event(0))).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
+    await expect(readFile(target)).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('a fresh writer finds the tail of a long log whose last record spans several reads', async () => {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 50; i++) await log.append(event(i));
+    await log.append({ ...event(50), reason: 'r'.repeat(40_000) });
+    const fresh = new JsonlAuditLog(file, fakeClock(), { headFile });
+    await fresh.append(event(51));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 52 });
   });
 });

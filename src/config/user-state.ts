@@ -1,0 +1,16 @@
+import path from 'node:path';
+
+/**
+ * capsule's per-user state directory: `$CAPSULE_STATE_DIR`, else `$XDG_STATE_HOME/capsule`, else
+ * `~/.local/state/capsule` (confirmed policies, the audit log's head).
+ * It lies outside every project, so nothing a capability or tool is granted inside a project can
+ * reach it (the audit log's head lives here). The environment is passed in by the composition root.
+ */
+export function userStateDir(env: Readonly<Record<string, string | undefined>>, home: string): string {
+  const own = env.CAPSULE_STATE_DIR;
+  if (own !== undefined && path.isAbsolute(own)) return own;
+  const xdg = env.XDG_STATE_HOME;
+  // The XDG spec says a relative value is invalid and must be ignored.
+  const base = xdg !== undefined && path.isAbsolute(xdg) ? xdg : path.join(home, '.local', 'state');
+  return path.join(base, 'capsule');
+}
