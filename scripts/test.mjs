@@ -43,7 +43,7 @@ const tests = spawnSync(
   ],
   // capsule's per-user state (confirmed policies, audit heads) goes to a folder of this run, so a test
   // run neither reads nor leaves anything in the home directory of the machine.
-  { cwd: root, stdio: 'inherit', env: { ...process.env, CAPSULE_STATE_DIR: path.join(scratch, 'state') } },
+  { cwd: root, stdio: 'inherit', env: { ...process.env, XDG_STATE_HOME: path.join(scratch, 'state') } },
 );
 // One plain closing line, whatever the reporter printed above it.
 try {
