@@ -1,10 +1,11 @@
+import { userCacheDir } from '../config/cache-dir.js';
 import { loadProjectConfig, type PermissionMode } from '../config/project-config.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import { createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey } from '../permissions/keys.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
-import { protectedPaths } from '../permissions/self-protection.js';
+import { protectedPaths } from '../permissions/protected-state.js';
 import { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
@@ -32,6 +33,10 @@ export interface OpenAgentSessionOptions {
   onRunnerProgress?: ((message: string) => void) | undefined;
   /** Warnings that must not stop a call. */
   logger?: ((message: string) => void) | undefined;
+  /** Host environment (granted variables, the cache dir's location). Default: this process's. */
+  env?: NodeJS.ProcessEnv | undefined;
+  /** capsule's per-user cache folder; default `userCacheDir(env)`. */
+  cacheDir?: string | undefined;
 }
 
 export const defaultComponentize: Componentize = async (source, options) => {
@@ -48,10 +53,12 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   const root = project.root;
   const profiles = await ProfileCatalog.load({ projectRoot: root });
   const profile = profiles.get(options.profile ?? 'build');
+  const env = options.env ?? process.env;
+  const cacheDir = options.cacheDir ?? userCacheDir(env);
   const registry = new Registry({
     roots: project.config.roots,
     projectRoot: root,
-    protectedPaths: protectedPaths(root).all,
+    protectedPaths: protectedPaths(root, cacheDir).all,
   });
   const commands: CommandParser = await createCommandParser();
   const grants = (options.grants ?? []).map((g) => parseKey(g).raw);
@@ -72,8 +79,11 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   };
   const session = await AgentSession.create({
     projectRoot: root,
+    cacheDir,
     registry,
-    runners: options.runners ?? createDefaultRunners({ projectRoot: root, onProgress: onRunnerProgress }),
+    runners:
+      options.runners ??
+      createDefaultRunners({ projectRoot: root, env, cacheDir, onProgress: onRunnerProgress }),
     gate: engine,
     commands,
     profiles,

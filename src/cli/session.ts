@@ -1,3 +1,4 @@
+import { userCacheDir } from '../config/cache-dir.js';
 import { loadProjectConfig, type LoadedProjectConfig } from '../config/project-config.js';
 import { Executor } from '../executor/executor.js';
 import { createDefaultRunners } from '../executor/runners.js';
@@ -5,7 +6,7 @@ import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createSessionEngine } from '../permissions/session-gate.js';
 import type { InputValidator } from '../manifest/input.js';
-import { protectedPaths } from '../permissions/self-protection.js';
+import { protectedPaths } from '../permissions/protected-state.js';
 import { Registry } from '../registry/registry.js';
 import type { CliIO } from './output.js';
 
@@ -27,25 +28,29 @@ export interface CliSession {
 }
 
 /**
- * A registry over `roots` of a project. No capability may be granted write access to capsule's own
- * files (the permission engine's self-protection list).
+ * A registry over `roots` of a project. No capability may be granted any access to capsule's own
+ * state (protected-state.ts), the per-user cache dir included.
  */
 export function projectRegistry(
   projectRoot: string,
   roots: readonly string[],
   inputValidator?: InputValidator,
+  cacheDir?: string,
 ): Registry {
   return new Registry({
     roots,
     projectRoot,
-    protectedPaths: protectedPaths(projectRoot).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
     inputValidator,
   });
 }
 
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
   const project = await loadProjectConfig(io.cwd);
-  return { project, registry: projectRegistry(project.root, project.config.roots) };
+  return {
+    project,
+    registry: projectRegistry(project.root, project.config.roots, undefined, userCacheDir(io.env)),
+  };
 }
 
 function createGate(project: LoadedProjectConfig, flags: SessionFlags, io: CliIO): Promise<PermissionEngine> {
@@ -66,6 +71,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
   const runners = createDefaultRunners({
     projectRoot: project.root,
     env: io.env,
+    cacheDir: userCacheDir(io.env),
     onProgress: (message) => void io.stderr.write(`${message}\n`),
   });
   const engine = await createGate(project, flags, io);

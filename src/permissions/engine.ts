@@ -17,7 +17,7 @@ import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
 import type { Prompter } from './prompter.js';
 import { buildRuleSet, type RuleSource } from './rules.js';
-import { protectedTarget } from './self-protection.js';
+import { protectedStateHit } from './protected-state.js';
 import {
   SessionAllowlist,
   systemClock,
@@ -366,7 +366,7 @@ export class PermissionEngine implements PermissionGate {
       project: indexProjectAllowlist(this.configFile, normalizeAllowlist(this.fileConfig.allowlist)),
       session: this.session,
       globs: this.state?.globs ?? new GlobCache(),
-      protectedTarget: (subject) => protectedTarget(root, subject),
+      protectedTarget: (subject) => protectedStateHit(root, subject)?.protectedPath,
     };
   }
 }

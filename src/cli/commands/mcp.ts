@@ -27,6 +27,7 @@ export function registerMcp(program: Command, io: CliIO): void {
         openSession: (hooks) =>
           openAgentSession({
             cwd: io.cwd,
+            env: io.env,
             profile: opts.profile,
             mode: opts.mode,
             grants: opts.grant,

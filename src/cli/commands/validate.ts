@@ -5,7 +5,7 @@ import { CapsuleError } from '../../errors.js';
 import { loadCapability } from '../../manifest/load.js';
 import { MANIFEST_FILE } from '../../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
-import { protectedPaths } from '../../permissions/self-protection.js';
+import { protectedPaths } from '../../permissions/protected-state.js';
 import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openProject, projectRegistry } from '../session.js';

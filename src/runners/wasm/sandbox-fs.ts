@@ -4,6 +4,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { CapsuleError } from '../../errors.js';
 import type { GuestPreopen } from './protocol.js';
+import { isReservedName } from '../../permissions/protected-state.js';
 
 /** A directory the guest may see: a granted host directory and where it appears in the guest. */
 export interface DirGrant {
@@ -107,6 +108,8 @@ async function copyTree(
     const src = path.join(from, d.name);
     const dst = path.join(to, d.name);
     const r = rel === '' ? d.name : `${rel}/${d.name}`;
+    // capsule's own state (a nested capsule.json or .capsule/) is never shown to a guest.
+    if (isReservedName(d.name)) continue;
     if (d.isDirectory()) {
       await mkdir(dst);
       entry.dirs.add(r);
@@ -144,6 +147,8 @@ async function commitTree(c: Copied): Promise<void> {
     seenDirs.add(rel);
     for (const d of await readdir(path.join(c.copy, rel), { withFileTypes: true })) {
       const r = rel === '' ? d.name : `${rel}/${d.name}`;
+      // Nor can a guest plant one: a capsule.json or .capsule/ it creates is not written back.
+      if (isReservedName(d.name)) continue;
       if (d.isDirectory()) await walk(r);
       else if (d.isFile()) {
         seenFiles.add(r);
