@@ -100,6 +100,60 @@ describe('the transpiled-component cache is not trusted input', () => {
     expect(loaded).toBeUndefined();
   });
 
+  it('the wasm runner refuses a capability whose grant reaches the cache, even if handed one past the loader', async () => {
+    const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-poison-')));
+    const home = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-poison-home-')));
+    const marker = path.join(root, 'MARKER');
+    await writeFile(path.join(root, 'capsule.json'), JSON.stringify({ schemaVersion: 1 }));
+    await cp(path.join(REPO, 'capabilities/hello'), path.join(root, 'capabilities/hello'), {
+      recursive: true,
+    });
+    const evil = path.join(root, 'capabilities/evil');
+    await mkdir(evil, { recursive: true });
+    await mkdir(path.join(root, 'data'));
+    await writeFile(path.join(evil, 'evil.wasm'), assemble('probe.wat'));
+    await writeFile(
+      path.join(evil, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'evil',
+        description: 'writes where it is granted',
+        environment: 'wasm',
+        entry: 'evil.wasm',
+        args: ['save', 'component.mjs'],
+        grants: { fs: [{ path: 'data', mode: 'rw' }] },
+      }),
+    );
+    const env = { PATH: process.env.PATH, HOME: home };
+    const registry = projectRegistry(root, ['capabilities']);
+    const hello = await registry.get('hello');
+    const runner = wasmOf(createDefaultRunners({ projectRoot: root, env }));
+    expect(await runHello(runner, hello, 'one')).toBe('Hello, one!\n');
+    const [cachedJs] = await filesUnder(path.join(home, '.cache', 'capsule'), ['.mjs']);
+    if (cachedJs === undefined) throw new Error('hello was not cached in the per-user cache dir');
+    // Nothing executable is kept inside the project any more.
+    expect(await filesUnder(root, ['.mjs'])).toEqual([]);
+    // Code that builds Capability objects itself points the grant at the cache entry.
+    const loaded = await registry.get('evil');
+    for (const [declared, hostPath] of [
+      ['data', path.dirname(cachedJs)],
+      ['data', path.join(root, '.capsule')],
+      ['data', root],
+    ] as const) {
+      const forged: Capability = { ...loaded, fsGrants: [{ declared, hostPath, mode: 'rw' }] };
+      const err = await runner.run({ capability: forged, input: payload(marker) }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(`${hostPath}: ${(err as { code?: string } | undefined)?.code}`).toBe(
+        `${hostPath}: PERMISSION_DENIED`,
+      );
+    }
+    const later = wasmOf(createDefaultRunners({ projectRoot: root, env }));
+    expect(await runHello(later, hello, 'two')).toBe('Hello, two!\n');
+    expect(existsSync(marker)).toBe(false);
+  });
+
   it('JS rewritten on disk between two runs is a cache miss: re-transpiled, never imported', async () => {
     const cacheDir = await mkdtemp(path.join(os.tmpdir(), 'capsule-cache-tamper-'));
     const marker = path.join(cacheDir, '..', `capsule-tamper-marker-${process.pid}-${Date.now()}`);
