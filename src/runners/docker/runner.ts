@@ -345,6 +345,19 @@ export class DockerRunner implements Runner {
           hint: 'create it or remove the grant',
         });
       }
+      if (st.isSymbolicLink()) {
+        // hostPath was resolved by the loader: a link there now was swapped in since, and the
+        // engine would follow it wherever it leads.
+        throw new CapsuleError(
+          'PERMISSION_DENIED',
+          `${grant.declared} became a symlink since it was checked`,
+          {
+            file: capability.manifestPath,
+            field,
+            hint: 'Grant a real folder; capsule never mounts through a symlink.',
+          },
+        );
+      }
       if (st.isSocket()) {
         throw new CapsuleError(
           'UNSUPPORTED',

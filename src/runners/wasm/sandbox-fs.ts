@@ -1,4 +1,4 @@
-import { copyFile, lstat, mkdir, mkdtemp, readdir, rename, rm, rmdir, stat, unlink } from 'node:fs/promises';
+import { copyFile, lstat, mkdir, mkdtemp, readdir, rename, rm, rmdir, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -61,7 +61,8 @@ export async function preparePreopens(
   let budget = options.maxCopyBytes;
   try {
     for (const [i, grant] of grants.entries()) {
-      const st = await stat(grant.hostPath).catch(() => undefined);
+      // lstat: hostPath is a real path; a symlink there now was swapped in since loading.
+      const st = await lstat(grant.hostPath).catch(() => undefined);
       if (st === undefined || !st.isDirectory()) {
         throw new CapsuleError('UNSUPPORTED', `wasm fs grant ${grant.hostPath} is not a directory`, {
           hint: 'Wasm capabilities are given directories (WASI preopens); grant the folder that holds the file.',
