@@ -3,7 +3,7 @@
  *
  *   const registry = new Registry({ roots: ['capabilities'], projectRoot });
  *   const gate = await PermissionEngine.create({ projectRoot, prompter: createNonInteractivePrompter(), sessionGrants: ['run_capability:hello'] });
- *   const executor = new Executor({ registry, gate, runners: [new WasmRunner({ cacheDir })] });
+ *   const executor = new Executor({ registry, gate, runners: [new WasmRunner({ cacheDir: userCacheDir(env) })] });
  *   const { result } = await executor.run('hello', { name: 'world' });
  */
 export { CapsuleError, isCapsuleError, type ErrorCode, type ErrorDetails } from './errors.js';
@@ -14,6 +14,8 @@ export { loadCapability } from './manifest/load.js';
 export type { Capability, Environment, InvalidCapability } from './manifest/types.js';
 export { Registry, type RegistryOptions, type ScanResult } from './registry/registry.js';
 export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './config/project-config.js';
+export { userCacheDir } from './config/cache-dir.js';
+export { confinedPaths, protectedPaths, type ConfinedPath } from './permissions/protected-state.js';
 
 export type { Runner, RunRequest, RunResult } from './runners/types.js';
 export { ShellRunner } from './runners/shell-runner.js';
