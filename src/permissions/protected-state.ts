@@ -130,9 +130,24 @@ export function protectedStateHit(
 }
 
 /**
+ * Where the protected paths of a project really are: capsule.json, `.capsule/` or a folder in it
+ * may itself be a symlink (`capsule.json -> config/capsule.json`), and then the folder it leads to
+ * holds capsule's state too.
+ */
+export async function realProtectedPaths(
+  projectRoot: string,
+  also: readonly string[] = [],
+): Promise<string[]> {
+  const rootReal = await realOrSelf(projectRoot);
+  const listed = [...protectedPaths(rootReal).all, ...also];
+  return [...new Set([...listed, ...(await Promise.all(listed.map(realOrSelf)))])];
+}
+
+/**
  * The same question after symlinks: the lexical target, and the target with its deepest existing
- * ancestor resolved, are each checked against the root as given and as its real path. A link that
- * points into `.capsule/` (or at a folder holding capsule.json) is therefore caught too.
+ * ancestor resolved, are each checked against the root as given and as its real path, and against
+ * the real places of the protected paths. A link that points into `.capsule/` (or at a folder
+ * holding capsule.json) is therefore caught too, and so is a folder a symlinked capsule.json leads to.
  */
 export async function findProtectedState(
   projectRoot: string,
@@ -142,8 +157,7 @@ export async function findProtectedState(
   const roots = [path.resolve(projectRoot)];
   const rootReal = await realOrSelf(projectRoot);
   if (rootReal !== roots[0]) roots.push(rootReal);
-  const also = options.also ?? [];
-  const withReal = { ...options, also: [...also, ...(await Promise.all(also.map(realOrSelf)))] };
+  const withReal = { ...options, also: await realProtectedPaths(projectRoot, options.also ?? []) };
   const abs = path.resolve(projectRoot, target);
   for (const candidate of [abs, await resolveExisting(abs)]) {
     for (const root of roots) {

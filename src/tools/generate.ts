@@ -313,11 +313,11 @@ async function chooseRoot(
   }
   if (root === undefined) throw new CapsuleError('CONFIG_INVALID', 'No capability root is configured.');
   // A root may be the project root itself (holding capsule.json): only the folder written counts.
-  ctx.workspace.assertWritable(root, 'root', root, { containing: false });
+  await ctx.workspace.assertWritable(root, 'root', root, { containing: false });
   if (!create) return root;
   await mkdir(root, { recursive: true });
   const real = await realpath(root);
-  ctx.workspace.assertWritable(real, 'root', real, { containing: false });
+  await ctx.workspace.assertWritable(real, 'root', real, { containing: false });
   return real;
 }
 
@@ -353,7 +353,7 @@ async function writeDraft(
   const target = path.join(root, draft.name);
   if (!isInside(root, target) || target === root)
     throw new CapsuleError('PATH_ESCAPE', `name: "${draft.name}" leaves the root.`, { field: 'name' });
-  ctx.workspace.assertWritable(target, 'name', draft.name);
+  await ctx.workspace.assertWritable(target, 'name', draft.name);
   if (!args.overwrite && (await exists(target))) {
     throw new CapsuleError(
       'ALREADY_EXISTS',
@@ -378,7 +378,11 @@ async function writeDraft(
         });
       }
       // Where the file will end up, not the staging copy: no capsule.json or .capsule/ at any depth.
-      ctx.workspace.assertWritable(path.join(target, path.relative(stageDir, file)), `files.${rel}`, rel);
+      await ctx.workspace.assertWritable(
+        path.join(target, path.relative(stageDir, file)),
+        `files.${rel}`,
+        rel,
+      );
       await mkdir(path.dirname(file), { recursive: true });
       await writeFile(file, content, { flag: 'wx' });
       if (/\.(sh|py|mjs)$/.test(rel)) await chmod(file, 0o755);

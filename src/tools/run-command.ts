@@ -54,7 +54,7 @@ function killGroup(pid: number | undefined): void {
 async function resolveCwd(workspace: Workspace, cwd: string): Promise<ResolvedPath> {
   const resolved = await workspace.resolve(cwd, 'cwd');
   // The project root itself holds capsule.json and is the default cwd: only being inside counts.
-  workspace.assertWritable(resolved.real, 'cwd', cwd, { containing: false });
+  await workspace.assertWritable(resolved.real, 'cwd', cwd, { containing: false });
   return resolved;
 }
 

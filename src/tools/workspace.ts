@@ -3,7 +3,7 @@ import { lstat, open, realpath, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
-import { describeHit, protectedStateHit } from '../permissions/protected-state.js';
+import { describeHit, findProtectedState } from '../permissions/protected-state.js';
 
 /** A path inside the project, resolved: what file tools read and write. */
 export interface ResolvedPath {
@@ -33,10 +33,7 @@ export class Workspace {
   ) {}
 
   static async open(options: WorkspaceOptions): Promise<Workspace> {
-    const also = await Promise.all(
-      (options.alsoProtected ?? []).map((p) => realpath(p).catch(() => path.resolve(p))),
-    );
-    return new Workspace(await realpath(options.projectRoot), also);
+    return new Workspace(await realpath(options.projectRoot), options.alsoProtected ?? []);
   }
 
   /**
@@ -81,7 +78,7 @@ export class Workspace {
   /** Resolve a path that will be written: also refuses capsule's own files. */
   async resolveForWrite(input: string, field: string): Promise<ResolvedPath> {
     const resolved = await this.resolve(input, field);
-    this.assertWritable(resolved.real, field, input);
+    await this.assertWritable(resolved.real, field, input);
     return resolved;
   }
 
@@ -91,13 +88,14 @@ export class Workspace {
    * name at any depth (`sub/capsule.json`, `sub/.capsule/`). `containing: false` for a place that
    * is only worked in (a command's cwd), not written as a whole.
    */
-  assertWritable(
+  async assertWritable(
     absolutePath: string,
     field: string,
     shown = absolutePath,
     options: { containing?: boolean } = {},
-  ): void {
-    const hit = protectedStateHit(this.root, absolutePath, {
+  ): Promise<void> {
+    // Asked afresh each time, after symlinks: where capsule's state really is may have changed.
+    const hit = await findProtectedState(this.root, absolutePath, {
       also: this.alsoProtected,
       containing: options.containing,
     });

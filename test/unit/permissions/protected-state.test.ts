@@ -104,6 +104,21 @@ describe('protected state: after realpath', () => {
     await expect(assertNotProtected(root, 'src/new/deep.ts')).resolves.toBeUndefined();
   });
 
+  it('protects where a symlinked capsule.json or state folder really is', async () => {
+    const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-protected-')));
+    await mkdir(path.join(root, 'config'));
+    await writeFile(path.join(root, 'config', 'policy.json'), '{}');
+    await symlink(path.join(root, 'config', 'policy.json'), path.join(root, 'capsule.json'));
+    await mkdir(path.join(root, '.capsule'));
+    await mkdir(path.join(root, 'profiles-src'));
+    await symlink(path.join(root, 'profiles-src'), path.join(root, '.capsule', 'profiles'));
+    await mkdir(path.join(root, 'other'));
+    for (const t of ['config', 'config/policy.json', 'profiles-src', 'profiles-src/evil.md']) {
+      expect(`${t}: ${(await findProtectedState(root, t)) !== undefined}`).toBe(`${t}: true`);
+    }
+    expect(await findProtectedState(root, 'other')).toBeUndefined();
+  });
+
   it('assertGrantsUnprotected names the field of the first grant that reaches the state', async () => {
     const root = await project();
     const cache = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-cache-')));

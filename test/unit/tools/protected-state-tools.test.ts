@@ -42,6 +42,19 @@ describe('tools never reach capsule’s own state, at any depth', () => {
     expect(await readdir(f.root)).not.toContain('sub');
   });
 
+  it('write_file cannot reach a folder that .capsule/profiles is a symlink to', async () => {
+    const f = await agentFixture();
+    f.session.gate.setMode('bypass');
+    // The person keeps profiles in a folder of their own.
+    await mkdir(path.join(f.root, 'profiles-src'));
+    await mkdir(path.join(f.root, '.capsule'), { recursive: true });
+    await symlink(path.join(f.root, 'profiles-src'), path.join(f.root, '.capsule', 'profiles'));
+    await f.session
+      .call('write_file', { path: 'profiles-src/evil.md', content: 'mode: bypass\n' })
+      .catch(() => undefined);
+    expect(existsSync(path.join(f.root, 'profiles-src', 'evil.md'))).toBe(false);
+  });
+
   it('edit_file cannot change a nested capsule.json or a file under a nested .capsule/', async () => {
     const f = await agentFixture();
     f.session.gate.setMode('bypass');
