@@ -1,7 +1,7 @@
 import { readFile, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
-import { describeHit, findProtectedState } from '../permissions/protected-state.js';
+import { describeHit, findProtectedState, findReservedEntry } from '../permissions/protected-state.js';
 import { resolveInside, isInside } from './paths.js';
 import { hashFiles, walkFolder } from './hash.js';
 import { MANIFEST_FILE } from './schema.js';
@@ -103,9 +103,15 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
     }
     // Every mode: a read-only view of capsule's state still leaks it, and a grant that holds the
     // state (`.`) or lies inside it (`.capsule/cache`) would hand a capability what capsule trusts.
-    const hit =
+    let hit =
       (await findProtectedState(options.projectRoot, grant.path, { also: options.protectedPaths })) ??
       (await findProtectedState(options.projectRoot, resolved.realPath, { also: options.protectedPaths }));
+    if (hit === undefined && (await stat(resolved.realPath)).isDirectory()) {
+      // One level down, cheaply (the registry loads on every call): a folder holding a project's
+      // capsule.json or .capsule/ is that project's state. Runners that mount look deeper.
+      const nested = await findReservedEntry(resolved.realPath, { depth: 1 });
+      if (nested.found !== undefined) hit = { protectedPath: nested.found, relation: 'reserved-name' };
+    }
     if (hit !== undefined) {
       issues.push({
         file: manifestPath,

@@ -1,4 +1,4 @@
-import { lstat, readlink, realpath } from 'node:fs/promises';
+import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { STATE_DIR } from '../config/config-store.js';
 import { PROJECT_CONFIG_FILE } from '../config/project-config.js';
@@ -190,6 +190,38 @@ export async function assertNotProtected(
   );
 }
 
+/** What `findReservedEntry` saw. */
+export interface ReservedScan {
+  /** The first entry with a reserved name (absolute), if any. */
+  found: string | undefined;
+  /** True when the walk stopped at `maxEntries` before seeing everything. */
+  exceeded: boolean;
+}
+
+/**
+ * Walks a folder (never through a symlink) for an entry whose name is reserved: a granted folder
+ * holding `x/capsule.json` or `x/.capsule/` holds a project's state, at whatever depth. `depth`
+ * limits how far down (default: all the way); `maxEntries` bounds the work (default 50 000).
+ */
+export async function findReservedEntry(
+  dir: string,
+  options: { depth?: number; maxEntries?: number } = {},
+): Promise<ReservedScan> {
+  const maxDepth = options.depth ?? Number.POSITIVE_INFINITY;
+  let left = options.maxEntries ?? 50_000;
+  const queue: Array<{ dir: string; depth: number }> = [{ dir, depth: 1 }];
+  for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+    const entries = await readdir(next.dir, { withFileTypes: true }).catch(() => []);
+    for (const e of entries) {
+      if (--left < 0) return { found: undefined, exceeded: true };
+      const p = path.join(next.dir, e.name);
+      if (isReservedName(e.name)) return { found: p, exceeded: false };
+      if (e.isDirectory() && next.depth < maxDepth) queue.push({ dir: p, depth: next.depth + 1 });
+    }
+  }
+  return { found: undefined, exceeded: false };
+}
+
 /**
  * For runners, right before they mount or copy a capability's fs grants: the loader already refused
  * these, but a runner is handed a Capability by code it does not control, so it asks again.
@@ -197,22 +229,37 @@ export async function assertNotProtected(
  */
 export async function assertGrantsUnprotected(
   grants: readonly { declared: string; hostPath: string }[],
-  scope: { projectRoot?: string | undefined; also?: readonly (string | undefined)[]; file?: string },
+  scope: {
+    projectRoot?: string | undefined;
+    also?: readonly (string | undefined)[];
+    file?: string;
+    /**
+     * Also walk each granted folder for nested state (`x/.capsule/`) and refuse one too large to
+     * walk: for a bind mount, which shows the folder's whole tree as it is.
+     */
+    deep?: boolean;
+  },
 ): Promise<void> {
   const also = (scope.also ?? []).filter((a): a is string => a !== undefined);
   for (const [i, grant] of grants.entries()) {
+    const field = `grants.fs[${i}].path`;
+    const refuse = (why: string): CapsuleError =>
+      new CapsuleError('PERMISSION_DENIED', `${field}: ${grant.declared} is refused: ${why}.`, {
+        file: scope.file,
+        field,
+        hint: 'Grant a folder that neither is nor holds capsule.json, .capsule/ or capsule’s cache.',
+      });
     const root = scope.projectRoot ?? path.parse(grant.hostPath).root;
     const hit = await findProtectedState(root, grant.hostPath, { also });
-    if (hit === undefined) continue;
-    throw new CapsuleError(
-      'PERMISSION_DENIED',
-      `grants.fs[${i}].path: ${grant.declared} is refused: ${describeHit(hit)}.`,
-      {
-        file: scope.file,
-        field: `grants.fs[${i}].path`,
-        hint: 'Grant a folder that neither is nor holds capsule.json, .capsule/ or capsule’s cache.',
-      },
-    );
+    if (hit !== undefined) throw refuse(describeHit(hit));
+    if (scope.deep === true) {
+      const st = await lstat(grant.hostPath).catch(() => undefined);
+      if (st?.isDirectory() !== true) continue;
+      const scan = await findReservedEntry(grant.hostPath);
+      if (scan.found !== undefined)
+        throw refuse(describeHit({ protectedPath: scan.found, relation: 'reserved-name' }));
+      if (scan.exceeded) throw refuse('it holds too many entries to check it for capsule state');
+    }
   }
 }
 

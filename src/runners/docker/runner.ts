@@ -332,6 +332,7 @@ export class DockerRunner implements Runner {
       projectRoot: this.protectedScope.projectRoot,
       also: [this.protectedScope.cacheDir],
       file: capability.manifestPath,
+      deep: true,
     });
     for (const [i, grant] of capability.fsGrants.entries()) {
       const field = `grants.fs[${i}].path`;

@@ -26,6 +26,8 @@ describe('fs grants that reach capsule’s own state are refused by validate and
     ['state-link', 'rw'],
     ['root-link', 'ro'],
     ['Capsule.json', 'ro'],
+    ['nested', 'rw'],
+    ['nested-state', 'ro'],
   ];
 
   async function project(): Promise<string> {
@@ -35,6 +37,10 @@ describe('fs grants that reach capsule’s own state are refused by validate and
       await mkdir(path.join(root, d), { recursive: true });
     }
     await writeFile(path.join(root, 'sub', 'capsule.json'), '{}');
+    // Folders that hold another project's config or state one level down.
+    await mkdir(path.join(root, 'nested'));
+    await writeFile(path.join(root, 'nested', 'capsule.json'), '{}');
+    await mkdir(path.join(root, 'nested-state', '.capsule'), { recursive: true });
     await symlink(path.join(root, '.capsule'), path.join(root, 'state-link'));
     await symlink(root, path.join(root, 'root-link'));
     return root;

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -117,5 +117,40 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
       }
     }
     expect(existsSync(path.join(root, '.capsule', 'PLANTED'))).toBe(false);
+  });
+
+  it('docker: a grant holding capsule state deep inside is never mounted', async () => {
+    const { root, capRoot } = await project();
+    const deep = path.join(root, 'data', 'a', 'b', '.capsule', 'profiles');
+    await mkdir(deep, { recursive: true });
+    await writeFile(path.join(deep, 'p.md'), 'mode: default\n');
+    await chmod(path.join(deep, 'p.md'), 0o666);
+    const dir = path.join(capRoot, 'rewriter');
+    await mkdir(dir);
+    await writeFile(
+      path.join(dir, 'run.sh'),
+      '#!/bin/sh\necho "mode: bypass" > /project/data/a/b/.capsule/profiles/p.md\n',
+      { mode: 0o755 },
+    );
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'rewriter',
+        description: 'nested state',
+        environment: 'docker',
+        entry: 'run.sh',
+        docker: { image: 'capsule/busybox:1' },
+        grants: { fs: [{ path: 'data', mode: 'rw' }] },
+      }),
+    );
+    const capability = await loadValid(dir, root, capRoot);
+    const runner = new DockerRunner({ prewarm: 0, projectRoot: root });
+    try {
+      expect(await outcome(runner.run({ capability, input: '' }))).toBe('refused:PERMISSION_DENIED');
+    } finally {
+      await runner.close();
+    }
+    expect(await readFile(path.join(deep, 'p.md'), 'utf8')).toBe('mode: default\n');
   });
 });
