@@ -154,6 +154,24 @@ describe('the transpiled-component cache is not trusted input', () => {
     expect(existsSync(marker)).toBe(false);
   });
 
+  it('capsule run keeps the transpiled component in the per-user cache of the environment it was given', async () => {
+    const { cli } = await import('../../../helpers/cli.js');
+    const root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-poison-')));
+    const home = await realpath(await mkdtemp(path.join(os.tmpdir(), 'capsule-poison-home-')));
+    await writeFile(path.join(root, 'capsule.json'), JSON.stringify({ schemaVersion: 1 }));
+    await cp(path.join(REPO, 'capabilities/hello'), path.join(root, 'capabilities/hello'), {
+      recursive: true,
+    });
+    const env = { PATH: process.env.PATH, HOME: home, XDG_CACHE_HOME: path.join(home, 'xdg') };
+    const r = await cli(['run', 'hello', '--grant', 'run_capability:hello', '--input', '{"name":"cli"}'], {
+      cwd: root,
+      env,
+    });
+    expect(r.stdout).toContain('Hello, cli!');
+    expect(await filesUnder(path.join(home, 'xdg', 'capsule', 'wasm'), ['meta.json'])).toHaveLength(1);
+    expect(await filesUnder(root, ['.mjs', 'meta.json'])).toEqual([]);
+  });
+
   it('JS rewritten on disk between two runs is a cache miss: re-transpiled, never imported', async () => {
     const cacheDir = await mkdtemp(path.join(os.tmpdir(), 'capsule-cache-tamper-'));
     const marker = path.join(cacheDir, '..', `capsule-tamper-marker-${process.pid}-${Date.now()}`);
