@@ -68,9 +68,9 @@ export interface ProtectedHit {
 export function describeHit(hit: ProtectedHit): string {
   switch (hit.relation) {
     case 'inside':
-      return `${hit.protectedPath} belongs to capsule itself`;
+      return `it is or lies inside ${hit.protectedPath}, which belongs to capsule itself`;
     case 'contains':
-      return `it contains ${hit.protectedPath}, which belongs to capsule itself`;
+      return `it holds ${hit.protectedPath}, which belongs to capsule itself`;
     case 'reserved-name':
       return `${hit.protectedPath} has a name capsule reserves for its own state (capsule.json, .capsule)`;
   }

@@ -76,7 +76,7 @@ describe('Registry', () => {
     expect(scan.capabilities.map((c) => c.name)).toEqual(['data']);
     expect(scan.invalid.map((i) => i.folder).sort()).toEqual(['greedy', 'reader']);
     expect(scan.invalid[0]?.issues[0]?.message).toMatch(
-      /contains .*capsule\.json, which belongs to capsule itself/,
+      /holds .*capsule\.json, which belongs to capsule itself/,
     );
   });
 
