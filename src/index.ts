@@ -16,6 +16,8 @@ export { loadCapability } from './manifest/load.js';
 export type { Capability, Environment, InvalidCapability } from './manifest/types.js';
 export { Registry, type RegistryOptions, type ScanResult } from './registry/registry.js';
 export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './config/project-config.js';
+export { userCacheDir } from './config/cache-dir.js';
+export { confinedPaths, protectedPaths, type ConfinedPath } from './permissions/protected-state.js';
 
 export type { Runner, RunRequest, RunResult } from './runners/types.js';
 export { ShellRunner } from './runners/shell-runner.js';

@@ -8,7 +8,7 @@ import type { CommandParser } from '../permissions/command-parser.js';
 import type { PolicyReload } from '../permissions/engine.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { protectedPaths, protectedTarget } from '../permissions/self-protection.js';
+import { protectedPaths } from '../permissions/protected-state.js';
 import type { SessionAllowlist } from '../permissions/session-allowlist.js';
 import type { PermissionGate } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
@@ -66,6 +66,8 @@ export interface AgentSessionOptions {
   sleepMaxSeconds?: number | undefined;
   /** 0 for a main agent, 1 for a sub-agent (locked: a child cannot create a grandchild). */
   depth?: 0 | 1 | undefined;
+  /** capsule's per-user cache folder: protected like the project's own state. */
+  cacheDir?: string | undefined;
 }
 
 export interface CallOptions {
@@ -136,7 +138,7 @@ export class AgentSession {
     const root = await realpath(options.projectRoot);
     const workspace = await Workspace.open({
       projectRoot: root,
-      protectedTarget: (abs) => protectedTarget(root, abs),
+      alsoProtected: options.cacheDir === undefined ? [] : [options.cacheDir],
     });
     return new AgentSession({ ...options, projectRoot: root }, workspace);
   }
@@ -306,7 +308,7 @@ export class AgentSession {
       signal: options.signal,
       progress: options.progress,
       workspace: this.workspace,
-      protectedPaths: protectedPaths(this.workspace.root).all,
+      protectedPaths: protectedPaths(this.workspace.root, this.options.cacheDir).all,
       registry: this.registry,
       commands: this.options.commands,
       control: this.control,

@@ -26,7 +26,7 @@ export interface OpenAgentSessionOptions {
   confirmPolicy?: PolicyConfirmer | undefined;
   /**
    * capsule's per-user state folder, where the confirmed policy of each project is kept
-   * (default: defaultStateDir()). false: keep nothing across sessions (the files at start are taken).
+   * (default: userStateDir(env)). false: keep nothing across sessions (the files at start are taken).
    */
   stateDir?: string | false | undefined;
   /** Replace the runners (tests); default shell + wasm + docker. */
@@ -37,6 +37,8 @@ export interface OpenAgentSessionOptions {
   onRunnerProgress?: ((message: string) => void) | undefined;
   /** Warnings that must not stop a call. */
   logger?: ((message: string) => void) | undefined;
+  /** capsule's per-user cache folder; default `userCacheDir(env)`. */
+  cacheDir?: string | undefined;
 }
 
 export const defaultComponentize: Componentize = async (source, options) => {
@@ -60,6 +62,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     grants: options.grants,
     runners: options.runners,
     stateDir: options.stateDir,
+    cacheDir: options.cacheDir,
     recordFirstUse: true,
     onRunnerProgress: (message) => {
       options.onRunnerProgress?.(message);
@@ -82,6 +85,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   });
   const session = await AgentSession.create({
     projectRoot: root,
+    cacheDir: runtime.cacheDir,
     registry: runtime.registry,
     runners: runtime.runners,
     gate: engine,

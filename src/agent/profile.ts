@@ -8,7 +8,7 @@ import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import type { Trust } from '../permissions/ceiling.js';
 import { parseRule } from '../permissions/rules.js';
-import { PROFILES_DIR } from '../permissions/self-protection.js';
+import { PROFILES_DIR } from '../permissions/protected-state.js';
 import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
 
 /** An agent profile (seed 001): front matter validated, body kept as the system prompt. */

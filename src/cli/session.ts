@@ -2,6 +2,7 @@ import type { LoadedProjectConfig } from '../config/project-config.js';
 import type { Executor } from '../executor/executor.js';
 import { homedir } from 'node:os';
 import { userStateDir } from '../config/user-state.js';
+import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter } from '../permissions/prompter.js';
@@ -32,7 +33,10 @@ export interface CliSession {
 /** The project of the current directory (real-path root) and its registry: for commands that run nothing. */
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
   const project = await openProjectAt(io.cwd);
-  return { project, registry: projectRegistry(project.root, project.config.roots) };
+  return {
+    project,
+    registry: projectRegistry(project.root, project.config.roots, undefined, userCacheDir(io.env)),
+  };
 }
 
 /** The per-user state directory of this invocation (from its environment). */

@@ -1,4 +1,4 @@
-import path from 'node:path';
+import { userCacheDir } from '../config/cache-dir.js';
 import { DockerRunner } from '../runners/docker/runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
@@ -8,6 +8,8 @@ export interface DefaultRunnerOptions {
   projectRoot: string;
   /** Host environment granted variables are taken from. */
   env?: NodeJS.ProcessEnv;
+  /** capsule's per-user cache folder (default: `userCacheDir(env)`, never inside the project). */
+  cacheDir?: string | undefined;
   /** Progress of long runner work (docker image builds). */
   onProgress?: (message: string) => void;
 }
@@ -17,9 +19,19 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const env = options.env ?? process.env;
   return [
     new ShellRunner({ hostEnv: env }),
-    // Workers start on the first wasm call; compiled modules are cached under .capsule/cache.
-    new WasmRunner({ cacheDir: path.join(options.projectRoot, '.capsule', 'cache'), hostEnv: env }),
+    // Workers start on the first wasm call; transpiled components are cached per user, outside
+    // every project, so no grant can reach code capsule imports.
+    new WasmRunner({
+      cacheDir: options.cacheDir ?? userCacheDir(env),
+      projectRoot: options.projectRoot,
+      hostEnv: env,
+    }),
     // A missing capsule image is built on first use, with its progress reported.
-    new DockerRunner({ env, onProgress: options.onProgress }),
+    new DockerRunner({
+      env,
+      projectRoot: options.projectRoot,
+      cacheDir: options.cacheDir ?? userCacheDir(env),
+      onProgress: options.onProgress,
+    }),
   ];
 }

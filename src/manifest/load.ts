@@ -1,6 +1,7 @@
 import { readFile, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
+import { describeHit, findProtectedState, findReservedEntry } from '../permissions/protected-state.js';
 import { resolveInside, isInside } from './paths.js';
 import { contentFiles, hashFiles, walkFolder } from './hash.js';
 import { MANIFEST_FILE } from './schema.js';
@@ -12,7 +13,10 @@ export interface LoadOptions {
   root: string;
   /** Real path of the project root; fs grants resolve relative to it and must stay inside. */
   projectRoot: string;
-  /** Real paths no capability may be granted write access to (capsule's own config, audit log, profiles). */
+  /**
+   * Protected paths besides the project's own state (capsule.json and `.capsule/` are always
+   * protected): pass `protectedPaths(projectRoot, cacheDir).all` so the per-user cache is too.
+   */
   protectedPaths: readonly string[];
   inputValidator: InputValidator;
 }
@@ -97,16 +101,24 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
       issues.push({ file: manifestPath, field, message: `${grant.path} ${resolved.message}` });
       continue;
     }
-    if (grant.mode === 'rw') {
-      const hit = options.protectedPaths.find((p) => isInside(resolved.realPath, p));
-      if (hit !== undefined) {
-        issues.push({
-          file: manifestPath,
-          field,
-          message: `${grant.path} would give write access to capsule's own file ${hit}; grant a narrower path or use mode "ro"`,
-        });
-        continue;
-      }
+    // Every mode: a read-only view of capsule's state still leaks it, and a grant that holds the
+    // state (`.`) or lies inside it (`.capsule/cache`) would hand a capability what capsule trusts.
+    let hit =
+      (await findProtectedState(options.projectRoot, grant.path, { also: options.protectedPaths })) ??
+      (await findProtectedState(options.projectRoot, resolved.realPath, { also: options.protectedPaths }));
+    if (hit === undefined && (await stat(resolved.realPath)).isDirectory()) {
+      // One level down, cheaply (the registry loads on every call): a folder holding a project's
+      // capsule.json or .capsule/ is that project's state. Runners that mount look deeper.
+      const nested = await findReservedEntry(resolved.realPath, { depth: 1 });
+      if (nested.found !== undefined) hit = { protectedPath: nested.found, relation: 'reserved-name' };
+    }
+    if (hit !== undefined) {
+      issues.push({
+        file: manifestPath,
+        field,
+        message: `${grant.path} (mode "${grant.mode}") is refused: ${describeHit(hit)}; grant a folder that neither is nor holds capsule.json, .capsule/ or capsule's cache`,
+      });
+      continue;
     }
     fsGrants.push({ declared: grant.path, hostPath: resolved.realPath, mode: grant.mode });
   }

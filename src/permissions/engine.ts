@@ -32,7 +32,7 @@ import {
 import type { PolicySnapshotStore } from './policy-snapshot.js';
 import type { Prompter } from './prompter.js';
 import { buildRuleSet, type RuleSource } from './rules.js';
-import { PROFILES_DIR, protectedTarget } from './self-protection.js';
+import { PROFILES_DIR, protectedStateHit } from './protected-state.js';
 import {
   SessionAllowlist,
   systemClock,
@@ -670,7 +670,7 @@ export class PermissionEngine implements PermissionGate {
       project: indexProjectAllowlist(this.configFile, normalizeAllowlist(this.fileConfig.allowlist)),
       session: this.session,
       globs: this.state?.globs ?? new GlobCache(),
-      protectedTarget: (subject) => protectedTarget(root, subject),
+      protectedTarget: (subject) => protectedStateHit(root, subject)?.protectedPath,
     };
   }
 }

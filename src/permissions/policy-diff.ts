@@ -10,7 +10,7 @@ import {
   type ProjectConfig,
 } from '../config/project-config.js';
 import { promptSafe } from './prompter.js';
-import { PROFILES_DIR } from './self-protection.js';
+import { PROFILES_DIR } from './protected-state.js';
 
 /**
  * The policy part of a project: what decides whether a call may run. capsule.json's mode, rules

@@ -5,6 +5,7 @@ import {
   type LoadedProjectConfig,
   type PermissionMode,
 } from '../config/project-config.js';
+import { userCacheDir } from '../config/cache-dir.js';
 import { userStateDir } from '../config/user-state.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
@@ -24,7 +25,7 @@ import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { protectedPaths, type ProtectedPaths } from '../permissions/self-protection.js';
+import { protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
@@ -47,6 +48,8 @@ export interface RuntimeOptions {
    * (`$CAPSULE_STATE_DIR`, `$XDG_STATE_HOME/capsule`, `~/.local/state/capsule`); false: keep none.
    */
   stateDir?: string | false | undefined;
+  /** capsule's per-user cache (transpiled components); default from `env` (`$XDG_CACHE_HOME/capsule`). */
+  cacheDir?: string | undefined;
   /**
    * Record the policy on disk as confirmed when none is yet (agent sessions: what an agent changes in
    * one session is then not adopted by the next). CLI commands do not.
@@ -92,6 +95,8 @@ export interface Runtime {
   /** capsule's own state under the root: no capability, tool or grant may write it. */
   readonly protectedPaths: ProtectedPaths;
   readonly env: NodeJS.ProcessEnv;
+  /** The per-user cache of executable artifacts: protected like capsule's state, outside every root. */
+  readonly cacheDir: string;
   /** This process's `--grant` keys, canonical. */
   readonly grants: readonly string[];
   readonly registry: Registry;
@@ -130,11 +135,12 @@ export function projectRegistry(
   projectRoot: string,
   roots: readonly string[],
   inputValidator?: InputValidator,
+  cacheDir?: string,
 ): Registry {
   return new Registry({
     roots,
     projectRoot,
-    protectedPaths: protectedPaths(projectRoot).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
     inputValidator,
   });
 }
@@ -175,18 +181,21 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     options.parser !== undefined ? Promise.resolve(options.parser) : undefined;
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
+  const cacheDir = options.cacheDir ?? userCacheDir(env);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
-    projectRegistry(root, roots, inputValidator);
+    projectRegistry(root, roots, inputValidator, cacheDir);
   const runners =
-    options.runners ?? createDefaultRunners({ projectRoot: root, env, onProgress: options.onRunnerProgress });
+    options.runners ??
+    createDefaultRunners({ projectRoot: root, env, cacheDir, onProgress: options.onRunnerProgress });
   const registry = registryFor(project.config.roots);
   return {
     project,
     root,
     starting,
     snapshots,
-    protectedPaths: protectedPaths(root),
+    protectedPaths: protectedPaths(root, cacheDir),
     env,
+    cacheDir,
     grants,
     registry,
     runners,

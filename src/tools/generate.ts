@@ -19,6 +19,7 @@ import { GENERATE_CAPABILITY, makeKey } from '../permissions/keys.js';
 import type { AgentToolContext } from './agent-context.js';
 import { capabilitySummary } from './capability-tools.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
+import { isReservedName } from '../permissions/protected-state.js';
 
 /**
  * JS module source (exporting `run(input: string): string`) → a Wasm component. Provided by the Wasm
@@ -37,9 +38,6 @@ export const RUNTIME_IMAGES: Readonly<Record<string, string>> = {
 
 const MAX_FILE_BYTES = 4 * 1024 * 1024;
 const MAX_WASM_BYTES = 32 * 1024 * 1024;
-
-/** Files a generator must never write: the manifest is generated, capsule's own files are not agent land. */
-const RESERVED_FILES = new Set([MANIFEST_FILE, 'capsule.json']);
 
 const extraFiles = z
   .record(relativePath, z.string().max(MAX_FILE_BYTES))
@@ -148,11 +146,14 @@ interface Draft {
 
 function checkExtraFiles(files: Record<string, string>, reservedEntry: string): void {
   for (const rel of Object.keys(files)) {
-    const base = rel.split('/').pop() ?? rel;
-    if (RESERVED_FILES.has(rel) || RESERVED_FILES.has(base)) {
-      throw new CapsuleError('PATH_ESCAPE', `files.${rel}: ${base} cannot be written by a generator.`, {
+    const parts = rel.split('/');
+    const base = parts.at(-1) ?? rel;
+    // The manifest is generated; capsule's own names (capsule.json, .capsule/) at any depth are not agent land.
+    const reserved = parts.find((p) => isReservedName(p)) ?? (base === MANIFEST_FILE ? base : undefined);
+    if (reserved !== undefined) {
+      throw new CapsuleError('PATH_ESCAPE', `files.${rel}: ${reserved} cannot be written by a generator.`, {
         field: `files.${rel}`,
-        hint: 'The manifest is generated from the arguments; capsule.json belongs to the human.',
+        hint: 'The manifest is generated from the arguments; capsule.json and .capsule/ belong to the human.',
       });
     }
     if (rel === reservedEntry) {
@@ -279,7 +280,6 @@ function wasmDraft(args: z.infer<typeof wasmParameters>): Draft {
   };
 }
 
-/** The capability root to write into: one of the registry's roots, never a protected path. */
 /** Real path of `p`, or its lexical absolute form while it does not exist yet. */
 async function realOrResolved(p: string): Promise<string> {
   return realpath(p).catch(() => path.resolve(p));
@@ -312,11 +312,12 @@ async function chooseRoot(
     }
   }
   if (root === undefined) throw new CapsuleError('CONFIG_INVALID', 'No capability root is configured.');
-  ctx.workspace.assertWritable(root, 'root');
+  // A root may be the project root itself (holding capsule.json): only the folder written counts.
+  await ctx.workspace.assertWritable(root, 'root', root, { containing: false });
   if (!create) return root;
   await mkdir(root, { recursive: true });
   const real = await realpath(root);
-  ctx.workspace.assertWritable(real, 'root');
+  await ctx.workspace.assertWritable(real, 'root', real, { containing: false });
   return real;
 }
 
@@ -352,6 +353,7 @@ async function writeDraft(
   const target = path.join(root, draft.name);
   if (!isInside(root, target) || target === root)
     throw new CapsuleError('PATH_ESCAPE', `name: "${draft.name}" leaves the root.`, { field: 'name' });
+  await ctx.workspace.assertWritable(target, 'name', draft.name);
   if (!args.overwrite && (await exists(target))) {
     throw new CapsuleError(
       'ALREADY_EXISTS',
@@ -375,6 +377,12 @@ async function writeDraft(
           field: `files.${rel}`,
         });
       }
+      // Where the file will end up, not the staging copy: no capsule.json or .capsule/ at any depth.
+      await ctx.workspace.assertWritable(
+        path.join(target, path.relative(stageDir, file)),
+        `files.${rel}`,
+        rel,
+      );
       await mkdir(path.dirname(file), { recursive: true });
       await writeFile(file, content, { flag: 'wx' });
       if (/\.(sh|py|mjs)$/.test(rel)) await chmod(file, 0o755);

@@ -4,6 +4,7 @@ import { CapsuleError } from '../errors.js';
 import type { RunResult } from '../runners/types.js';
 import { bashArguments, commandCheck, shellEnvironment } from '../permissions/run-command-tool.js';
 import { defineTool, type AgentTool } from './define.js';
+import type { ResolvedPath, Workspace } from './workspace.js';
 
 export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
 export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
@@ -49,6 +50,14 @@ function killGroup(pid: number | undefined): void {
   }
 }
 
+/** A command's working directory: inside the project, never in capsule's own state. */
+async function resolveCwd(workspace: Workspace, cwd: string): Promise<ResolvedPath> {
+  const resolved = await workspace.resolve(cwd, 'cwd');
+  // The project root itself holds capsule.json and is the default cwd: only being inside counts.
+  await workspace.assertWritable(resolved.real, 'cwd', cwd, { containing: false });
+  return resolved;
+}
+
 /** run_command: a host command through bash, gated by the engine's command keying. Not a sandbox. */
 export function createRunCommandTool(): AgentTool {
   return defineTool({
@@ -58,13 +67,13 @@ export function createRunCommandTool(): AgentTool {
     kind: 'OTHER',
     parameters: runCommandParameters,
     async permission(args, ctx) {
-      if (args.cwd !== undefined) await ctx.workspace.resolve(args.cwd, 'cwd');
+      if (args.cwd !== undefined) await resolveCwd(ctx.workspace, args.cwd);
       // The engine's keying: run_command:<program>, or the whole normalized string when compound.
       return commandCheck(ctx.commands, args.command);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =
-        args.cwd === undefined ? ctx.workspace.root : (await ctx.workspace.resolve(args.cwd, 'cwd')).real;
+        args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
       const started = performance.now();
       // The same bash invocation and environment as `capsule exec`: nothing can swap the keyed program.
       const child = execa('bash', bashArguments(args.command), {

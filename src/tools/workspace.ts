@@ -3,6 +3,7 @@ import { lstat, open, realpath, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
+import { describeHit, findProtectedState } from '../permissions/protected-state.js';
 
 /** A path inside the project, resolved: what file tools read and write. */
 export interface ResolvedPath {
@@ -17,11 +18,8 @@ export interface ResolvedPath {
 export interface WorkspaceOptions {
   /** Project root (the folder holding capsule.json). Resolved to its real path by `Workspace.open`. */
   projectRoot: string;
-  /**
-   * Names the protected path a target would hit (capsule.json, allowlists, the audit log, profiles),
-   * or undefined. Built from the permission engine's self-protection list.
-   */
-  protectedTarget: (absolutePath: string) => string | undefined;
+  /** Protected paths besides the project's own state (the per-user cache dir). */
+  alsoProtected?: readonly string[] | undefined;
 }
 
 /**
@@ -31,11 +29,11 @@ export interface WorkspaceOptions {
 export class Workspace {
   private constructor(
     readonly root: string,
-    private readonly protectedTarget: (absolutePath: string) => string | undefined,
+    private readonly alsoProtected: readonly string[],
   ) {}
 
   static async open(options: WorkspaceOptions): Promise<Workspace> {
-    return new Workspace(await realpath(options.projectRoot), options.protectedTarget);
+    return new Workspace(await realpath(options.projectRoot), options.alsoProtected ?? []);
   }
 
   /**
@@ -80,20 +78,34 @@ export class Workspace {
   /** Resolve a path that will be written: also refuses capsule's own files. */
   async resolveForWrite(input: string, field: string): Promise<ResolvedPath> {
     const resolved = await this.resolve(input, field);
-    this.assertWritable(resolved.real, field, input);
+    await this.assertWritable(resolved.real, field, input);
     return resolved;
   }
 
-  /** Throws PATH_ESCAPE when `absolutePath` is one of capsule's own files (or inside its state folder). */
-  assertWritable(absolutePath: string, field: string, shown = absolutePath): void {
-    const hit = this.protectedTarget(absolutePath);
+  /**
+   * Throws PATH_ESCAPE when `absolutePath` (already resolved, as `resolve()` returns it) is
+   * capsule's own state: inside or holding capsule.json, `.capsule/` or the cache, or a reserved
+   * name at any depth (`sub/capsule.json`, `sub/.capsule/`). `containing: false` for a place that
+   * is only worked in (a command's cwd), not written as a whole.
+   */
+  async assertWritable(
+    absolutePath: string,
+    field: string,
+    shown = absolutePath,
+    options: { containing?: boolean } = {},
+  ): Promise<void> {
+    // Asked afresh each time, after symlinks: where capsule's state really is may have changed.
+    const hit = await findProtectedState(this.root, absolutePath, {
+      also: this.alsoProtected,
+      containing: options.containing,
+    });
     if (hit !== undefined) {
       throw new CapsuleError(
         'PATH_ESCAPE',
-        `${field}: ${shown} belongs to capsule itself (${hit}); no tool may write it.`,
+        `${field}: ${shown} is refused: ${describeHit(hit)}; no tool may write it.`,
         {
           field,
-          hint: 'capsule.json, allowlists, the audit log and profiles are changed only by a human, by hand or with the capsule CLI.',
+          hint: 'capsule.json, .capsule/ (allowlists, the audit log, profiles) and capsule’s caches are changed only by a human, by hand or with the capsule CLI.',
         },
       );
     }
@@ -141,11 +153,4 @@ async function isSymlink(p: string): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/** The self-protection list: capsule.json and the `.capsule/` state folder (allowlist locks, audit log, profiles). */
-export function protectedTargetFor(
-  protectedPaths: readonly string[],
-): (absolutePath: string) => string | undefined {
-  return (absolutePath) => protectedPaths.find((p) => isInside(p, absolutePath));
 }

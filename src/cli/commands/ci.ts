@@ -10,6 +10,7 @@ import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openSession, projectRegistry } from '../session.js';
 import { parseEnvs } from './compare.js';
+import { userCacheDir } from '../../config/cache-dir.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',
@@ -67,7 +68,12 @@ export function registerCi(program: Command, io: CliIO): void {
         const registry =
           target === undefined
             ? session.registry
-            : projectRegistry(session.project.root, [path.resolve(io.cwd, target)]);
+            : projectRegistry(
+                session.project.root,
+                [path.resolve(io.cwd, target)],
+                undefined,
+                userCacheDir(io.env),
+              );
         const scan = await registry.scan();
         if (target !== undefined && scan.missingRoots.length > 0) {
           throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);

@@ -5,10 +5,11 @@ import { CapsuleError } from '../../errors.js';
 import { loadCapability } from '../../manifest/load.js';
 import { MANIFEST_FILE } from '../../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
-import { protectedPaths } from '../../permissions/self-protection.js';
+import { protectedPaths } from '../../permissions/protected-state.js';
 import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openProject, projectRegistry } from '../session.js';
+import { userCacheDir } from '../../config/cache-dir.js';
 import { EXIT } from '../exit-codes.js';
 
 /** PATH may be a capability folder, its capability.json, or a root holding capability folders. */
@@ -16,6 +17,7 @@ async function validatePath(
   target: string,
   projectRoot: string,
   registry: Registry,
+  cacheDir: string,
 ): Promise<{ capabilities: Capability[]; invalid: InvalidCapability[] }> {
   let st;
   try {
@@ -37,13 +39,13 @@ async function validatePath(
       await stat(path.join(target, MANIFEST_FILE));
     } catch {
       // No manifest here: treat it as a root of capability folders.
-      return projectRegistry(projectRoot, [target], registry.inputValidator).scan();
+      return projectRegistry(projectRoot, [target], registry.inputValidator, cacheDir).scan();
     }
   }
   const loaded = await loadCapability(folder, {
     root: await realpath(path.dirname(path.resolve(folder))),
     projectRoot: await realpath(projectRoot),
-    protectedPaths: protectedPaths(projectRoot).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
     inputValidator: registry.inputValidator,
   });
   return loaded.ok
@@ -68,7 +70,7 @@ export function registerValidate(program: Command, io: CliIO): void {
         const result =
           target === undefined
             ? await registry.scan()
-            : await validatePath(path.resolve(io.cwd, target), project.root, registry);
+            : await validatePath(path.resolve(io.cwd, target), project.root, registry, userCacheDir(io.env));
         if (opts.json) {
           await write(
             io.stdout,

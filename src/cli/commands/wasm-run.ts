@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { findProjectRoot } from '../../config/project-config.js';
+import { userCacheDir } from '../../config/cache-dir.js';
 import { WasmRunner } from '../../runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
 import { EXIT } from '../exit-codes.js';
@@ -114,8 +114,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           memoryMb: Math.min(positiveInt(opts.memoryMb, '--memory-mb'), 4096),
           outputBytes: positiveInt(opts.outputBytes, '--output-bytes'),
         };
-        const { root } = await findProjectRoot(io.cwd);
-        const runner = new WasmRunner({ cacheDir: path.join(root, '.capsule', 'cache'), poolSize: 1 });
+        const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
         process.once('SIGINT', onSigint);

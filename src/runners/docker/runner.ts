@@ -27,6 +27,7 @@ import {
 import type { Owner } from './labels.js';
 import { PrewarmPool } from './pool.js';
 import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
+import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
 
 export interface DockerRunnerOptions {
   /** Default: dockerode on DOCKER_HOST or the local socket. */
@@ -57,6 +58,10 @@ export interface DockerRunnerOptions {
   cpus?: number | undefined;
   /** Process environment: DOCKER_HOST and granted variables are read from it. Default process.env. */
   env?: NodeJS.ProcessEnv | undefined;
+  /** Project root, so fs grants are checked against capsule's own state again before each mount. */
+  projectRoot?: string | undefined;
+  /** capsule's per-user cache folder, never mounted either. */
+  cacheDir?: string | undefined;
   /** Image build progress (a missing capsule image is built on demand). */
   onProgress?: ImageProgress | undefined;
   /** Remove this runner's containers when the process gets SIGINT/SIGTERM, then re-raise it. Default false. */
@@ -78,6 +83,7 @@ export class DockerRunner implements Runner {
   private readonly cpus: number;
   private readonly prestart: boolean;
   private readonly hostEnv: NodeJS.ProcessEnv;
+  private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
   private readonly pool: PrewarmPool;
@@ -102,6 +108,7 @@ export class DockerRunner implements Runner {
     this.cpus = options.cpus ?? 1;
     this.prestart = options.prestart ?? true;
     this.hostEnv = options.env ?? process.env;
+    this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
     this.pool = new PrewarmPool(this.engine, {
@@ -320,6 +327,13 @@ export class DockerRunner implements Runner {
 
   /** Granted paths must still exist and must not be sockets (the engine's socket is root on the host). */
   private async checkGrantedPaths(capability: Capability): Promise<void> {
+    // A bind mount writes straight to the host: capsule's own state is never one of them.
+    await assertGrantsUnprotected(capability.fsGrants, {
+      projectRoot: this.protectedScope.projectRoot,
+      also: [this.protectedScope.cacheDir],
+      file: capability.manifestPath,
+      deep: true,
+    });
     for (const [i, grant] of capability.fsGrants.entries()) {
       const field = `grants.fs[${i}].path`;
       let st;
@@ -331,6 +345,19 @@ export class DockerRunner implements Runner {
           field,
           hint: 'create it or remove the grant',
         });
+      }
+      if (st.isSymbolicLink()) {
+        // hostPath was resolved by the loader: a link there now was swapped in since, and the
+        // engine would follow it wherever it leads.
+        throw new CapsuleError(
+          'PERMISSION_DENIED',
+          `${grant.declared} became a symlink since it was checked`,
+          {
+            file: capability.manifestPath,
+            field,
+            hint: 'Grant a real folder; capsule never mounts through a symlink.',
+          },
+        );
       }
       if (st.isSocket()) {
         throw new CapsuleError(

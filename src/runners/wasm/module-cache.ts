@@ -1,8 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
+import { z } from 'zod';
 import { CapsuleError } from '../../errors.js';
 import { capMemory, detectWasmKind } from './binary.js';
 import { webAssembly } from './wasm-types.js';
@@ -18,7 +20,10 @@ export interface PreparedModule {
 
 export interface PreparedComponent {
   kind: 'component';
-  /** URL the worker imports the transpiled JS from (a cache file, or a data: URL without a cache dir). */
+  /**
+   * data: URL of the transpiled JS the worker imports: the bytes themselves, verified (or just
+   * produced) in this process, so nothing on disk can change them between the check and the import.
+   */
   jsUrl: string;
   modules: Record<string, WasmModule>;
   maxPages: number;
@@ -29,11 +34,32 @@ export interface PreparedComponent {
 export type Prepared = PreparedModule | PreparedComponent;
 
 export interface ModuleCacheOptions {
-  /** Directory for transpiled components (e.g. `<projectRoot>/.capsule/cache`); none: memory only. */
+  /**
+   * capsule's per-user cache folder (`userCacheDir(env)`); components go to `<cacheDir>/wasm/`.
+   * Never a folder inside a project (a capability could be granted it). None: memory only.
+   */
   cacheDir?: string | undefined;
   /** Compiled entries kept in memory (least recently used dropped first). */
   maxEntries?: number | undefined;
+  /** Version of the transpiler, part of every cache key (default: the installed jco-transpile's). */
+  transpilerVersion?: string | undefined;
 }
+
+/** Bumped when the layout or the transpile options change: older entries are then simply misses. */
+const CACHE_FORMAT = 2;
+const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/);
+
+/** `<entry>/meta.json`: what was written, so every read can be checked byte for byte. */
+const cacheMetaSchema = z.strictObject({
+  format: z.literal(CACHE_FORMAT),
+  /** sha256 of the component the entry was transpiled from. */
+  component: sha256Hex,
+  /** The transpiler (`@bytecodealliance/jco-transpile@<version>`) that produced it. */
+  transpiler: z.string().min(1),
+  imports: z.array(z.string()),
+  /** sha256 per file of the entry (the JS and every core module). */
+  files: z.record(z.string().regex(/^[A-Za-z0-9._-]+$/), sha256Hex),
+});
 
 interface TranspiledFiles {
   js: Uint8Array;
@@ -42,18 +68,23 @@ interface TranspiledFiles {
 }
 
 const JS_FILE = 'component.js';
-// .mjs on disk: the cache may sit under a package.json without "type": "module".
+// The JS as stored on disk (it is imported from its checked bytes, never from this file).
 const JS_DISK_FILE = 'component.mjs';
 
 /**
  * Compiles modules once per (content hash, memory cap): the memory maximum is rewritten before
  * compiling, so a warm call does no parsing and no compile. Components are transpiled by
- * jco-transpile to JS + core modules; that output is kept on disk under `cacheDir/wasm/<sha256>/`
- * (written to a temp dir, then renamed into place) so a new process skips the transpile.
- * V8 cannot persist compiled Wasm code on Node 20, so compiled modules live in memory only.
+ * jco-transpile to JS + core modules; that output is kept on disk under
+ * `cacheDir/wasm/<transpiler version>/<component sha256>/` (written to a temp dir, then renamed
+ * into place) so a new process skips the transpile. The cache is not trusted input: every read is
+ * checked against the digests recorded when it was written, and anything that does not match
+ * (or is missing, or extra) is a miss, transpiled again. The JS is imported from the checked
+ * bytes, never from the file. V8 cannot persist compiled Wasm code on Node 20, so compiled modules
+ * live in memory only.
  */
 export class ModuleCache {
   readonly #cacheDir: string | undefined;
+  #transpiler: string | undefined;
   readonly #maxEntries: number;
   readonly #entries = new Map<string, Promise<Prepared>>();
   /** Content hash per byte buffer already seen, so a warm call does not rehash a 1.5 MB component. */
@@ -64,6 +95,8 @@ export class ModuleCache {
   constructor(options: ModuleCacheOptions = {}) {
     this.#cacheDir = options.cacheDir;
     this.#maxEntries = options.maxEntries ?? 64;
+    if (options.transpilerVersion !== undefined)
+      this.#transpiler = `@bytecodealliance/jco-transpile@${options.transpilerVersion}`;
     // QuickJS components use extended-const (behind a flag on Node 20's V8); harmless when set twice.
     setFlagsFromString('--experimental-wasm-extended-const');
   }
@@ -154,18 +187,38 @@ export class ModuleCache {
       maxPages = Math.max(maxPages, ...capped.maxPages);
       modules[name] = await compile(capped.bytes, options.file);
     }
-    const jsUrl =
-      this.#cacheDir === undefined
-        ? `data:text/javascript;base64,${Buffer.from(files.js).toString('base64')}`
-        : pathToFileURL(path.join(this.#cacheDir, 'wasm', hash, JS_DISK_FILE)).href;
+    const jsUrl = `data:text/javascript;base64,${Buffer.from(files.js).toString('base64')}`;
     return { kind, jsUrl, modules, maxPages, imports: files.imports };
   }
 
+  /** `@bytecodealliance/jco-transpile@<version>` of the installed transpiler (read once per cache). */
+  #transpilerId(): string {
+    if (this.#transpiler === undefined) {
+      let version = 'unknown';
+      try {
+        const entry = createRequire(import.meta.url).resolve('@bytecodealliance/jco-transpile');
+        version = packageVersion(entry, '@bytecodealliance/jco-transpile') ?? version;
+      } catch {
+        // Not installed: the transpile itself reports it; nothing is cached under an unknown key.
+      }
+      this.#transpiler = `@bytecodealliance/jco-transpile@${version}`;
+    }
+    return this.#transpiler;
+  }
+
   async #transpiled(bytes: Uint8Array, hash: string, file: string): Promise<TranspiledFiles> {
-    const dir = this.#cacheDir === undefined ? undefined : path.join(this.#cacheDir, 'wasm', hash);
+    const transpiler = this.#transpilerId();
+    const versionDir = transpiler.slice(transpiler.lastIndexOf('@') + 1).replace(/[^A-Za-z0-9._-]/g, '_');
+    const dir =
+      this.#cacheDir === undefined || versionDir === 'unknown'
+        ? undefined
+        : path.join(this.#cacheDir, 'wasm', versionDir, hash);
+    const expect = { component: hash, transpiler };
     if (dir !== undefined) {
-      const cached = await readCached(dir);
-      if (cached !== undefined) return cached;
+      const cached = await readCached(dir, expect);
+      if (cached.ok) return cached.files;
+      // A damaged or foreign entry is moved aside so the fresh transpile can take its place.
+      if (cached.present) await discard(dir);
     }
     let result: { files: Record<string, Uint8Array>; imports: string[] };
     try {
@@ -193,7 +246,7 @@ export class ModuleCache {
     for (const [name, data] of Object.entries(result.files)) if (name.endsWith('.wasm')) cores[name] = data;
     const imports = result.imports.map((i) => i.replace(/@[^/]*$/, ''));
     const out: TranspiledFiles = { js, cores, imports };
-    if (dir !== undefined) await writeCached(dir, out);
+    if (dir !== undefined) await writeCached(dir, out, expect);
     return out;
   }
 }
@@ -209,29 +262,111 @@ async function compile(bytes: Uint8Array, file: string): Promise<WasmModule> {
   }
 }
 
-async function readCached(dir: string): Promise<TranspiledFiles | undefined> {
-  try {
-    const meta = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8')) as { imports: string[] };
-    const js = await readFile(path.join(dir, JS_DISK_FILE));
-    const cores: Record<string, Uint8Array> = {};
-    for (const name of await readdir(dir))
-      if (name.endsWith('.wasm')) cores[name] = await readFile(path.join(dir, name));
-    return { js, cores, imports: meta.imports };
-  } catch {
-    return undefined;
+function digest(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** Version in the package.json of the package `name` that holds `entry` (walking up from it). */
+function packageVersion(entry: string, name: string): string | undefined {
+  let dir = path.dirname(entry);
+  for (;;) {
+    try {
+      const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
+        name?: unknown;
+        version?: unknown;
+      };
+      if (pkg.name === name && typeof pkg.version === 'string') return pkg.version;
+    } catch {
+      // No package.json here: keep walking up.
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return undefined;
+    dir = parent;
   }
 }
 
-/** Whole directory written beside its final place, then renamed: readers never see half of it. */
-async function writeCached(dir: string, files: TranspiledFiles): Promise<void> {
-  const parent = path.dirname(dir);
-  await mkdir(parent, { recursive: true });
-  const tmp = path.join(parent, `.tmp-${randomBytes(6).toString('hex')}`);
-  await mkdir(tmp);
+type CachedRead = { ok: true; files: TranspiledFiles } | { ok: false; present: boolean };
+
+/**
+ * Reads one entry and checks it against its meta.json: same component hash and transpiler, every
+ * listed file present with its recorded sha256, no unlisted module. The bytes checked are the
+ * bytes returned (nothing is read twice).
+ */
+async function readCached(
+  dir: string,
+  expect: { component: string; transpiler: string },
+): Promise<CachedRead> {
+  let metaText: string;
   try {
-    await writeFile(path.join(tmp, JS_DISK_FILE), files.js);
-    for (const [name, data] of Object.entries(files.cores)) await writeFile(path.join(tmp, name), data);
-    await writeFile(path.join(tmp, 'meta.json'), JSON.stringify({ imports: files.imports }));
+    metaText = await readFile(path.join(dir, 'meta.json'), 'utf8');
+  } catch {
+    const present = await stat(dir).then(
+      () => true,
+      () => false,
+    );
+    return { ok: false, present };
+  }
+  try {
+    const meta = cacheMetaSchema.parse(JSON.parse(metaText));
+    if (meta.component !== expect.component || meta.transpiler !== expect.transpiler)
+      return { ok: false, present: true };
+    const listed = Object.keys(meta.files).sort();
+    const onDisk = (await readdir(dir)).filter((n) => n !== 'meta.json').sort();
+    if (listed.length !== onDisk.length || listed.some((n, i) => n !== onDisk[i]))
+      return { ok: false, present: true };
+    if (!listed.includes(JS_DISK_FILE)) return { ok: false, present: true };
+    let js: Uint8Array | undefined;
+    const cores: Record<string, Uint8Array> = {};
+    for (const name of listed) {
+      const bytes = await readFile(path.join(dir, name));
+      if (digest(bytes) !== meta.files[name]) return { ok: false, present: true };
+      if (name === JS_DISK_FILE) js = bytes;
+      else if (name.endsWith('.wasm')) cores[name] = bytes;
+      else return { ok: false, present: true };
+    }
+    if (js === undefined) return { ok: false, present: true };
+    return { ok: true, files: { js, cores, imports: meta.imports } };
+  } catch {
+    return { ok: false, present: true };
+  }
+}
+
+/** Moves a bad entry out of the way (renamed first, so a concurrent reader never sees half of it). */
+async function discard(dir: string): Promise<void> {
+  const aside = `${dir}.bad-${randomBytes(6).toString('hex')}`;
+  try {
+    await rename(dir, aside);
+  } catch {
+    return;
+  }
+  await rm(aside, { recursive: true, force: true });
+}
+
+/** Whole directory written beside its final place, then renamed: readers never see half of it. */
+async function writeCached(
+  dir: string,
+  files: TranspiledFiles,
+  expect: { component: string; transpiler: string },
+): Promise<void> {
+  const parent = path.dirname(dir);
+  // Private to this user: the cache holds code capsule imports.
+  await mkdir(parent, { recursive: true, mode: 0o700 });
+  const tmp = path.join(parent, `.tmp-${randomBytes(6).toString('hex')}`);
+  await mkdir(tmp, { mode: 0o700 });
+  try {
+    const recorded: Record<string, string> = { [JS_DISK_FILE]: digest(files.js) };
+    await writeFile(path.join(tmp, JS_DISK_FILE), files.js, { mode: 0o600 });
+    for (const [name, data] of Object.entries(files.cores)) {
+      await writeFile(path.join(tmp, name), data, { mode: 0o600 });
+      recorded[name] = digest(data);
+    }
+    const meta: z.infer<typeof cacheMetaSchema> = {
+      format: CACHE_FORMAT,
+      ...expect,
+      imports: files.imports,
+      files: recorded,
+    };
+    await writeFile(path.join(tmp, 'meta.json'), JSON.stringify(meta), { mode: 0o600 });
     await rename(tmp, dir);
   } catch (err) {
     await rm(tmp, { recursive: true, force: true });

@@ -1,9 +1,10 @@
-import { copyFile, lstat, mkdir, mkdtemp, readdir, rename, rm, rmdir, stat, unlink } from 'node:fs/promises';
+import { copyFile, lstat, mkdir, mkdtemp, readdir, rename, rm, rmdir, unlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { CapsuleError } from '../../errors.js';
 import type { GuestPreopen } from './protocol.js';
+import { isReservedName } from '../../permissions/protected-state.js';
 
 /** A directory the guest may see: a granted host directory and where it appears in the guest. */
 export interface DirGrant {
@@ -60,7 +61,8 @@ export async function preparePreopens(
   let budget = options.maxCopyBytes;
   try {
     for (const [i, grant] of grants.entries()) {
-      const st = await stat(grant.hostPath).catch(() => undefined);
+      // lstat: hostPath is a real path; a symlink there now was swapped in since loading.
+      const st = await lstat(grant.hostPath).catch(() => undefined);
       if (st === undefined || !st.isDirectory()) {
         throw new CapsuleError('UNSUPPORTED', `wasm fs grant ${grant.hostPath} is not a directory`, {
           hint: 'Wasm capabilities are given directories (WASI preopens); grant the folder that holds the file.',
@@ -107,6 +109,8 @@ async function copyTree(
     const src = path.join(from, d.name);
     const dst = path.join(to, d.name);
     const r = rel === '' ? d.name : `${rel}/${d.name}`;
+    // capsule's own state (a nested capsule.json or .capsule/) is never shown to a guest.
+    if (isReservedName(d.name)) continue;
     if (d.isDirectory()) {
       await mkdir(dst);
       entry.dirs.add(r);
@@ -144,6 +148,8 @@ async function commitTree(c: Copied): Promise<void> {
     seenDirs.add(rel);
     for (const d of await readdir(path.join(c.copy, rel), { withFileTypes: true })) {
       const r = rel === '' ? d.name : `${rel}/${d.name}`;
+      // Nor can a guest plant one: a capsule.json or .capsule/ it creates is not written back.
+      if (isReservedName(d.name)) continue;
       if (d.isDirectory()) await walk(r);
       else if (d.isFile()) {
         seenFiles.add(r);

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
+import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
@@ -44,8 +45,13 @@ export const PROVIDED_INTERFACES: readonly string[] = [
 ];
 
 export interface WasmRunnerOptions {
-  /** On-disk cache for transpiled components, e.g. `<projectRoot>/.capsule/cache`. None: memory only. */
+  /**
+   * capsule's per-user cache folder (`userCacheDir(env)`); transpiled components go to its `wasm/`.
+   * Never inside a project: it holds code capsule imports. None: memory only.
+   */
   cacheDir?: string | undefined;
+  /** Project root, so fs grants are checked against capsule's own state again before each run. */
+  projectRoot?: string | undefined;
   /** Pooled workers (default: min(2, available cores)). */
   poolSize?: number | undefined;
   /** Where disposable copies of granted directories are made (default: the OS temp dir). */
@@ -140,6 +146,11 @@ export class WasmRunner implements Runner {
         },
       );
     }
+    await assertGrantsUnprotected(capability.fsGrants, {
+      projectRoot: this.#options.projectRoot,
+      also: [this.#options.cacheDir],
+      file: capability.manifestPath,
+    });
     const hostEnv = this.#options.hostEnv ?? process.env;
     const env: Record<string, string> = {};
     for (const name of grants.env) {

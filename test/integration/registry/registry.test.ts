@@ -61,18 +61,23 @@ describe('Registry', () => {
     expect(messages['grant-link']).toMatch(/grants\.fs\[0\]\.path .*outside/);
   });
 
-  it("refuses rw grants that cover capsule's own files", async () => {
+  it("refuses grants, rw or ro, that hold capsule's own files; a grant beside them is fine", async () => {
     const { root, capRoot } = await tempProject();
     await writeFile(path.join(root, 'capsule.json'), '{}');
+    await mkdir(path.join(root, 'data'));
     await writeCapability(capRoot, 'greedy', { grants: { fs: [{ path: '.', mode: 'rw' }] } }, SCRIPT);
     await writeCapability(capRoot, 'reader', { grants: { fs: [{ path: '.', mode: 'ro' }] } }, SCRIPT);
+    await writeCapability(capRoot, 'data', { grants: { fs: [{ path: 'data', mode: 'rw' }] } }, SCRIPT);
     const scan = await new Registry({
       roots: ['capabilities'],
       projectRoot: root,
       protectedPaths: [path.join(root, 'capsule.json')],
     }).scan();
-    expect(scan.capabilities.map((c) => c.name)).toEqual(['reader']);
-    expect(scan.invalid[0]?.issues[0]?.message).toMatch(/write access to capsule's own file/);
+    expect(scan.capabilities.map((c) => c.name)).toEqual(['data']);
+    expect(scan.invalid.map((i) => i.folder).sort()).toEqual(['greedy', 'reader']);
+    expect(scan.invalid[0]?.issues[0]?.message).toMatch(
+      /holds .*capsule\.json, which belongs to capsule itself/,
+    );
   });
 
   it('changes the content hash when any file or the environment changes', async () => {

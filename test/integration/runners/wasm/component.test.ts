@@ -190,9 +190,14 @@ describe('WasmRunner: components', () => {
     } finally {
       await first.close();
     }
-    const entries = readdirSync(path.join(cacheDir, 'wasm'));
+    // One entry, keyed by transpiler version and component hash: wasm/<version>/<sha256>/.
+    const versions = readdirSync(path.join(cacheDir, 'wasm'));
+    expect(versions).toHaveLength(1);
+    const entries = readdirSync(path.join(cacheDir, 'wasm', versions[0] ?? ''));
     expect(entries).toHaveLength(1);
-    expect(existsSync(path.join(cacheDir, 'wasm', entries[0] ?? '', 'component.mjs'))).toBe(true);
+    const entry = path.join(cacheDir, 'wasm', versions[0] ?? '', entries[0] ?? '');
+    expect(existsSync(path.join(entry, 'component.mjs'))).toBe(true);
+    expect(existsSync(path.join(entry, 'meta.json'))).toBe(true);
     const second = new WasmRunner({ poolSize: 1, cacheDir });
     try {
       expect(text((await second.runRaw(spec(hello, '{"name":"again"}'))).stdout)).toBe('Hello, again!\n');

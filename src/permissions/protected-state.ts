@@ -1,0 +1,314 @@
+import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
+import path from 'node:path';
+import { STATE_DIR } from '../config/config-store.js';
+import { PROJECT_CONFIG_FILE } from '../config/project-config.js';
+import { CapsuleError } from '../errors.js';
+import { auditLogPath } from './audit-log.js';
+
+/**
+ * capsule's own state, in one place: what no grant, tool, command cwd or runner mount may reach.
+ * Grants come from the human side only, and executable caches are run by capsule itself, so any
+ * path that is (or holds) capsule's config, state folder or caches is refused wherever something
+ * capsule runs could write, or be given, it.
+ */
+
+/** Agent profiles of a project (loaded by the profile catalog). */
+export const PROFILES_DIR = path.join(STATE_DIR, 'profiles');
+
+export interface ProtectedPaths {
+  /** capsule.json: project allowlist, rules, mode. */
+  configFile: string;
+  /** `.capsule/`: audit log, locks, profiles; protected as a whole. */
+  stateDir: string;
+  auditLog: string;
+  profilesDir: string;
+  locksDir: string;
+  /** The per-user cache of transpiled components, when the caller knows it. */
+  cacheDir: string | undefined;
+  /** Every path above, for callers that only need the list. */
+  all: string[];
+}
+
+/** The protected paths of one project (absolute, not resolved: pass real paths for real answers). */
+export function protectedPaths(projectRoot: string, cacheDir?: string): ProtectedPaths {
+  const root = path.resolve(projectRoot);
+  const configFile = path.join(root, PROJECT_CONFIG_FILE);
+  const stateDir = path.join(root, STATE_DIR);
+  const auditLog = auditLogPath(root);
+  const profilesDir = path.join(root, PROFILES_DIR);
+  const locksDir = path.join(stateDir, 'locks');
+  const cache = cacheDir === undefined ? undefined : path.resolve(cacheDir);
+  const all = [configFile, stateDir, auditLog, profilesDir, locksDir];
+  if (cache !== undefined) all.push(cache);
+  return { configFile, stateDir, auditLog, profilesDir, locksDir, cacheDir: cache, all };
+}
+
+/**
+ * Names capsule reserves at any depth under a project root: `capsule.json` (a nested one makes a
+ * project of its folder) and `.capsule` or any `.capsule-…`/`.capsule.…` entry (state folders).
+ * Case-insensitive, as on a case-insensitive file system they are the same entry.
+ */
+export function isReservedName(name: string): boolean {
+  const n = name.toLowerCase();
+  return n === PROJECT_CONFIG_FILE || n === STATE_DIR || /^\.capsule[-_.]/.test(n);
+}
+
+/** Why a target is capsule's own state. */
+export interface ProtectedHit {
+  /** The protected path involved (absolute). */
+  protectedPath: string;
+  /**
+   * `inside`: the target is that path or below it; `contains`: the target is a folder holding it;
+   * `reserved-name`: a component of the target below the root is a reserved name.
+   */
+  relation: 'inside' | 'contains' | 'reserved-name';
+}
+
+/** A one-line reason, for error messages. */
+export function describeHit(hit: ProtectedHit): string {
+  switch (hit.relation) {
+    case 'inside':
+      return `it is or lies inside ${hit.protectedPath}, which belongs to capsule itself`;
+    case 'contains':
+      return `it holds ${hit.protectedPath}, which belongs to capsule itself`;
+    case 'reserved-name':
+      return `${hit.protectedPath} has a name capsule reserves for its own state (capsule.json, .capsule)`;
+  }
+}
+
+function lower(p: string): string {
+  // Case-insensitive: on a case-insensitive file system CAPSULE.JSON is capsule.json.
+  return p.toLowerCase();
+}
+
+function within(parent: string, child: string): boolean {
+  const p = lower(parent);
+  const c = lower(child);
+  return c === p || c.startsWith(p.endsWith(path.sep) ? p : p + path.sep);
+}
+
+export interface ProtectedStateOptions {
+  /** More protected paths besides the project's own (e.g. the per-user cache dir). */
+  also?: readonly string[] | undefined;
+  /**
+   * Whether a folder that holds protected state counts (default true: a grant of `.` would give
+   * access to capsule.json). False for a working directory, which is not itself a grant.
+   */
+  containing?: boolean | undefined;
+}
+
+/**
+ * Pure, lexical core: is `target` (absolute, or relative to `projectRoot`) capsule's own state?
+ * True when it is inside (or, unless `containing: false`, contains) one of
+ * `protectedPaths(projectRoot)` or `also`, or when any of its components below the root is a
+ * reserved name. No disk access: symlinks are the wrapper's job (`findProtectedState`).
+ */
+export function protectedStateHit(
+  projectRoot: string,
+  target: string,
+  options: ProtectedStateOptions = {},
+): ProtectedHit | undefined {
+  const root = path.resolve(projectRoot);
+  const abs = path.resolve(root, target);
+  const paths = [...protectedPaths(root).all, ...(options.also ?? []).map((a) => path.resolve(a))];
+  for (const p of paths) if (within(p, abs)) return { protectedPath: p, relation: 'inside' };
+  if (options.containing !== false) {
+    for (const p of paths) if (within(abs, p)) return { protectedPath: p, relation: 'contains' };
+  }
+  if (within(root, abs)) {
+    const parts = path
+      .relative(root, abs)
+      .split(path.sep)
+      .filter((s) => s !== '');
+    for (const [i, part] of parts.entries()) {
+      if (isReservedName(part)) {
+        return { protectedPath: path.join(root, ...parts.slice(0, i + 1)), relation: 'reserved-name' };
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Where the protected paths of a project really are: capsule.json, `.capsule/` or a folder in it
+ * may itself be a symlink (`capsule.json -> config/capsule.json`), and then the folder it leads to
+ * holds capsule's state too.
+ */
+export async function realProtectedPaths(
+  projectRoot: string,
+  also: readonly string[] = [],
+): Promise<string[]> {
+  const rootReal = await realOrSelf(projectRoot);
+  const listed = [...protectedPaths(rootReal).all, ...also];
+  return [...new Set([...listed, ...(await Promise.all(listed.map(realOrSelf)))])];
+}
+
+/**
+ * The same question after symlinks: the lexical target, and the target with its deepest existing
+ * ancestor resolved, are each checked against the root as given and as its real path, and against
+ * the real places of the protected paths. A link that points into `.capsule/` (or at a folder
+ * holding capsule.json) is therefore caught too, and so is a folder a symlinked capsule.json leads to.
+ */
+export async function findProtectedState(
+  projectRoot: string,
+  target: string,
+  options: ProtectedStateOptions = {},
+): Promise<ProtectedHit | undefined> {
+  const roots = [path.resolve(projectRoot)];
+  const rootReal = await realOrSelf(projectRoot);
+  if (rootReal !== roots[0]) roots.push(rootReal);
+  const withReal = { ...options, also: await realProtectedPaths(projectRoot, options.also ?? []) };
+  const abs = path.resolve(projectRoot, target);
+  for (const candidate of [abs, await resolveExisting(abs)]) {
+    for (const root of roots) {
+      const hit = protectedStateHit(root, candidate, withReal);
+      if (hit !== undefined) return hit;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * For tools, right before they write or run somewhere: throws PERMISSION_DENIED naming the target
+ * when `findProtectedState` finds capsule's own state.
+ */
+export async function assertNotProtected(
+  projectRoot: string,
+  target: string,
+  options: ProtectedStateOptions & { field?: string | undefined } = {},
+): Promise<void> {
+  const hit = await findProtectedState(projectRoot, target, options);
+  if (hit === undefined) return;
+  throw new CapsuleError(
+    'PERMISSION_DENIED',
+    `${options.field ?? 'path'}: ${target} is refused: ${describeHit(hit)}.`,
+    {
+      file: target,
+      field: options.field,
+      hint: 'capsule.json, .capsule/ (audit log, locks, profiles) and capsule’s caches are changed by a human only (by hand or with the capsule CLI).',
+    },
+  );
+}
+
+/** What `findReservedEntry` saw. */
+export interface ReservedScan {
+  /** The first entry with a reserved name (absolute), if any. */
+  found: string | undefined;
+  /** True when the walk stopped at `maxEntries` before seeing everything. */
+  exceeded: boolean;
+}
+
+/**
+ * Walks a folder (never through a symlink) for an entry whose name is reserved: a granted folder
+ * holding `x/capsule.json` or `x/.capsule/` holds a project's state, at whatever depth. `depth`
+ * limits how far down (default: all the way); `maxEntries` bounds the work (default 50 000).
+ */
+export async function findReservedEntry(
+  dir: string,
+  options: { depth?: number; maxEntries?: number } = {},
+): Promise<ReservedScan> {
+  const maxDepth = options.depth ?? Number.POSITIVE_INFINITY;
+  let left = options.maxEntries ?? 50_000;
+  const queue: Array<{ dir: string; depth: number }> = [{ dir, depth: 1 }];
+  for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+    const entries = await readdir(next.dir, { withFileTypes: true }).catch(() => []);
+    for (const e of entries) {
+      if (--left < 0) return { found: undefined, exceeded: true };
+      const p = path.join(next.dir, e.name);
+      if (isReservedName(e.name)) return { found: p, exceeded: false };
+      if (e.isDirectory() && next.depth < maxDepth) queue.push({ dir: p, depth: next.depth + 1 });
+    }
+  }
+  return { found: undefined, exceeded: false };
+}
+
+/**
+ * For runners, right before they mount or copy a capability's fs grants: the loader already refused
+ * these, but a runner is handed a Capability by code it does not control, so it asks again.
+ * Without a project root, the file system root stands in (reserved names anywhere count).
+ */
+export async function assertGrantsUnprotected(
+  grants: readonly { declared: string; hostPath: string }[],
+  scope: {
+    projectRoot?: string | undefined;
+    also?: readonly (string | undefined)[];
+    file?: string;
+    /**
+     * Also walk each granted folder for nested state (`x/.capsule/`) and refuse one too large to
+     * walk: for a bind mount, which shows the folder's whole tree as it is.
+     */
+    deep?: boolean;
+  },
+): Promise<void> {
+  const also = (scope.also ?? []).filter((a): a is string => a !== undefined);
+  for (const [i, grant] of grants.entries()) {
+    const field = `grants.fs[${i}].path`;
+    const refuse = (why: string): CapsuleError =>
+      new CapsuleError('PERMISSION_DENIED', `${field}: ${grant.declared} is refused: ${why}.`, {
+        file: scope.file,
+        field,
+        hint: 'Grant a folder that neither is nor holds capsule.json, .capsule/ or capsule’s cache.',
+      });
+    const root = scope.projectRoot ?? path.parse(grant.hostPath).root;
+    const hit = await findProtectedState(root, grant.hostPath, { also });
+    if (hit !== undefined) throw refuse(describeHit(hit));
+    if (scope.deep === true) {
+      const st = await lstat(grant.hostPath).catch(() => undefined);
+      if (st?.isDirectory() !== true) continue;
+      const scan = await findReservedEntry(grant.hostPath);
+      if (scan.found !== undefined)
+        throw refuse(describeHit({ protectedPath: scan.found, relation: 'reserved-name' }));
+      if (scan.exceeded) throw refuse('it holds too many entries to check it for capsule state');
+    }
+  }
+}
+
+/** What a confined host process must not change. */
+export interface ConfinedPath {
+  path: string;
+  /** `read-only`: visible, not writable; `hidden`: not visible at all (nothing of it may leak). */
+  access: 'read-only' | 'hidden';
+  what: string;
+}
+
+/**
+ * Host paths a confined host process (a shell capability, run_command) must see read-only or not
+ * at all, for one project and the per-user cache dir. Absolute and not resolved: a confinement
+ * that binds them should resolve them and skip the ones that do not exist. capsule.json and
+ * `.capsule/` stay readable (a command may read its project's config); the cache dir holds code
+ * capsule imports, so it is hidden.
+ */
+export function confinedPaths(projectRoot: string, cacheDir: string): ConfinedPath[] {
+  const p = protectedPaths(projectRoot, cacheDir);
+  return [
+    { path: p.configFile, access: 'read-only', what: 'project config (capsule.json)' },
+    { path: p.stateDir, access: 'read-only', what: 'project state (.capsule/: audit log, locks, profiles)' },
+    { path: path.resolve(cacheDir), access: 'hidden', what: 'per-user cache (transpiled components)' },
+  ];
+}
+
+async function realOrSelf(p: string): Promise<string> {
+  return realpath(p).catch(() => path.resolve(p));
+}
+
+/** `abs` with its deepest existing ancestor resolved (a dangling link is resolved to its target). */
+async function resolveExisting(abs: string, depth = 0): Promise<string> {
+  let dir = abs;
+  const rest: string[] = [];
+  for (;;) {
+    try {
+      return path.join(await realpath(dir), ...rest);
+    } catch {
+      const link = await lstat(dir).catch(() => undefined);
+      if (link?.isSymbolicLink() && depth < 40) {
+        // A dangling symlink: where it would lead decides, not its name.
+        const to = path.resolve(path.dirname(dir), await readlink(dir));
+        return path.join(await resolveExisting(to, depth + 1), ...rest);
+      }
+      const parent = path.dirname(dir);
+      if (parent === dir) return abs;
+      rest.unshift(path.basename(dir));
+      dir = parent;
+    }
+  }
+}
