@@ -30,6 +30,17 @@ export interface ConnectOptions {
   env?: Record<string, string>;
 }
 
+const stateDirs = new Map<string, Promise<string>>();
+
+function stateDirFor(cwd: string): Promise<string> {
+  let dir = stateDirs.get(cwd);
+  if (dir === undefined) {
+    dir = mkdtemp(path.join(tmpdir(), 'capsule-mcp-state-'));
+    stateDirs.set(cwd, dir);
+  }
+  return dir;
+}
+
 /** The real SDK client over stdio against the built `capsule mcp` (run `npm run build` first). */
 export async function connectCapsule(options: ConnectOptions): Promise<McpHarness> {
   if (!existsSync(BUILT_CLI)) throw new Error(`${BUILT_CLI} is missing: run "npm run build" first`);
@@ -41,9 +52,9 @@ export async function connectCapsule(options: ConnectOptions): Promise<McpHarnes
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: process.env.HOME ?? '/tmp',
-      // Confirmed policies of throwaway projects stay out of the user's own state folder.
-      CAPSULE_STATE_DIR:
-        options.env?.CAPSULE_STATE_DIR ?? (await mkdtemp(path.join(tmpdir(), 'capsule-mcp-state-'))),
+      // Confirmed policies and audit heads of throwaway projects stay out of the user's own state
+      // folder; two servers on one project share one, as two sessions of one user do.
+      CAPSULE_STATE_DIR: options.env?.CAPSULE_STATE_DIR ?? (await stateDirFor(options.cwd)),
       ...options.env,
     },
   });
