@@ -11,18 +11,78 @@ export interface PreparedContainer {
   stream: Duplex;
   /** Settles when the attach stream ends or closes (all output read). */
   ended: Promise<void>;
-  /** Started ahead of the call, parked in the gate (see GATE_ENTRYPOINT) until it gets its go line. */
+  /** Started ahead of the call, parked in the watchdog (see watchdogEntrypoint) until it gets its go line. */
   started: boolean;
+  /** When it was started ahead (performance.now()); it exits on its own once its parked-idle deadline passes. */
+  parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
 }
 
 /**
- * A pre-started container waits in this gate: `read` consumes exactly one line (busybox sh reads a pipe
- * byte by byte), then the real command replaces the shell as pid 1 with the rest of stdin untouched.
- * Nothing of the capability runs before its call; the container is used for that one call only.
+ * PID 1 of every container from a capsule image: the capability's deadline lives inside the container, so
+ * nothing outlives its budget even when capsule dies without cleaning up (SIGKILL) or hangs with its engine
+ * connection open. Arguments: run deadline and parked-idle deadline in seconds (0: not parked), then the
+ * command.
+ * - Parked (started ahead of its call): `read -t` waits for exactly one go line (busybox sh reads a pipe byte
+ *   by byte, so the rest of stdin stays for the capability). No line in time, or EOF because capsule's
+ *   attach connection went away, and the container exits without running anything of the capability.
+ * - Then the command runs as a child, and PID 1 itself waits on a private fifo with `read -t`: the timer is
+ *   the shell's own poll, not a process the capability (same user) could kill. The child's exit status
+ *   arrives on the fifo and becomes the container's; at the deadline PID 1 exits, and the kernel kills every
+ *   process of the container with it. Anything the capability does to the fifo can only end it sooner.
+ * - Exec'd into a warm container (exec-pool.ts), it is not PID 1: at the deadline it asks PID 1 to end the
+ *   container instead.
  */
-export const GATE_ENTRYPOINT = ['/bin/sh', '-c', 'read -r _ && exec "$@"', 'capsule-gate'];
+const WATCHDOG_SCRIPT = [
+  'run=$1 idle=$2; shift 2',
+  'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || exit 125; fi',
+  'exec 3<&0 0</dev/null',
+  'f=/tmp/.capsule-watchdog-$$',
+  'mkfifo -m 600 "$f" && exec 4<>"$f" && rm -f "$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
+  '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
+  'exec 3<&-',
+  'read -r -t "$run" s <&4 && exit "$s"',
+  // Run by exec in a warm container (not PID 1): its PID 1 ends the container on USR1 (see KEEPALIVE).
+  '[ "$$" = 1 ] || kill -USR1 1 2>/dev/null',
+  'exit 137',
+].join('\n');
+const WATCHDOG_NAME = 'capsule-watchdog';
+
+/** How long PID 1 lets the capability run past capsule's own timer, so capsule's kill (and report) comes first. */
+export const WATCHDOG_GRACE_MS = 1000;
+
+/** The entrypoint that puts a deadline inside the container (capsule images only: it needs busybox sh). */
+export function watchdogEntrypoint(runMs: number, parkedIdleMs: number | undefined): string[] {
+  return [
+    '/bin/sh',
+    '-c',
+    WATCHDOG_SCRIPT,
+    WATCHDOG_NAME,
+    seconds(runMs),
+    parkedIdleMs === undefined ? '0' : seconds(parkedIdleMs),
+  ];
+}
+
+/** The command of one exec in a warm container, under the same deadline. */
+export function watchdogCommand(runMs: number, cmd: readonly string[]): string[] {
+  return [...watchdogEntrypoint(runMs, undefined), ...cmd];
+}
+
+/** Milliseconds as the decimal seconds busybox `read -t` takes. */
+export function seconds(ms: number): string {
+  return (Math.max(1, Math.ceil(ms)) / 1000).toFixed(3);
+}
+
+/** The parked-idle deadline of a spec's watchdog, in ms; undefined when its containers are not started ahead. */
+export function parkedIdleMs(spec: ContainerSpec): number | undefined {
+  const e = spec.entrypoint;
+  if (e === undefined || e.length !== 6 || e[2] !== WATCHDOG_SCRIPT || e[3] !== WATCHDOG_NAME)
+    return undefined;
+  const idle = Number(e[5]);
+  return Number.isFinite(idle) && idle > 0 ? idle * 1000 : undefined;
+}
+
 const GO_LINE = 'go\n';
 
 export interface CallLimits {
@@ -76,7 +136,14 @@ export async function prepareContainer(
     // Errors on the attach socket (EPIPE when the container ignores stdin, an engine restart) surface
     // through start()/wait(); without a listener they would crash the process.
     stream.on('error', () => {});
-    const prepared: PreparedContainer = { id, stream, ended: Promise.resolve(), started: false, dead: false };
+    const prepared: PreparedContainer = {
+      id,
+      stream,
+      ended: Promise.resolve(),
+      started: false,
+      parkedAt: 0,
+      dead: false,
+    };
     prepared.ended = new Promise<void>((resolve) => {
       const done = (): void => {
         prepared.dead = true;
@@ -88,6 +155,7 @@ export async function prepareContainer(
     if (isGated(spec)) {
       await engine.start(id);
       prepared.started = true;
+      prepared.parkedAt = performance.now();
     }
     return prepared;
   } catch (err) {
@@ -152,9 +220,9 @@ export async function runPrepared(
     if (code === 137 || (killedBy === undefined && code > 128)) {
       oomKilled = (await engine.inspect(id).catch(() => ({ oomKilled: false }))).oomKilled;
     }
-    if (prepared.started && (code === 126 || code === 127) && killedBy === undefined) {
-      // The gate could not exec the command: the same failure as a plain start of a missing program.
-      const missing = /capsule-gate: exec: (.+): (not found|Permission denied)/.exec(demux.stderr());
+    if ((code === 126 || code === 127) && killedBy === undefined) {
+      // The watchdog could not run the command: the same failure as a plain start of a missing program.
+      const missing = /capsule-watchdog: line \d+: (.+): (not found|Permission denied)/.exec(demux.stderr());
       if (missing !== null) {
         throw new CapsuleError(
           'RUNNER_FAILED',
@@ -174,11 +242,7 @@ export async function runPrepared(
 }
 
 export function isGated(spec: ContainerSpec): boolean {
-  return (
-    spec.entrypoint !== undefined &&
-    spec.entrypoint.length === GATE_ENTRYPOINT.length &&
-    spec.entrypoint.every((a, i) => a === GATE_ENTRYPOINT[i])
-  );
+  return parkedIdleMs(spec) !== undefined;
 }
 
 function blank(demux: OutputDemuxer): CallOutcome {

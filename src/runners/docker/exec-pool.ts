@@ -1,22 +1,40 @@
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
-import { finishedOutcome, type CallOutcome, type KilledBy } from './call.js';
+import type { Duplex } from 'node:stream';
+import {
+  WATCHDOG_GRACE_MS,
+  finishedOutcome,
+  seconds,
+  watchdogCommand,
+  type CallOutcome,
+  type KilledBy,
+} from './call.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './dockerode-engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
 import { ROLE_LABEL } from './labels.js';
 
-/** Keeps the warm container alive between execs; busybox sh/sleep exist in every capsule image. */
-const KEEPALIVE = ['/bin/sh', '-c', 'trap "exit 0" TERM; while :; do sleep 3600; done'];
+/**
+ * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
+ * stdin open, and at most its lifetime: EOF (capsule's attach connection is gone, e.g. capsule was killed) or
+ * the timeout ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
+ */
+const KEEPALIVE_SCRIPT = 'trap "exit 137" USR1 TERM; read -r -t "$1" _; exit 0';
 /** A warm container is retired after this many calls, bounding how much state can pile up. */
 const MAX_USES = 50;
 const STREAM_DRAIN_MS = 2000;
 /** Idle warm containers kept per capability configuration (more only exist while calls overlap). */
 const MAX_IDLE = 2;
+/** No call starts in a warm container with less lifetime left than its timeout plus this. */
+const LIFE_MARGIN_MS = 2000;
 
 interface Warm {
   id: string;
   uses: number;
+  startedAt: number;
+  /** Held open for the container's life: closing it (or capsule dying) ends the container. */
+  stdin: Duplex;
+  dead: boolean;
 }
 
 /**
@@ -30,10 +48,13 @@ export class ExecPool {
   private readonly engine: DockerEngine;
   private readonly idle = new Map<string, Warm[]>();
   private readonly busy = new Set<string>();
+  private readonly lifeMs: number;
   private closed = false;
 
-  constructor(engine: DockerEngine) {
+  /** `lifeMs`: how long a warm container lives at most (its own deadline, held inside it). */
+  constructor(engine: DockerEngine, lifeMs = 300_000) {
     this.engine = engine;
+    this.lifeMs = lifeMs;
   }
 
   async run(
@@ -57,7 +78,7 @@ export class ExecPool {
         started: false,
       };
     }
-    const warm = this.idle.get(key)?.pop() ?? (await this.startWarm(spec));
+    const warm = this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec));
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
@@ -76,7 +97,7 @@ export class ExecPool {
       let exec;
       try {
         exec = await this.engine.exec(warm.id, {
-          cmd: spec.cmd,
+          cmd: watchdogCommand(limits.timeoutMs + WATCHDOG_GRACE_MS, spec.cmd),
           user: spec.user,
           workingDir: spec.workingDir,
           env: spec.env,
@@ -116,7 +137,14 @@ export class ExecPool {
       signal?.removeEventListener('abort', onAbort);
       this.busy.delete(warm.id);
       warm.uses++;
-      if (retire || this.closed || warm.uses >= MAX_USES || (this.idle.get(key)?.length ?? 0) >= MAX_IDLE) {
+      if (
+        retire ||
+        this.closed ||
+        warm.dead ||
+        warm.uses >= MAX_USES ||
+        (this.idle.get(key)?.length ?? 0) >= MAX_IDLE
+      ) {
+        warm.stdin.destroy();
         await this.engine.remove(warm.id).catch(() => {});
       } else {
         const list = this.idle.get(key) ?? [];
@@ -128,7 +156,9 @@ export class ExecPool {
 
   async close(): Promise<void> {
     this.closed = true;
-    const all = [...this.idle.values()].flat().map((w) => w.id);
+    const warm = [...this.idle.values()].flat();
+    for (const w of warm) w.stdin.destroy();
+    const all = warm.map((w) => w.id);
     this.idle.clear();
     await Promise.all([...all, ...this.busy].map((id) => this.engine.remove(id).catch(() => {})));
   }
@@ -160,22 +190,46 @@ export class ExecPool {
     }
   }
 
+  /** An idle warm container with enough lifetime left for a call of `timeoutMs`; expired ones are removed. */
+  private takeIdle(key: string, timeoutMs: number): Warm | undefined {
+    const list = this.idle.get(key);
+    for (let warm = list?.pop(); warm !== undefined; warm = list?.pop()) {
+      const left = this.lifeMs - (performance.now() - warm.startedAt);
+      if (!warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS) return warm;
+      warm.stdin.destroy();
+      void this.engine.remove(warm.id).catch(() => {});
+    }
+    return undefined;
+  }
+
   private async startWarm(spec: ContainerSpec): Promise<Warm> {
     const id = await this.engine.createContainer({
       ...spec,
-      entrypoint: [],
-      cmd: KEEPALIVE,
-      openStdin: false,
+      entrypoint: ['/bin/sh', '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(this.lifeMs)],
+      cmd: [],
+      openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
     });
+    let stdin: Duplex | undefined;
     try {
+      stdin = await this.engine.attach(id);
+      stdin.on('error', () => {});
       await this.engine.start(id);
     } catch (err) {
+      stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
       throw new CapsuleError('RUNNER_FAILED', `the warm container could not start: ${engineMessage(err)}`, {
         hint: 'docker.reusable needs /bin/sh and sleep in the image (every capsule image has them)',
       });
     }
-    return { id, uses: 0 };
+    const warm: Warm = { id, uses: 0, startedAt: performance.now(), stdin, dead: false };
+    const gone = (): void => {
+      warm.dead = true;
+    };
+    stdin.once('end', gone);
+    stdin.once('close', gone);
+    // The keep-alive writes nothing; drain whatever arrives so the stream can end.
+    stdin.resume();
+    return warm;
   }
 }

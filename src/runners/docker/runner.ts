@@ -6,7 +6,7 @@ import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
-import { GATE_ENTRYPOINT, runPrepared } from './call.js';
+import { WATCHDOG_GRACE_MS, runPrepared, watchdogEntrypoint } from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine, engineMessage } from './dockerode-engine.js';
 import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
@@ -45,10 +45,16 @@ export interface DockerRunnerOptions {
    */
   prewarm?: number | undefined;
   /**
-   * Start prepared containers ahead too, parked in a one-line stdin gate until their call (capsule's own
-   * images only: the gate needs /bin/sh). Default true.
+   * Start prepared containers ahead too, parked in the watchdog until their go line (capsule's own images
+   * only: the watchdog needs busybox sh). Default true.
    */
   prestart?: boolean | undefined;
+  /**
+   * How long a started-ahead container may wait for its call before it exits on its own, and how long a warm
+   * (exec pool) container lives at most: their deadline when capsule is gone or hung (an expired one is never
+   * used). Default 300000 (5 minutes).
+   */
+  parkedIdleMs?: number | undefined;
   /** Configurations kept prewarmed at once. Default 8. */
   prewarmKeys?: number | undefined;
   /** Warm containers reused through `exec` for capabilities marked `docker.reusable`. Default true. */
@@ -77,6 +83,7 @@ export class DockerRunner implements Runner {
   private readonly filesMode: 'auto' | 'bind' | 'copy';
   private readonly cpus: number;
   private readonly prestart: boolean;
+  private readonly parkedIdleMs: number;
   private readonly hostEnv: NodeJS.ProcessEnv;
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
@@ -101,14 +108,18 @@ export class DockerRunner implements Runner {
     this.filesMode = options.capabilityFiles ?? 'auto';
     this.cpus = options.cpus ?? 1;
     this.prestart = options.prestart ?? true;
+    this.parkedIdleMs = options.parkedIdleMs ?? 300_000;
     this.hostEnv = options.env ?? process.env;
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
     this.pool = new PrewarmPool(this.engine, {
       perKey: options.prewarm ?? 1,
+      // Never hand out a parked container about to expire: it could exit before its go line arrives.
+      parkedMarginMs: Math.min(5000, (options.parkedIdleMs ?? 300_000) / 2),
       maxKeys: options.prewarmKeys ?? 8,
     });
-    this.execPool = options.execPool === false ? undefined : new ExecPool(this.engine);
+    this.execPool =
+      options.execPool === false ? undefined : new ExecPool(this.engine, options.parkedIdleMs ?? 300_000);
     if (options.handleProcessSignals === true) {
       this.signalHandler = (signal) => {
         process.removeListener('SIGINT', this.signalHandler as NodeJS.SignalsListener);
@@ -380,6 +391,9 @@ export class DockerRunner implements Runner {
         },
       );
     }
+    const docker = capability.manifest.docker;
+    // capsule's images carry the watchdog's busybox sh; the exec pool runs its own keep-alive.
+    const ownImage = docker !== undefined && this.images.recipeFor(docker.image) !== undefined;
     const capabilityFiles = copy
       ? ({ type: 'volume', volume: await this.copyVolume(capability) } as const)
       : ({ type: 'bind', hostPath: capability.dir } as const);
@@ -388,12 +402,12 @@ export class DockerRunner implements Runner {
       labels: { ...ownerLabels(this.owner), [CAPABILITY_LABEL]: capability.name, [ROLE_LABEL]: 'call' },
       hostEnv: this.hostEnv,
       cpus: this.cpus,
-      // The exec pool never uses the gate (it runs its own keep-alive).
-      gate:
-        this.prestart &&
-        !capability.manifest.docker?.reusable &&
-        this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined
-          ? GATE_ENTRYPOINT
+      watchdog:
+        ownImage && docker.reusable !== true
+          ? watchdogEntrypoint(
+              capability.manifest.limits.timeoutMs + WATCHDOG_GRACE_MS,
+              this.prestart ? this.parkedIdleMs : undefined,
+            )
           : undefined,
     });
   }

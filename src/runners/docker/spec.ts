@@ -22,8 +22,8 @@ export interface SpecOptions {
   hostEnv: NodeJS.ProcessEnv;
   /** CPU share in cores (NanoCpus / 1e9). */
   cpus: number;
-  /** Wrap the command in the start-ahead gate (call.ts GATE_ENTRYPOINT); needs /bin/sh in the image. */
-  gate?: readonly string[] | undefined;
+  /** PID 1 that carries the call's deadline (call.ts watchdogEntrypoint); needs busybox sh in the image. */
+  watchdog?: readonly string[] | undefined;
 }
 
 /** The command line inside the container: interpreter (if any), the entry under /capability, then args. */
@@ -71,7 +71,7 @@ export function buildContainerSpec(capability: Capability, options: SpecOptions)
   return {
     image: docker.image,
     // The image's entrypoint would run before (or instead of) the entry: capsule always runs the entry itself.
-    entrypoint: options.gate !== undefined ? [...options.gate] : [],
+    entrypoint: options.watchdog !== undefined ? [...options.watchdog] : [],
     cmd: containerCommand(capability),
     workingDir: CAPABILITY_MOUNT,
     user: SANDBOX_USER,
