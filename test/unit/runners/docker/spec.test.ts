@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { manifestSchema } from '../../../../src/manifest/schema.js';
 import type { Capability } from '../../../../src/manifest/types.js';
-import { GATE_ENTRYPOINT, isGated } from '../../../../src/runners/docker/call.js';
+import { isGated, parkedIdleMs, watchdogEntrypoint } from '../../../../src/runners/docker/call.js';
 import { buildContainerSpec, containerCommand } from '../../../../src/runners/docker/spec.js';
 import { specKey } from '../../../../src/runners/docker/runner.js';
 
@@ -130,10 +130,17 @@ describe('buildContainerSpec', () => {
     ).toBe(16 + 128);
   });
 
-  it('wraps the command in the start-ahead gate only when asked', () => {
+  it('puts the watchdog in front of the command when asked; parked (started ahead) only with an idle deadline', () => {
     expect(isGated(buildContainerSpec(capability(), base))).toBe(false);
-    const gated = buildContainerSpec(capability(), { ...base, gate: GATE_ENTRYPOINT });
+    const running = buildContainerSpec(capability(), {
+      ...base,
+      watchdog: watchdogEntrypoint(2000, undefined),
+    });
+    expect(running.entrypoint?.slice(-2)).toEqual(['2.000', '0']);
+    expect(isGated(running)).toBe(false);
+    const gated = buildContainerSpec(capability(), { ...base, watchdog: watchdogEntrypoint(2000, 90_000) });
     expect(isGated(gated)).toBe(true);
+    expect(parkedIdleMs(gated)).toBe(90_000);
     expect(gated.cmd).toEqual(['/bin/sh', '/capability/bin/run.sh', '--flag']);
   });
 
