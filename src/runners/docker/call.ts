@@ -20,10 +20,10 @@ export interface PreparedContainer {
 }
 
 /**
- * PID 1 of every container from a capsule image: the capability's deadline lives inside the container, so
- * nothing outlives its budget even when capsule dies without cleaning up (SIGKILL) or hangs with its engine
- * connection open. Arguments: run deadline and parked-idle deadline in seconds (0: not parked), then the
- * command.
+ * PID 1 of every container capsule runs: the capability's deadline lives inside the container, so nothing
+ * outlives its budget even when capsule dies without cleaning up (SIGKILL) or hangs with its engine
+ * connection open. Arguments: run deadline and parked-idle deadline in seconds (0: not parked), the busybox
+ * prefix for applets (see WatchdogTools), then the command.
  * - Parked (started ahead of its call): `read -t` waits for exactly one go line (busybox sh reads a pipe byte
  *   by byte, so the rest of stdin stays for the capability). No line in time, or EOF because capsule's
  *   attach connection went away, and the container exits without running anything of the capability.
@@ -35,15 +35,15 @@ export interface PreparedContainer {
  *   container instead.
  */
 const WATCHDOG_SCRIPT = [
-  'run=$1 idle=$2; shift 2',
+  'run=$1 idle=$2 bb=$3; shift 3',
   'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || exit 125; fi',
   'exec 3<&0 0</dev/null',
   'f=/tmp/.capsule-watchdog-$$',
-  'mkfifo -m 600 "$f" && exec 4<>"$f" && rm -f "$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
+  '$bb mkfifo -m 600 "$f" && exec 4<>"$f" && $bb rm -f "$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
   '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
   'exec 3<&-',
   'read -r -t "$run" s <&4 && exit "$s"',
-  // Run by exec in a warm container (not PID 1): its PID 1 ends the container on USR1 (see KEEPALIVE).
+  // Run by exec in a warm container (not PID 1): its PID 1 ends the container on USR1 (see exec-pool.ts).
   '[ "$$" = 1 ] || kill -USR1 1 2>/dev/null',
   'exit 137',
 ].join('\n');
@@ -52,21 +52,43 @@ const WATCHDOG_NAME = 'capsule-watchdog';
 /** How long PID 1 lets the capability run past capsule's own timer, so capsule's kill (and report) comes first. */
 export const WATCHDOG_GRACE_MS = 1000;
 
-/** The entrypoint that puts a deadline inside the container (capsule images only: it needs busybox sh). */
-export function watchdogEntrypoint(runMs: number, parkedIdleMs: number | undefined): string[] {
+/** Where the watchdog's shell comes from: the image's own busybox, or one mounted in from capsule's image. */
+export interface WatchdogTools {
+  /** The shell command line (busybox sh). */
+  sh: readonly string[];
+  /** Prefix that runs a busybox applet ('' when the applets are on the image's PATH). */
+  bb: string;
+}
+
+/** capsule's images: busybox is the userland. */
+export const IMAGE_TOOLS: WatchdogTools = { sh: ['/bin/sh'], bb: '' };
+/** Any other image: capsule/busybox's binary, mounted read-only from a volume (see DockerRunner). */
+export const TOOLS_MOUNT = '/.capsule';
+export const MOUNTED_TOOLS: WatchdogTools = {
+  sh: [`${TOOLS_MOUNT}/busybox`, 'sh'],
+  bb: `${TOOLS_MOUNT}/busybox`,
+};
+
+/** The entrypoint that puts a deadline inside the container, in front of the command. */
+export function watchdogEntrypoint(
+  runMs: number,
+  parkedIdleMs: number | undefined,
+  tools: WatchdogTools = IMAGE_TOOLS,
+): string[] {
   return [
-    '/bin/sh',
+    ...tools.sh,
     '-c',
     WATCHDOG_SCRIPT,
     WATCHDOG_NAME,
     seconds(runMs),
     parkedIdleMs === undefined ? '0' : seconds(parkedIdleMs),
+    tools.bb,
   ];
 }
 
 /** The command of one exec in a warm container, under the same deadline. */
-export function watchdogCommand(runMs: number, cmd: readonly string[]): string[] {
-  return [...watchdogEntrypoint(runMs, undefined), ...cmd];
+export function watchdogCommand(runMs: number, cmd: readonly string[], tools: WatchdogTools): string[] {
+  return [...watchdogEntrypoint(runMs, undefined, tools), ...cmd];
 }
 
 /** Milliseconds as the decimal seconds busybox `read -t` takes. */
@@ -76,10 +98,10 @@ export function seconds(ms: number): string {
 
 /** The parked-idle deadline of a spec's watchdog, in ms; undefined when its containers are not started ahead. */
 export function parkedIdleMs(spec: ContainerSpec): number | undefined {
-  const e = spec.entrypoint;
-  if (e === undefined || e.length !== 6 || e[2] !== WATCHDOG_SCRIPT || e[3] !== WATCHDOG_NAME)
-    return undefined;
-  const idle = Number(e[5]);
+  const e = spec.entrypoint ?? [];
+  const at = e.indexOf(WATCHDOG_NAME);
+  if (at < 2 || e[at - 1] !== WATCHDOG_SCRIPT) return undefined;
+  const idle = Number(e[at + 2]);
   return Number.isFinite(idle) && idle > 0 ? idle * 1000 : undefined;
 }
 

@@ -8,6 +8,7 @@ import {
   watchdogCommand,
   type CallOutcome,
   type KilledBy,
+  type WatchdogTools,
 } from './call.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './dockerode-engine.js';
@@ -63,6 +64,7 @@ export class ExecPool {
     capability: Capability,
     input: string,
     signal: AbortSignal | undefined,
+    tools: WatchdogTools,
   ): Promise<CallOutcome> {
     const limits = capability.manifest.limits;
     if (signal?.aborted === true) {
@@ -78,7 +80,7 @@ export class ExecPool {
         started: false,
       };
     }
-    const warm = this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec));
+    const warm = this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec, tools));
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
@@ -97,7 +99,7 @@ export class ExecPool {
       let exec;
       try {
         exec = await this.engine.exec(warm.id, {
-          cmd: watchdogCommand(limits.timeoutMs + WATCHDOG_GRACE_MS, spec.cmd),
+          cmd: watchdogCommand(limits.timeoutMs + WATCHDOG_GRACE_MS, spec.cmd, tools),
           user: spec.user,
           workingDir: spec.workingDir,
           env: spec.env,
@@ -202,10 +204,10 @@ export class ExecPool {
     return undefined;
   }
 
-  private async startWarm(spec: ContainerSpec): Promise<Warm> {
+  private async startWarm(spec: ContainerSpec, tools: WatchdogTools): Promise<Warm> {
     const id = await this.engine.createContainer({
       ...spec,
-      entrypoint: ['/bin/sh', '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(this.lifeMs)],
+      entrypoint: [...tools.sh, '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(this.lifeMs)],
       cmd: [],
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },

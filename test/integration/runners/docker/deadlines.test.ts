@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { chmod, copyFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';
@@ -173,6 +174,30 @@ describe('docker containers carry their own deadline', () => {
       },
       { 'run.sh': "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n" },
     );
+    const child = runCli(root, name);
+    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    child.kill('SIGKILL');
+    await exited(child);
+    expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+  });
+
+  it("an image that is not capsule's (no shell at all): SIGKILLed capsule, the container still ends at its deadline", async () => {
+    // An empty image: nothing of capsule's in it, not even /bin/sh.
+    const image = 'capsule-test/empty:1';
+    await execa('sh', ['-c', `tar -cf - -T /dev/null | docker import - ${image}`]);
+    const name = `foreign-${suffix}`;
+    const { root, capRoot } = await tempProject('capsule-deadline-foreign-');
+    const dir = await writeCapability(capRoot, name, {
+      environment: 'docker',
+      entry: 'busybox',
+      interpreter: undefined,
+      args: ['sh', '-c', "trap '' TERM HUP INT; echo started; while :; do /capability/busybox sleep 1; done"],
+      docker: { image },
+      limits: { timeoutMs: 3000 },
+    });
+    // The capability brings its own static busybox as its entry.
+    await copyFile('/bin/busybox', path.join(dir, 'busybox'));
+    await chmod(path.join(dir, 'busybox'), 0o755);
     const child = runCli(root, name);
     expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
     child.kill('SIGKILL');

@@ -136,7 +136,7 @@ describe('buildContainerSpec', () => {
       ...base,
       watchdog: watchdogEntrypoint(2000, undefined),
     });
-    expect(running.entrypoint?.slice(-2)).toEqual(['2.000', '0']);
+    expect(running.entrypoint?.slice(-3)).toEqual(['2.000', '0', '']);
     expect(isGated(running)).toBe(false);
     const gated = buildContainerSpec(capability(), { ...base, watchdog: watchdogEntrypoint(2000, 90_000) });
     expect(isGated(gated)).toBe(true);
