@@ -204,4 +204,79 @@ describe('docker containers carry their own deadline', () => {
     await exited(child);
     expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
   });
+
+  /** Start `capsule run` on a never-ending capability, stop it (hung, connection open) once it runs. */
+  async function hungMidCall(
+    name: string,
+    manifest: Record<string, unknown>,
+    script: string,
+  ): Promise<ChildProcess> {
+    const { root, capRoot } = await tempProject('capsule-deadline-hung-');
+    await writeCapability(
+      capRoot,
+      name,
+      { environment: 'docker', limits: { timeoutMs: 3000 }, ...manifest },
+      {
+        'run.sh': script,
+      },
+    );
+    const child = runCli(root, name);
+    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    child.kill('SIGSTOP');
+    return child;
+  }
+
+  async function endHung(child: ChildProcess): Promise<void> {
+    child.kill('SIGKILL');
+    child.kill('SIGCONT');
+    await exited(child);
+  }
+
+  it('the capability attacks its watchdog (kills its parent, floods and holds the fifo, signals PID 1): it still ends', async () => {
+    const child = await hungMidCall(
+      `tamper-${suffix}`,
+      { docker: { image: 'capsule/busybox:1' } },
+      [
+        "trap '' TERM HUP INT",
+        // PID 1 cannot be killed or stopped from inside; try anyway.
+        'kill -KILL 1; kill -STOP 1; kill -USR1 1; kill -TERM 1',
+        // Hold the watchdog fifo open and write half a line into it, then kill the parent that reports our status.
+        'exec 7>/proc/1/fd/4 && printf 9 >&7',
+        'kill -KILL $PPID',
+        'echo started',
+        'while :; do sleep 1; done',
+      ].join('\n') + '\n',
+    );
+    try {
+      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    } finally {
+      await endHung(child);
+    }
+  });
+
+  it('gVisor (runsc): a hung capsule mid-call, the container still stops at its deadline', async () => {
+    const child = await hungMidCall(
+      `gvisor-${suffix}`,
+      { docker: { image: 'capsule/busybox:1', runtime: 'runsc' } },
+      "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n",
+    );
+    try {
+      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    } finally {
+      await endHung(child);
+    }
+  });
+
+  it("a reusable (exec) capability with capsule hung mid-call: the exec's own deadline ends the warm container", async () => {
+    const child = await hungMidCall(
+      `warm-stop-${suffix}`,
+      { docker: { image: 'capsule/busybox:1', reusable: true } },
+      "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n",
+    );
+    try {
+      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    } finally {
+      await endHung(child);
+    }
+  });
 });
