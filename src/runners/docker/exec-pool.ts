@@ -130,7 +130,7 @@ export class ExecPool {
         // The engine sets State.OOMKilled only when a container exits, not for one exec'd process, so
         // ask the container's memory cgroup (v1 memory.oom_control, v2 memory.events) for its OOM kills.
         // A warm container is retired after any OOM, so a non-zero count is this call's.
-        oomKilled = (await this.oomKills(warm.id, spec)) > 0;
+        oomKilled = (await this.oomKills(warm.id, spec, tools)) > 0;
         retire = true;
       }
       return finishedOutcome(code, killedBy, oomKilled, demux);
@@ -165,13 +165,13 @@ export class ExecPool {
     await Promise.all([...all, ...this.busy].map((id) => this.engine.remove(id).catch(() => {})));
   }
 
-  private async oomKills(id: string, spec: ContainerSpec): Promise<number> {
+  private async oomKills(id: string, spec: ContainerSpec, tools: WatchdogTools): Promise<number> {
     try {
       const { stream } = await this.engine.exec(id, {
         cmd: [
-          '/bin/sh',
+          ...tools.sh,
           '-c',
-          'cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null',
+          `${tools.bb} cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null`,
         ],
         user: spec.user,
         workingDir: '/',
