@@ -17,6 +17,8 @@ export interface PreparedContainer {
   parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
+  /** Output that arrived while parked (only the watchdog's own lines): handed to the call, once. */
+  takeEarly?: (() => Buffer[]) | undefined;
 }
 
 /**
@@ -36,7 +38,7 @@ export interface PreparedContainer {
  */
 const WATCHDOG_SCRIPT = [
   'run=$1 idle=$2 bb=$3; shift 3',
-  'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || exit 125; fi',
+  'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || { echo "capsule-watchdog: no call before the idle deadline" >&2; exit 125; }; fi',
   'exec 3<&0 0</dev/null',
   'f=/tmp/.capsule-watchdog-$$',
   '$bb mkfifo -m 600 "$f" && exec 4<>"$f" && $bb rm -f "$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
@@ -175,6 +177,17 @@ export async function prepareContainer(
       stream.once('close', done);
     });
     if (isGated(spec)) {
+      // Read while parked, so the stream ends (and `dead` is set) as soon as the container exits on its own
+      // idle deadline; what arrives before the call is kept for it.
+      const early: Buffer[] = [];
+      const keep = (chunk: Buffer): void => {
+        early.push(chunk);
+      };
+      stream.on('data', keep);
+      prepared.takeEarly = () => {
+        stream.off('data', keep);
+        return early.splice(0);
+      };
       await engine.start(id);
       prepared.started = true;
       prepared.parkedAt = performance.now();
@@ -206,6 +219,7 @@ export async function runPrepared(
     engine.kill(id).catch(() => {});
   };
   const demux = new OutputDemuxer(limits.outputBytes, () => kill('overflow'));
+  for (const chunk of prepared.takeEarly?.() ?? []) demux.push(chunk);
   stream.on('data', (chunk: Buffer) => demux.push(chunk));
 
   if (signal?.aborted === true) {
@@ -241,6 +255,18 @@ export async function runPrepared(
     let oomKilled = false;
     if (code === 137 || (killedBy === undefined && code > 128)) {
       oomKilled = (await engine.inspect(id).catch(() => ({ oomKilled: false }))).oomKilled;
+    }
+    if (prepared.started && code === 125 && killedBy === undefined) {
+      // Only the watchdog prints this, before anything of the capability ran: it expired just as it was taken.
+      if (/^capsule-watchdog: no call before the idle deadline$/m.test(demux.stderr())) {
+        throw new CapsuleError(
+          'RUNNER_FAILED',
+          'the prestarted container reached its idle deadline before the call',
+          {
+            hint: 'run the call again (a fresh container is prepared for it)',
+          },
+        );
+      }
     }
     if ((code === 126 || code === 127) && killedBy === undefined) {
       // The watchdog could not run the command: the same failure as a plain start of a missing program.

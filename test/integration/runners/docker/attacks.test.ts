@@ -95,7 +95,7 @@ describe('docker runner against hostile capabilities', () => {
     // Its own PID namespace: pid 1 is capsule's watchdog (the capability is its child), and only a handful
     // of processes exist.
     expect(result.stdout).toMatch(
-      /pid1=\/bin\/sh -c [\s\S]* capsule-watchdog [\d.]+ [\d.]+ \/bin\/sh \/capability\/run.sh/,
+      /pid1=\/bin\/sh -c [\s\S]* capsule-watchdog [\d.]+ [\d.]+ +\/bin\/sh \/capability\/run.sh/,
     );
     expect(Number(/processes=(\d+)/.exec(result.stdout)?.[1])).toBeLessThan(10);
   });

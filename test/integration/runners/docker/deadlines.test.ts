@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
+import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { BUILT_CLI } from '../../../helpers/cli.js';
 import { choose, connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
@@ -277,6 +278,25 @@ describe('docker containers carry their own deadline', () => {
       expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
     } finally {
       await endHung(child);
+    }
+  });
+
+  it('a live runner: a parked container that reaches its idle deadline leaves the engine, and the next call still runs', async () => {
+    const t = await tempCapability('parked-expiry', { entry: 'run.sh' }, { 'run.sh': 'cat\n' });
+    const runner = new DockerRunner({ engine, parkedIdleMs: 1500 });
+    const mine = async (): Promise<number> =>
+      (await engine.listContainers([`capsule.pid=${process.pid}`, 'capsule.capability=parked-expiry']))
+        .length;
+    try {
+      await runner.prewarm(t.capability);
+      expect(await eventually(async () => (await mine()) === 1, 30_000)).toBe(true);
+      // Exited by itself and removed by the pool, not only stopped.
+      expect(await eventually(async () => (await mine()) === 0, 20_000)).toBe(true);
+      const r = await runner.run({ capability: t.capability, input: 'after expiry' });
+      expect(r).toMatchObject({ exitCode: 0, stdout: 'after expiry', timedOut: false });
+    } finally {
+      await runner.close();
+      await t.cleanup();
     }
   });
 });
