@@ -1,6 +1,6 @@
+import type { Duplex } from 'node:stream';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
-import type { Duplex } from 'node:stream';
 import {
   WATCHDOG_GRACE_MS,
   finishedOutcome,
@@ -33,6 +33,8 @@ interface Warm {
   id: string;
   uses: number;
   startedAt: number;
+  /** Its own lifetime (held inside it by the keep-alive). */
+  lifeMs: number;
   /** Held open for the container's life: closing it (or capsule dying) ends the container. */
   stdin: Duplex;
   dead: boolean;
@@ -80,7 +82,8 @@ export class ExecPool {
         started: false,
       };
     }
-    const warm = this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec, tools));
+    const warm =
+      this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec, tools, limits.timeoutMs));
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
@@ -196,7 +199,7 @@ export class ExecPool {
   private takeIdle(key: string, timeoutMs: number): Warm | undefined {
     const list = this.idle.get(key);
     for (let warm = list?.pop(); warm !== undefined; warm = list?.pop()) {
-      const left = this.lifeMs - (performance.now() - warm.startedAt);
+      const left = warm.lifeMs - (performance.now() - warm.startedAt);
       if (!warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS) return warm;
       warm.stdin.destroy();
       void this.engine.remove(warm.id).catch(() => {});
@@ -204,10 +207,12 @@ export class ExecPool {
     return undefined;
   }
 
-  private async startWarm(spec: ContainerSpec, tools: WatchdogTools): Promise<Warm> {
+  private async startWarm(spec: ContainerSpec, tools: WatchdogTools, timeoutMs: number): Promise<Warm> {
+    // Long enough for at least this call, whatever its timeout.
+    const lifeMs = Math.max(this.lifeMs, timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS);
     const id = await this.engine.createContainer({
       ...spec,
-      entrypoint: [...tools.sh, '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(this.lifeMs)],
+      entrypoint: [...tools.sh, '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(lifeMs)],
       cmd: [],
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
@@ -221,10 +226,10 @@ export class ExecPool {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
       throw new CapsuleError('RUNNER_FAILED', `the warm container could not start: ${engineMessage(err)}`, {
-        hint: 'docker.reusable needs /bin/sh and sleep in the image (every capsule image has them)',
+        hint: 'check the image and the engine (docker info); the keep-alive is busybox sh, from the image or mounted in by capsule',
       });
     }
-    const warm: Warm = { id, uses: 0, startedAt: performance.now(), stdin, dead: false };
+    const warm: Warm = { id, uses: 0, startedAt: performance.now(), lifeMs, stdin, dead: false };
     const gone = (): void => {
       warm.dead = true;
     };
