@@ -38,10 +38,12 @@ export interface PreparedContainer {
  */
 const WATCHDOG_SCRIPT = [
   'run=$1 idle=$2 bb=$3; shift 3',
+  // Made before parking, off the call's path. Left in place: the capability can reach it through
+  // /proc/1/fd/4 anyway, and can only end its run sooner.
+  'f=/tmp/.capsule-watchdog-$$',
+  '$bb mkfifo -m 600 "$f" && exec 4<>"$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
   'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || { echo "capsule-watchdog: no call before the idle deadline" >&2; exit 125; }; fi',
   'exec 3<&0 0</dev/null',
-  'f=/tmp/.capsule-watchdog-$$',
-  '$bb mkfifo -m 600 "$f" && exec 4<>"$f" && $bb rm -f "$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
   '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
   'exec 3<&-',
   'read -r -t "$run" s <&4 && exit "$s"',
