@@ -199,11 +199,17 @@ describe('docker containers carry their own deadline', () => {
     // The capability brings its own static busybox as its entry.
     await copyFile('/bin/busybox', path.join(dir, 'busybox'));
     await chmod(path.join(dir, 'busybox'), 0o755);
-    const child = runCli(root, name);
-    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
-    child.kill('SIGKILL');
-    await exited(child);
-    expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    try {
+      const child = runCli(root, name);
+      expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+      child.kill('SIGKILL');
+      await exited(child);
+      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      // Its stopped container still references the image until a reaper removes it.
+      for (const c of await engine.listContainers([`capsule.pid=${child.pid}`])) await engine.remove(c.id);
+    } finally {
+      await execa('docker', ['rmi', image], { reject: false });
+    }
   });
 
   /** Start `capsule run` on a never-ending capability, stop it (hung, connection open) once it runs. */
