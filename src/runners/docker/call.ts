@@ -11,18 +11,104 @@ export interface PreparedContainer {
   stream: Duplex;
   /** Settles when the attach stream ends or closes (all output read). */
   ended: Promise<void>;
-  /** Started ahead of the call, parked in the gate (see GATE_ENTRYPOINT) until it gets its go line. */
+  /** Started ahead of the call, parked in the watchdog (see watchdogEntrypoint) until it gets its go line. */
   started: boolean;
+  /** When it was started ahead (performance.now()); it exits on its own once its parked-idle deadline passes. */
+  parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
+  /** Output that arrived while parked (only the watchdog's own lines): handed to the call, once. */
+  takeEarly?: (() => Buffer[]) | undefined;
 }
 
 /**
- * A pre-started container waits in this gate: `read` consumes exactly one line (busybox sh reads a pipe
- * byte by byte), then the real command replaces the shell as pid 1 with the rest of stdin untouched.
- * Nothing of the capability runs before its call; the container is used for that one call only.
+ * PID 1 of every container capsule runs: the capability's deadline lives inside the container, so nothing
+ * outlives its budget even when capsule dies without cleaning up (SIGKILL) or hangs with its engine
+ * connection open. Arguments: run deadline and parked-idle deadline in seconds (0: not parked), the busybox
+ * prefix for applets (see WatchdogTools), then the command.
+ * - Parked (started ahead of its call): `read -t` waits for exactly one go line (busybox sh reads a pipe byte
+ *   by byte, so the rest of stdin stays for the capability). No line in time, or EOF because capsule's
+ *   attach connection went away, and the container exits without running anything of the capability.
+ * - Then the command runs as a child, and PID 1 itself waits on a private fifo with `read -t`: the timer is
+ *   the shell's own poll, not a process the capability (same user) could kill. The child's exit status
+ *   arrives on the fifo and becomes the container's; at the deadline PID 1 exits, and the kernel kills every
+ *   process of the container with it. Anything the capability does to the fifo can only end it sooner.
+ * - Exec'd into a warm container (exec-pool.ts), it is not PID 1: at the deadline it asks PID 1 to end the
+ *   container instead.
  */
-export const GATE_ENTRYPOINT = ['/bin/sh', '-c', 'read -r _ && exec "$@"', 'capsule-gate'];
+const WATCHDOG_SCRIPT = [
+  'run=$1 idle=$2 bb=$3; shift 3',
+  // Made before parking, off the call's path. Left in place: the capability can reach it through
+  // /proc/1/fd/4 anyway, and can only end its run sooner.
+  'f=/tmp/.capsule-watchdog-$$',
+  '$bb mkfifo -m 600 "$f" && exec 4<>"$f" || { echo "capsule-watchdog: no fifo in /tmp" >&2; exit 125; }',
+  'if [ "$idle" != 0 ]; then read -r -t "$idle" _ || { echo "capsule-watchdog: no call before the idle deadline" >&2; exit 125; }; fi',
+  'exec 3<&0 0</dev/null',
+  '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
+  'exec 3<&-',
+  'read -r -t "$run" s <&4 && exit "$s"',
+  // Run by exec in a warm container (not PID 1): its PID 1 ends the container on USR1 (see exec-pool.ts).
+  '[ "$$" = 1 ] || kill -USR1 1 2>/dev/null',
+  'exit 137',
+].join('\n');
+const WATCHDOG_NAME = 'capsule-watchdog';
+
+/** How long PID 1 lets the capability run past capsule's own timer, so capsule's kill (and report) comes first. */
+export const WATCHDOG_GRACE_MS = 1000;
+
+/** Where the watchdog's shell comes from: the image's own busybox, or one mounted in from capsule's image. */
+export interface WatchdogTools {
+  /** The shell command line (busybox sh). */
+  sh: readonly string[];
+  /** Prefix that runs a busybox applet ('' when the applets are on the image's PATH). */
+  bb: string;
+}
+
+/** capsule's images: busybox is the userland. */
+export const IMAGE_TOOLS: WatchdogTools = { sh: ['/bin/sh'], bb: '' };
+/** Any other image: capsule/busybox's binary, mounted read-only from a volume (see DockerRunner). */
+export const TOOLS_MOUNT = '/.capsule';
+export const MOUNTED_TOOLS: WatchdogTools = {
+  sh: [`${TOOLS_MOUNT}/busybox`, 'sh'],
+  bb: `${TOOLS_MOUNT}/busybox`,
+};
+
+/** The entrypoint that puts a deadline inside the container, in front of the command. */
+export function watchdogEntrypoint(
+  runMs: number,
+  parkedIdleMs: number | undefined,
+  tools: WatchdogTools = IMAGE_TOOLS,
+): string[] {
+  return [
+    ...tools.sh,
+    '-c',
+    WATCHDOG_SCRIPT,
+    WATCHDOG_NAME,
+    seconds(runMs),
+    parkedIdleMs === undefined ? '0' : seconds(parkedIdleMs),
+    tools.bb,
+  ];
+}
+
+/** The command of one exec in a warm container, under the same deadline. */
+export function watchdogCommand(runMs: number, cmd: readonly string[], tools: WatchdogTools): string[] {
+  return [...watchdogEntrypoint(runMs, undefined, tools), ...cmd];
+}
+
+/** Milliseconds as the decimal seconds busybox `read -t` takes. */
+export function seconds(ms: number): string {
+  return (Math.max(1, Math.ceil(ms)) / 1000).toFixed(3);
+}
+
+/** The parked-idle deadline of a spec's watchdog, in ms; undefined when its containers are not started ahead. */
+export function parkedIdleMs(spec: ContainerSpec): number | undefined {
+  const e = spec.entrypoint ?? [];
+  const at = e.indexOf(WATCHDOG_NAME);
+  if (at < 2 || e[at - 1] !== WATCHDOG_SCRIPT) return undefined;
+  const idle = Number(e[at + 2]);
+  return Number.isFinite(idle) && idle > 0 ? idle * 1000 : undefined;
+}
+
 const GO_LINE = 'go\n';
 
 export interface CallLimits {
@@ -76,7 +162,14 @@ export async function prepareContainer(
     // Errors on the attach socket (EPIPE when the container ignores stdin, an engine restart) surface
     // through start()/wait(); without a listener they would crash the process.
     stream.on('error', () => {});
-    const prepared: PreparedContainer = { id, stream, ended: Promise.resolve(), started: false, dead: false };
+    const prepared: PreparedContainer = {
+      id,
+      stream,
+      ended: Promise.resolve(),
+      started: false,
+      parkedAt: 0,
+      dead: false,
+    };
     prepared.ended = new Promise<void>((resolve) => {
       const done = (): void => {
         prepared.dead = true;
@@ -86,8 +179,20 @@ export async function prepareContainer(
       stream.once('close', done);
     });
     if (isGated(spec)) {
+      // Read while parked, so the stream ends (and `dead` is set) as soon as the container exits on its own
+      // idle deadline; what arrives before the call is kept for it.
+      const early: Buffer[] = [];
+      const keep = (chunk: Buffer): void => {
+        early.push(chunk);
+      };
+      stream.on('data', keep);
+      prepared.takeEarly = () => {
+        stream.off('data', keep);
+        return early.splice(0);
+      };
       await engine.start(id);
       prepared.started = true;
+      prepared.parkedAt = performance.now();
     }
     return prepared;
   } catch (err) {
@@ -116,6 +221,7 @@ export async function runPrepared(
     engine.kill(id).catch(() => {});
   };
   const demux = new OutputDemuxer(limits.outputBytes, () => kill('overflow'));
+  for (const chunk of prepared.takeEarly?.() ?? []) demux.push(chunk);
   stream.on('data', (chunk: Buffer) => demux.push(chunk));
 
   if (signal?.aborted === true) {
@@ -152,9 +258,21 @@ export async function runPrepared(
     if (code === 137 || (killedBy === undefined && code > 128)) {
       oomKilled = (await engine.inspect(id).catch(() => ({ oomKilled: false }))).oomKilled;
     }
-    if (prepared.started && (code === 126 || code === 127) && killedBy === undefined) {
-      // The gate could not exec the command: the same failure as a plain start of a missing program.
-      const missing = /capsule-gate: exec: (.+): (not found|Permission denied)/.exec(demux.stderr());
+    if (prepared.started && code === 125 && killedBy === undefined) {
+      // Only the watchdog prints this, before anything of the capability ran: it expired just as it was taken.
+      if (/^capsule-watchdog: no call before the idle deadline$/m.test(demux.stderr())) {
+        throw new CapsuleError(
+          'RUNNER_FAILED',
+          'the prestarted container reached its idle deadline before the call',
+          {
+            hint: 'run the call again (a fresh container is prepared for it)',
+          },
+        );
+      }
+    }
+    if ((code === 126 || code === 127) && killedBy === undefined) {
+      // The watchdog could not run the command: the same failure as a plain start of a missing program.
+      const missing = /capsule-watchdog: line \d+: (.+): (not found|Permission denied)/.exec(demux.stderr());
       if (missing !== null) {
         throw new CapsuleError(
           'RUNNER_FAILED',
@@ -174,11 +292,7 @@ export async function runPrepared(
 }
 
 export function isGated(spec: ContainerSpec): boolean {
-  return (
-    spec.entrypoint !== undefined &&
-    spec.entrypoint.length === GATE_ENTRYPOINT.length &&
-    spec.entrypoint.every((a, i) => a === GATE_ENTRYPOINT[i])
-  );
+  return parkedIdleMs(spec) !== undefined;
 }
 
 function blank(demux: OutputDemuxer): CallOutcome {

@@ -1,5 +1,5 @@
 import type { ContainerSpec, DockerEngine } from './engine.js';
-import { prepareContainer } from './call.js';
+import { parkedIdleMs, prepareContainer } from './call.js';
 import type { PreparedContainer } from './call.js';
 
 export interface PrewarmPoolOptions {
@@ -7,6 +7,8 @@ export interface PrewarmPoolOptions {
   perKey: number;
   /** Configurations kept warm at once; the least recently used one is dropped past it. */
   maxKeys: number;
+  /** A parked container this close to its idle deadline is not handed out (it could expire before its call). */
+  parkedMarginMs?: number | undefined;
 }
 
 /**
@@ -31,8 +33,8 @@ export class PrewarmPool {
   async take(key: string, spec: ContainerSpec): Promise<PreparedContainer> {
     const list = this.idle.get(key);
     let ready = list?.shift();
-    // Skip (and remove) any that died while waiting.
-    while (ready !== undefined && ready.dead) {
+    // Skip (and remove) any that died while waiting or are about to reach their idle deadline.
+    while (ready !== undefined && (ready.dead || this.expiring(ready, spec))) {
       const gone = ready;
       void this.engine.remove(gone.id).catch(() => {});
       ready = list?.shift();
@@ -63,6 +65,8 @@ export class PrewarmPool {
           list.push(prepared);
           this.idle.delete(key);
           this.idle.set(key, list);
+          // One that reaches its idle deadline exits on its own: drop it then, rather than at the next take.
+          void prepared.ended.then(() => this.dropIdle(key, prepared));
           await this.evict();
         })
         // A failed prewarm only costs the next call its head start.
@@ -93,6 +97,20 @@ export class PrewarmPool {
         await this.engine.remove(p.id).catch(() => {});
       }),
     );
+  }
+
+  private expiring(prepared: PreparedContainer, spec: ContainerSpec): boolean {
+    const idle = parkedIdleMs(spec);
+    if (!prepared.started || idle === undefined) return false;
+    return performance.now() - prepared.parkedAt > idle - (this.options.parkedMarginMs ?? 0);
+  }
+
+  private dropIdle(key: string, prepared: PreparedContainer): void {
+    const list = this.idle.get(key);
+    const at = list?.indexOf(prepared) ?? -1;
+    if (list === undefined || at < 0) return;
+    list.splice(at, 1);
+    void this.engine.remove(prepared.id).catch(() => {});
   }
 
   private async evict(): Promise<void> {

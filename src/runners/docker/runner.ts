@@ -6,7 +6,14 @@ import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
-import { GATE_ENTRYPOINT, runPrepared } from './call.js';
+import {
+  IMAGE_TOOLS,
+  MOUNTED_TOOLS,
+  TOOLS_MOUNT,
+  WATCHDOG_GRACE_MS,
+  runPrepared,
+  watchdogEntrypoint,
+} from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine, engineMessage } from './dockerode-engine.js';
 import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
@@ -46,10 +53,16 @@ export interface DockerRunnerOptions {
    */
   prewarm?: number | undefined;
   /**
-   * Start prepared containers ahead too, parked in a one-line stdin gate until their call (capsule's own
-   * images only: the gate needs /bin/sh). Default true.
+   * Start prepared containers ahead too, parked in the watchdog until their go line (capsule's own images
+   * only: the watchdog needs busybox sh). Default true.
    */
   prestart?: boolean | undefined;
+  /**
+   * How long a started-ahead container may wait for its call before it exits on its own, and how long a warm
+   * (exec pool) container lives at most: their deadline when capsule is gone or hung (an expired one is never
+   * used). Default 300000 (5 minutes).
+   */
+  parkedIdleMs?: number | undefined;
   /** Configurations kept prewarmed at once. Default 8. */
   prewarmKeys?: number | undefined;
   /** Warm containers reused through `exec` for capabilities marked `docker.reusable`. Default true. */
@@ -82,6 +95,7 @@ export class DockerRunner implements Runner {
   private readonly filesMode: 'auto' | 'bind' | 'copy';
   private readonly cpus: number;
   private readonly prestart: boolean;
+  private readonly parkedIdleMs: number;
   private readonly hostEnv: NodeJS.ProcessEnv;
   private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
   private readonly onProgress: ImageProgress;
@@ -96,6 +110,8 @@ export class DockerRunner implements Runner {
   private readonly callsByKey = new Map<string, number>();
   /** Volumes holding copied capability folders, by content hash. */
   private readonly volumes = new Map<string, Promise<string>>();
+  /** The volume with the watchdog's busybox for images that are not capsule's own (made on first use). */
+  private tools: Promise<string> | undefined;
   private ready: Promise<EngineInfo> | undefined;
   private closed = false;
   private readonly signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
@@ -107,15 +123,19 @@ export class DockerRunner implements Runner {
     this.filesMode = options.capabilityFiles ?? 'auto';
     this.cpus = options.cpus ?? 1;
     this.prestart = options.prestart ?? true;
+    this.parkedIdleMs = options.parkedIdleMs ?? 300_000;
     this.hostEnv = options.env ?? process.env;
     this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
     this.pool = new PrewarmPool(this.engine, {
       perKey: options.prewarm ?? 1,
+      // Never hand out a parked container about to expire: it could exit before its go line arrives.
+      parkedMarginMs: Math.min(5000, (options.parkedIdleMs ?? 300_000) / 2),
       maxKeys: options.prewarmKeys ?? 8,
     });
-    this.execPool = options.execPool === false ? undefined : new ExecPool(this.engine);
+    this.execPool =
+      options.execPool === false ? undefined : new ExecPool(this.engine, options.parkedIdleMs ?? 300_000);
     if (options.handleProcessSignals === true) {
       this.signalHandler = (signal) => {
         process.removeListener('SIGINT', this.signalHandler as NodeJS.SignalsListener);
@@ -190,7 +210,14 @@ export class DockerRunner implements Runner {
       request.signal === undefined ? internal.signal : AbortSignal.any([request.signal, internal.signal]);
     const call =
       docker.reusable && this.execPool !== undefined
-        ? this.execPool.run(specKey(spec), spec, capability, request.input, signal)
+        ? this.execPool.run(
+            specKey(spec),
+            spec,
+            capability,
+            request.input,
+            signal,
+            this.ownImage(capability) ? IMAGE_TOOLS : MOUNTED_TOOLS,
+          )
         : this.runFresh(spec, request, signal);
     this.active.set(internal, call);
     let outcome: CallOutcome;
@@ -250,7 +277,11 @@ export class DockerRunner implements Runner {
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
     await Promise.all([...this.removals]);
-    const volumes = await Promise.all([...this.volumes.values()].map((v) => v.catch(() => undefined)));
+    const volumes = await Promise.all(
+      [...this.volumes.values(), ...(this.tools === undefined ? [] : [this.tools])].map((v) =>
+        v.catch(() => undefined),
+      ),
+    );
     await Promise.all(
       volumes.map((v) => (v === undefined ? undefined : this.engine.removeVolume(v).catch(() => {}))),
     );
@@ -407,6 +438,10 @@ export class DockerRunner implements Runner {
         },
       );
     }
+    const reusable = capability.manifest.docker?.reusable === true;
+    // capsule's images carry the watchdog's busybox sh; any other image gets it mounted in.
+    const ownImage = this.ownImage(capability);
+    const toolsVolume = ownImage ? undefined : await this.toolsVolume();
     const capabilityFiles = copy
       ? ({ type: 'volume', volume: await this.copyVolume(capability) } as const)
       : ({ type: 'bind', hostPath: capability.dir } as const);
@@ -415,14 +450,76 @@ export class DockerRunner implements Runner {
       labels: { ...ownerLabels(this.owner), [CAPABILITY_LABEL]: capability.name, [ROLE_LABEL]: 'call' },
       hostEnv: this.hostEnv,
       cpus: this.cpus,
-      // The exec pool never uses the gate (it runs its own keep-alive).
-      gate:
-        this.prestart &&
-        !capability.manifest.docker?.reusable &&
-        this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined
-          ? GATE_ENTRYPOINT
-          : undefined,
+      // The exec pool puts its keep-alive there instead, and the watchdog in front of each exec.
+      watchdog: reusable
+        ? undefined
+        : watchdogEntrypoint(
+            capability.manifest.limits.timeoutMs + WATCHDOG_GRACE_MS,
+            // Started ahead only in capsule's own images, whose busybox reads the go line.
+            this.prestart && ownImage ? this.parkedIdleMs : undefined,
+            ownImage ? IMAGE_TOOLS : MOUNTED_TOOLS,
+          ),
+      toolsVolume,
     });
+  }
+
+  private ownImage(capability: Capability): boolean {
+    return this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined;
+  }
+
+  /**
+   * A volume holding capsule/busybox's static binary, mounted read-only at TOOLS_MOUNT into containers of any
+   * other image so their watchdog runs there too (made once per runner; a volume works for remote engines).
+   */
+  private toolsVolume(): Promise<string> {
+    if (this.tools !== undefined) return this.tools;
+    const name = `capsule-cap-${sanitize(this.owner.host)}-p${this.owner.pid}-${this.owner.instance}-tools`;
+    const job = (async () => {
+      await this.engine.createVolume(name, { ...ownerLabels(this.owner), [ROLE_LABEL]: 'tools' });
+      await this.images.ensure('capsule/busybox:1', this.onProgress);
+      const helper = await this.engine.createContainer({
+        image: 'capsule/busybox:1',
+        entrypoint: [],
+        cmd: ['/bin/cp', '/bin/busybox', `${TOOLS_MOUNT}/busybox`],
+        workingDir: '/',
+        // Root owns the fresh volume; nothing but this copy runs in the helper.
+        user: '0:0',
+        env: [],
+        labels: { ...ownerLabels(this.owner), [ROLE_LABEL]: 'tools' },
+        openStdin: false,
+        runtime: 'runc',
+        networkDisabled: true,
+        networkMode: 'none',
+        pidMode: '',
+        ipcMode: 'private',
+        privileged: false,
+        readonlyRootfs: true,
+        capDrop: ['ALL'],
+        capAdd: [],
+        securityOpt: ['no-new-privileges'],
+        memoryBytes: 64 * 1024 * 1024,
+        memorySwapBytes: 64 * 1024 * 1024,
+        pidsLimit: 8,
+        nanoCpus: 1e8,
+        ulimits: [],
+        tmpfs: {},
+        mounts: [{ type: 'volume', source: name, target: TOOLS_MOUNT, readOnly: false }],
+        logDriver: 'none',
+      });
+      try {
+        await this.engine.start(helper);
+        const code = await this.engine.wait(helper);
+        if (code !== 0) throw new Error(`copying busybox into ${name} exited ${code}`);
+      } finally {
+        await this.engine.remove(helper).catch(() => {});
+      }
+      return name;
+    })();
+    this.tools = job;
+    job.catch(() => {
+      if (this.tools === job) this.tools = undefined;
+    });
+    return job;
   }
 
   /** A volume holding a copy of the capability folder (remote engines), made once per content hash. */

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import type { Capability } from '../../manifest/types.js';
+import { TOOLS_MOUNT } from './call.js';
 import type { ContainerSpec, Mount } from './engine.js';
 
 /** Where things appear inside a capsule container. */
@@ -22,8 +23,10 @@ export interface SpecOptions {
   hostEnv: NodeJS.ProcessEnv;
   /** CPU share in cores (NanoCpus / 1e9). */
   cpus: number;
-  /** Wrap the command in the start-ahead gate (call.ts GATE_ENTRYPOINT); needs /bin/sh in the image. */
-  gate?: readonly string[] | undefined;
+  /** PID 1 that carries the call's deadline (call.ts watchdogEntrypoint). */
+  watchdog?: readonly string[] | undefined;
+  /** Volume with the watchdog's busybox, mounted read-only at TOOLS_MOUNT (images other than capsule's). */
+  toolsVolume?: string | undefined;
 }
 
 /** The command line inside the container: interpreter (if any), the entry under /capability, then args. */
@@ -52,6 +55,8 @@ export function buildContainerSpec(capability: Capability, options: SpecOptions)
       ? { type: 'bind', source: options.capabilityFiles.hostPath, target: CAPABILITY_MOUNT, readOnly: true }
       : { type: 'volume', source: options.capabilityFiles.volume, target: CAPABILITY_MOUNT, readOnly: true },
   ];
+  if (options.toolsVolume !== undefined)
+    mounts.push({ type: 'volume', source: options.toolsVolume, target: TOOLS_MOUNT, readOnly: true });
   // Each granted path is mounted alone (the narrowest option), at the same relative place under /project.
   for (const grant of capability.fsGrants) {
     mounts.push({
@@ -71,7 +76,7 @@ export function buildContainerSpec(capability: Capability, options: SpecOptions)
   return {
     image: docker.image,
     // The image's entrypoint would run before (or instead of) the entry: capsule always runs the entry itself.
-    entrypoint: options.gate !== undefined ? [...options.gate] : [],
+    entrypoint: options.watchdog !== undefined ? [...options.watchdog] : [],
     cmd: containerCommand(capability),
     workingDir: CAPABILITY_MOUNT,
     user: SANDBOX_USER,

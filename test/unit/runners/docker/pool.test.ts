@@ -1,6 +1,6 @@
 import { Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { GATE_ENTRYPOINT } from '../../../../src/runners/docker/call.js';
+import { watchdogEntrypoint } from '../../../../src/runners/docker/call.js';
 import type { ContainerSpec, DockerEngine } from '../../../../src/runners/docker/engine.js';
 import { PrewarmPool } from '../../../../src/runners/docker/pool.js';
 
@@ -36,8 +36,8 @@ function fakeEngine() {
   return { engine, live, streams, started };
 }
 
-const spec = (image: string, gated = false): ContainerSpec =>
-  ({ image, entrypoint: gated ? [...GATE_ENTRYPOINT] : [] }) as unknown as ContainerSpec;
+const spec = (image: string, gated = false, idleMs = 60_000): ContainerSpec =>
+  ({ image, entrypoint: gated ? watchdogEntrypoint(1000, idleMs) : [] }) as unknown as ContainerSpec;
 const settle = () => new Promise((r) => setTimeout(r, 10));
 
 describe('PrewarmPool', () => {
@@ -63,6 +63,30 @@ describe('PrewarmPool', () => {
     expect(started.has(gated.id)).toBe(true);
     expect(plain.started).toBe(false);
     expect(started.has(plain.id)).toBe(false);
+  });
+
+  it('never hands out a parked container close to its idle deadline, and drops one that expired', async () => {
+    const { engine, live, streams } = fakeEngine();
+    const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4, parkedMarginMs: 40 });
+    const parked = spec('a', true, 60);
+    pool.refill('k', parked);
+    await settle();
+    const [old] = [...live];
+    // Within its margin of the 60 ms deadline: a fresh one is prepared instead, the old one removed.
+    await new Promise((r) => setTimeout(r, 30));
+    const taken = await pool.take('k', parked);
+    expect(taken.id).not.toBe(old);
+    await settle();
+    expect(live.has(old ?? '')).toBe(false);
+    // One that reaches its deadline while idle (its stream ends) leaves the pool and the engine at once.
+    pool.refill('k', parked);
+    await settle();
+    const idle = [...live].find((id) => id !== taken.id) ?? '';
+    streams.get(idle)?.destroy();
+    await settle();
+    expect(pool.idleCount()).toBe(0);
+    expect(live.has(idle)).toBe(false);
+    await pool.close();
   });
 
   it('skips and removes a container that died while waiting', async () => {

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { manifestSchema } from '../../../../src/manifest/schema.js';
 import type { Capability } from '../../../../src/manifest/types.js';
-import { GATE_ENTRYPOINT, isGated } from '../../../../src/runners/docker/call.js';
+import {
+  MOUNTED_TOOLS,
+  isGated,
+  parkedIdleMs,
+  watchdogEntrypoint,
+} from '../../../../src/runners/docker/call.js';
 import { buildContainerSpec, containerCommand } from '../../../../src/runners/docker/spec.js';
 import { specKey } from '../../../../src/runners/docker/runner.js';
 
@@ -130,11 +135,37 @@ describe('buildContainerSpec', () => {
     ).toBe(16 + 128);
   });
 
-  it('wraps the command in the start-ahead gate only when asked', () => {
+  it('puts the watchdog in front of the command when asked; parked (started ahead) only with an idle deadline', () => {
     expect(isGated(buildContainerSpec(capability(), base))).toBe(false);
-    const gated = buildContainerSpec(capability(), { ...base, gate: GATE_ENTRYPOINT });
+    const running = buildContainerSpec(capability(), {
+      ...base,
+      watchdog: watchdogEntrypoint(2000, undefined),
+    });
+    expect(running.entrypoint?.slice(-3)).toEqual(['2.000', '0', '']);
+    expect(isGated(running)).toBe(false);
+    const gated = buildContainerSpec(capability(), { ...base, watchdog: watchdogEntrypoint(2000, 90_000) });
     expect(isGated(gated)).toBe(true);
+    expect(parkedIdleMs(gated)).toBe(90_000);
     expect(gated.cmd).toEqual(['/bin/sh', '/capability/bin/run.sh', '--flag']);
+  });
+
+  it("an image that is not capsule's runs the watchdog from the tools volume, mounted read-only, never parked", () => {
+    const spec = buildContainerSpec(capability({ docker: { image: 'example/tool:1' } }), {
+      ...base,
+      watchdog: watchdogEntrypoint(2000, undefined, MOUNTED_TOOLS),
+      toolsVolume: 'capsule-tools',
+    });
+    expect(spec.entrypoint?.slice(0, 3)).toEqual(['/.capsule/busybox', 'sh', '-c']);
+    expect(spec.entrypoint?.slice(-3)).toEqual(['2.000', '0', '/.capsule/busybox']);
+    expect(spec.mounts).toContainEqual({
+      type: 'volume',
+      source: 'capsule-tools',
+      target: '/.capsule',
+      readOnly: true,
+    });
+    expect(isGated(spec)).toBe(false);
+    // The hardening does not change with the watchdog.
+    expect(spec).toMatchObject({ readonlyRootfs: true, capDrop: ['ALL'], user: '65534:65534' });
   });
 
   it('same configuration, same pool key; any difference, another key', () => {
