@@ -16,7 +16,8 @@ export interface DefaultRunnerOptions {
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const env = options.env ?? process.env;
   return [
-    new ShellRunner({ hostEnv: env }),
+    // Capsule's own state (capsule.json, .capsule/) is mounted read-only for shell capabilities.
+    new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot }),
     // Workers start on the first wasm call; compiled modules are cached under .capsule/cache.
     new WasmRunner({ cacheDir: path.join(options.projectRoot, '.capsule', 'cache'), hostEnv: env }),
     // A missing capsule image is built on first use, with its progress reported.
