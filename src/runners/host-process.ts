@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import {
   accessSync,
   constants as fsConstants,
@@ -44,6 +44,8 @@ const LIMIT_POLL_MS = 25;
 
 /** What confinement host processes get on this machine, as measured by {@link probeHostConfinement}. */
 export interface HostConfinement {
+  /** The namespaces are owned by an unprivileged user namespace (capsule is not root). */
+  userNamespace: boolean;
   /** Own pid namespace and /proc: nothing outlives the run, capsule's environment is not visible. */
   pidNamespace: boolean;
   /** The namespace is killed when capsule dies (even by SIGKILL). */
@@ -75,7 +77,9 @@ export function describeConfinement(c: HostConfinement): string {
   if (!c.pidNamespace) {
     return `unconfined host process (${c.missing.join('; ')}): a process that leaves its group can outlive the run and read capsule's environment through /proc`;
   }
-  const parts = ['own pid namespace and /proc (nothing outlives the run; capsule’s environment not visible)'];
+  const parts = [
+    `own pid namespace and /proc${c.userNamespace ? ' (in a user namespace)' : ''} (nothing outlives the run; capsule’s environment not visible)`,
+  ];
   if (c.diesWithCapsule) parts.push('dies with capsule');
   parts.push(c.readOnlyPaths ? "capsule's state read-only" : "capsule's state writable");
   const limits = [c.memoryLimit ? 'memory' : undefined, c.pidsLimit ? 'pids' : undefined].filter(Boolean);
@@ -85,8 +89,8 @@ export function describeConfinement(c: HostConfinement): string {
   return parts.join(', ');
 }
 
-function findTool(name: string): string | undefined {
-  for (const dir of SYSTEM_DIRS) {
+function findTool(name: string, dirs: readonly string[]): string | undefined {
+  for (const dir of dirs) {
     const file = path.join(dir, name);
     try {
       accessSync(file, fsConstants.X_OK);
@@ -186,6 +190,7 @@ function initScript(
 
 function confinedArgv(
   tools: NonNullable<HostConfinement['tools']>,
+  userNamespace: boolean,
   script: string,
   file: string,
   args: readonly string[],
@@ -193,10 +198,13 @@ function confinedArgv(
   return {
     file: tools.setpriv,
     args: [
+      // setpriv fails rather than run without it, so a started run always dies with capsule.
       '--pdeathsig',
       'KILL',
       '--',
       tools.unshare,
+      // Without root: an unprivileged user namespace owns the new pid and mount namespaces.
+      ...(userNamespace ? ['--user', '--map-root-user'] : []),
       '--fork',
       '--pid',
       '--mount-proc',
@@ -217,9 +225,10 @@ function confinedArgv(
  * other process, a read-only mount the process cannot write or remount, and a cgroup that takes limits.
  * Synchronous (one short process, a few ms) so the isolation report can be built from it.
  */
-export function probeHostConfinement(): HostConfinement {
+export function probeHostConfinement(options: { toolDirs?: readonly string[] } = {}): HostConfinement {
   const missing: string[] = [];
   const result: HostConfinement = {
+    userNamespace: false,
     pidNamespace: false,
     diesWithCapsule: false,
     readOnlyPaths: false,
@@ -231,11 +240,12 @@ export function probeHostConfinement(): HostConfinement {
     missing.push(`no Linux namespaces on ${process.platform}`);
     return result;
   }
+  const dirs = options.toolDirs ?? SYSTEM_DIRS;
   const tools = {
-    setpriv: findTool('setpriv'),
-    unshare: findTool('unshare'),
-    mount: findTool('mount'),
-    sh: findTool('sh'),
+    setpriv: findTool('setpriv', dirs),
+    unshare: findTool('unshare', dirs),
+    mount: findTool('mount', dirs),
+    sh: findTool('sh', dirs),
   };
   const absent = Object.entries(tools)
     .filter(([, v]) => v === undefined)
@@ -258,23 +268,41 @@ export function probeHostConfinement(): HostConfinement {
       group = undefined;
     }
     // Inside: am I pid 1 alone, is the file read-only even for root, can I remount it (I must not)?
+    const f = shQuote(file);
     const check = [
       'test "$$" = 1 || echo not-pid-1',
       // A fresh /proc lists only this namespace: a handful of pids, not the machine's.
       'n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; [ "$n" -le 4 ] || echo host-proc',
-      `( echo y > ${shQuote(file)} ) 2>/dev/null && echo writable`,
-      `${found.mount} -o remount,rw ${shQuote(file)} 2>/dev/null && echo remounted`,
+      // Undo the read-only mount every way a process would try, then write.
+      `${found.mount} -o remount,bind,rw ${f} 2>/dev/null; ${found.mount} --make-private ${f} 2>/dev/null`,
+      `umount ${f} 2>/dev/null; ( echo y > ${f} ) 2>/dev/null && echo writable`,
       'echo probe-ran',
     ].join('\n');
-    const argv = confinedArgv(found, initScript(found, group?.procsFiles ?? [], [file], scratch), found.sh, [
-      '-c',
-      check,
-    ]);
-    const r = spawnSync(argv.file, argv.args, {
-      encoding: 'utf8',
-      env: { PATH: '/usr/bin:/bin' },
-      timeout: 5000,
-    });
+    const attempt = (userNs: boolean): SpawnSyncReturns<string> => {
+      const argv = confinedArgv(
+        found,
+        userNs,
+        initScript(found, userNs ? [] : (group?.procsFiles ?? []), [file], scratch),
+        found.sh,
+        ['-c', check],
+      );
+      return spawnSync(argv.file, argv.args, {
+        encoding: 'utf8',
+        env: { PATH: '/usr/bin:/bin' },
+        timeout: 5000,
+      });
+    };
+    let r = attempt(false);
+    if (!(r.stdout ?? '').includes('probe-ran')) {
+      // Not root: an unprivileged user namespace may still give the pid and mount namespaces.
+      const viaUser = attempt(true);
+      if ((viaUser.stdout ?? '').includes('probe-ran')) {
+        r = viaUser;
+        result.userNamespace = true;
+        if (group !== undefined) removeCgroup(group);
+        group = undefined;
+      }
+    }
     const out = r.stdout ?? '';
     if (!out.includes('probe-ran')) {
       const why = (r.stderr ?? '').trim().split('\n').pop() ?? '';
@@ -287,10 +315,7 @@ export function probeHostConfinement(): HostConfinement {
     if (!result.pidNamespace) missing.push('the namespace init is not pid 1 or /proc shows the host');
     result.diesWithCapsule = result.pidNamespace;
     result.readOnlyPaths =
-      result.pidNamespace &&
-      !out.includes('writable') &&
-      !out.includes('remounted') &&
-      readFileSync(file, 'utf8') === 'x';
+      result.pidNamespace && !out.includes('writable') && readFileSync(file, 'utf8') === 'x';
     if (!result.readOnlyPaths) missing.push('protected paths could not be made read-only');
     if (group !== undefined && result.pidNamespace) {
       result.memoryLimit = true;
@@ -517,6 +542,7 @@ export class HostProcesses {
       const readOnly = conf.readOnlyPaths ? mountTargets(options.readOnlyPaths ?? []) : [];
       argv = confinedArgv(
         conf.tools,
+        conf.userNamespace,
         initScript(conf.tools, group?.procsFiles ?? [], readOnly, options.cwd),
         options.file,
         options.args,
