@@ -3,18 +3,19 @@ import {
   accessSync,
   constants as fsConstants,
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
+  renameSync,
   rmdirSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
 import { constants as osConstants, tmpdir } from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
-import { setTimeout as delay } from 'node:timers/promises';
+import { createHash, randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { CappedOutput } from './capped-output.js';
 
@@ -170,22 +171,104 @@ function mountTargets(paths: readonly string[]): string[] {
  * the ancestors of every protected path mount points (a mount point cannot be renamed), mount the
  * protected paths read-only, then exec the command without the capabilities that could undo it.
  */
+/** An fstab field: whitespace and backslashes as octal escapes, as libmount reads them. */
+function fstabField(p: string): string {
+  return p.replace(/[\\\s]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+}
+
+/** Mount points of capsule's own mount namespace (a bind entry on one of them would be skipped by mount -a). */
+function mountPoints(): Set<string> {
+  try {
+    const lines = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+    return new Set(
+      lines
+        .map((l) => l.split(' ')[4])
+        .filter((m): m is string => m !== undefined)
+        .map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))),
+    );
+  } catch {
+    return new Set();
+  }
+}
+
+/**
+ * The mounts of a run as one fstab, so the init mounts them with a single `mount -a` (one exec instead
+ * of one per path): the ancestors of every protected path become mount points (a mount point cannot be
+ * renamed), then each protected path is bound read-only onto itself.
+ */
+function mountTable(
+  readOnly: readonly string[],
+  mounted: ReadonlySet<string>,
+): { fstab: string; explicit: string[] } {
+  const roots = [...new Set(readOnly.flatMap((p) => ancestors(p)))].filter(
+    (d) => d !== '/' && !mounted.has(d),
+  );
+  const lines = roots.map((d) => `${fstabField(d)} ${fstabField(d)} none rbind 0 0`);
+  const explicit: string[] = [];
+  for (const p of readOnly) {
+    if (mounted.has(p)) explicit.push(p);
+    else lines.push(`${fstabField(p)} ${fstabField(p)} none bind,ro 0 0`);
+  }
+  return { fstab: lines.length > 0 ? `${lines.join('\n')}\n` : '', explicit };
+}
+
+/**
+ * The script the namespace's init runs before it becomes the command: join the run's cgroup(s), mount
+ * the table (ancestors as mount points, protected paths read-only), then exec the command without the
+ * capabilities that could undo it.
+ */
 function initScript(
   tools: NonNullable<HostConfinement['tools']>,
   cgroupProcs: readonly string[],
-  readOnly: readonly string[],
+  mounts: { fstabFile?: string | undefined; explicit: readonly string[] },
   cwd: string,
 ): string {
   const lines = ['set -e'];
   for (const procs of cgroupProcs) lines.push(`echo 0 > ${shQuote(procs)}`);
-  const roots = [...new Set(readOnly.flatMap((p) => ancestors(p)))].filter((d) => d !== '/');
-  for (const dir of roots) lines.push(`${tools.mount} --rbind ${shQuote(dir)} ${shQuote(dir)}`);
-  for (const p of readOnly) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
+  if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${shQuote(mounts.fstabFile)}`);
+  for (const p of mounts.explicit) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
   // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
-  if (readOnly.length > 0) lines.push(`cd ${shQuote(cwd)}`);
+  if (mounts.fstabFile !== undefined || mounts.explicit.length > 0) lines.push(`cd ${shQuote(cwd)}`);
   const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
   lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
   return lines.join('\n');
+}
+
+/**
+ * Where mount tables live: one folder per user, itself mounted read-only in every run, so no confined
+ * process can rewrite the table a later run mounts from. Named by content, so runs share them.
+ */
+function mountTableFile(fstab: string): string {
+  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  const st = lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== (process.getuid?.() ?? st.uid) || (st.mode & 0o077) !== 0) {
+    throw new Error(`${dir} is not a private folder of this user`);
+  }
+  const file = path.join(dir, `${createHash('sha256').update(fstab).digest('hex').slice(0, 32)}.fstab`);
+  let current: string | undefined;
+  try {
+    current = readFileSync(file, 'utf8');
+  } catch {
+    current = undefined;
+  }
+  if (current !== fstab) {
+    const temp = `${file}.${randomBytes(6).toString('hex')}`;
+    writeFileSync(temp, fstab, { mode: 0o600 });
+    renameSync(temp, file);
+  }
+  return file;
+}
+
+function runMounts(readOnly: readonly string[]): { fstabFile?: string | undefined; explicit: string[] } {
+  if (readOnly.length === 0) return { explicit: [] };
+  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  const { fstab, explicit } = mountTable([dir, ...readOnly], mountPoints());
+  return { fstabFile: fstab === '' ? undefined : mountTableFile(fstab), explicit };
 }
 
 function confinedArgv(
@@ -282,7 +365,7 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
       const argv = confinedArgv(
         found,
         userNs,
-        initScript(found, userNs ? [] : (group?.procsFiles ?? []), [file], scratch),
+        initScript(found, userNs ? [] : (group?.procsFiles ?? []), runMounts([file]), scratch),
         found.sh,
         ['-c', check],
       );
@@ -400,6 +483,12 @@ function removeCgroup(group: RunCgroup): boolean {
     }
   }
   return ok;
+}
+
+function removeLater(group: RunCgroup, tries: number): void {
+  setTimeout(() => {
+    if (!removeCgroup(group) && tries > 1) removeLater(group, tries - 1);
+  }, 10).unref();
 }
 
 /** Empty cgroups left by a capsule that was killed before it could remove them. */
@@ -543,7 +632,7 @@ export class HostProcesses {
       argv = confinedArgv(
         conf.tools,
         conf.userNamespace,
-        initScript(conf.tools, group?.procsFiles ?? [], readOnly, options.cwd),
+        initScript(conf.tools, group?.procsFiles ?? [], runMounts(readOnly), options.cwd),
         options.file,
         options.args,
       );
@@ -553,10 +642,9 @@ export class HostProcesses {
     try {
       await this.spawn(argv, options, result, group);
     } finally {
-      if (group !== undefined) {
-        // The namespace is gone once its init is; exiting tasks may take a moment to leave the cgroup.
-        for (let i = 0; i < 40 && !removeCgroup(group); i++) await delay(5);
-      }
+      // The namespace is gone once its init is; exiting tasks may take a moment to leave the cgroup,
+      // so an empty cgroup is removed in the background rather than making the caller wait.
+      if (group !== undefined && !removeCgroup(group)) removeLater(group, 40);
     }
     result.durationMs = performance.now() - started;
     return result;
