@@ -264,10 +264,19 @@ function mountTableFile(fstab: string): string {
   return file;
 }
 
-function runMounts(readOnly: readonly string[]): { fstabFile?: string | undefined; explicit: string[] } {
-  if (readOnly.length === 0) return { explicit: [] };
+function runMounts(
+  readOnly: readonly string[],
+  hideCgroups: boolean,
+): { fstabFile?: string | undefined; explicit: string[] } {
+  if (readOnly.length === 0 && !hideCgroups) return { explicit: [] };
   const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
-  const { fstab, explicit } = mountTable([dir, ...readOnly], mountPoints());
+  const table = mountTable([dir, ...readOnly], mountPoints());
+  // Root may write cgroupfs: the run would leave its cgroup or raise its own limits. An empty read-only
+  // tmpfs hides every hierarchy once the init has joined (its own name, or mount -a takes it as mounted).
+  const fstab = hideCgroups
+    ? `${table.fstab}capsule-no-cgroups /sys/fs/cgroup tmpfs ro,size=4k,mode=555 0 0\n`
+    : table.fstab;
+  const { explicit } = table;
   return { fstabFile: fstab === '' ? undefined : mountTableFile(fstab), explicit };
 }
 
@@ -359,13 +368,20 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
       // Undo the read-only mount every way a process would try, then write.
       `${found.mount} -o remount,bind,rw ${f} 2>/dev/null; ${found.mount} --make-private ${f} 2>/dev/null`,
       `umount ${f} 2>/dev/null; ( echo y > ${f} ) 2>/dev/null && echo writable`,
+      // With limits, the cgroup hierarchies must be out of reach (a run could leave or raise its own).
+      '[ -z "$(ls -A /sys/fs/cgroup 2>/dev/null)" ] || echo cgroups-visible',
       'echo probe-ran',
     ].join('\n');
     const attempt = (userNs: boolean): SpawnSyncReturns<string> => {
       const argv = confinedArgv(
         found,
         userNs,
-        initScript(found, userNs ? [] : (group?.procsFiles ?? []), runMounts([file]), scratch),
+        initScript(
+          found,
+          userNs ? [] : (group?.procsFiles ?? []),
+          runMounts([file], group !== undefined && !userNs),
+          scratch,
+        ),
         found.sh,
         ['-c', check],
       );
@@ -400,7 +416,7 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
     result.readOnlyPaths =
       result.pidNamespace && !out.includes('writable') && readFileSync(file, 'utf8') === 'x';
     if (!result.readOnlyPaths) missing.push('protected paths could not be made read-only');
-    if (group !== undefined && result.pidNamespace) {
+    if (group !== undefined && result.pidNamespace && !out.includes('cgroups-visible')) {
       result.memoryLimit = true;
       result.pidsLimit = true;
       result.cgroup = layout;
@@ -632,7 +648,12 @@ export class HostProcesses {
       argv = confinedArgv(
         conf.tools,
         conf.userNamespace,
-        initScript(conf.tools, group?.procsFiles ?? [], runMounts(readOnly), options.cwd),
+        initScript(
+          conf.tools,
+          group?.procsFiles ?? [],
+          runMounts(readOnly, group !== undefined),
+          options.cwd,
+        ),
         options.file,
         options.args,
       );

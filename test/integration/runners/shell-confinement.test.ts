@@ -270,6 +270,38 @@ describe('shell confinement: memory and pids limits', () => {
     expect(r.exitCode).not.toBe(0);
   });
 
+  // Root may write cgroupfs: leave the run's own cgroup, or raise its own limits, then fork / allocate.
+  const ESCAPE = [
+    'p=$(grep ":pids:" /proc/self/cgroup | cut -d: -f3); m=$(grep ":memory:" /proc/self/cgroup | cut -d: -f3)',
+    'echo max > "/sys/fs/cgroup/pids$p/pids.max" 2>/dev/null',
+    'echo -1 > "/sys/fs/cgroup/memory$m/memory.limit_in_bytes" 2>/dev/null',
+    'echo 0 > /sys/fs/cgroup/pids/cgroup.procs 2>/dev/null',
+    'echo 0 > /sys/fs/cgroup/memory/cgroup.procs 2>/dev/null',
+  ].join('\n');
+
+  it('a capability that rewrites or leaves its cgroup is still held to limits.pids', async () => {
+    const { capability } = await makeCapability(
+      'escaper',
+      `${ESCAPE}\nmkdir -p started\nfor i in $(seq 1 40); do sh -c 'echo > "started/$$"; sleep 5' & done\nwait\n`,
+      { limits: { pids: 8, timeoutMs: 30_000 } },
+    );
+    const r = await runner.run({ capability, input: '{}' });
+    const started = await readdir(path.join(capability.dir, 'started')).catch(() => []);
+    expect(started.length).toBeLessThan(8);
+    expect(r.pidsLimited).toBe(true);
+  });
+
+  it('… and to limits.memoryMb', async () => {
+    const { capability } = await makeCapability(
+      'escaper',
+      `${ESCAPE}\nnode -e 'const a = []; for (let i = 0; i < 400; i++) a.push(Buffer.alloc(1 << 20, 1)); require("fs").writeFileSync("allocated", "x")'\n`,
+      { limits: { memoryMb: 96, timeoutMs: 30_000 } },
+    );
+    const r = await runner.run({ capability, input: '{}' });
+    expect(existsSync(path.join(capability.dir, 'allocated'))).toBe(false);
+    expect(r.oomKilled).toBe(true);
+  });
+
   it('a capability forking past limits.pids is stopped and reported', async () => {
     const { capability } = await makeCapability(
       'forker',
