@@ -62,6 +62,24 @@ describe('host processes: the isolation report says what was measured', () => {
     expect((await readFile(state, 'utf8')) === 'trusted\n').toBe(confinement.readOnlyPaths);
   });
 
+  it('protects paths with spaces, tabs and backslashes too (the mount table escapes them)', async () => {
+    const confinement = probeHostConfinement();
+    const { root } = await scratch();
+    const odd = path.join(root, 'a dir\twith \\odd');
+    await mkdir(odd);
+    const state = path.join(odd, 'capsule.json');
+    await writeFile(state, 'trusted\n');
+    const r = await new HostProcesses(confinement).run({
+      ...base,
+      file: 'sh',
+      args: ['-c', 'echo forged > capsule.json; echo ran'],
+      cwd: odd,
+      readOnlyPaths: [state],
+    });
+    expect(r.stdout).toBe('ran\n');
+    expect((await readFile(state, 'utf8')) === 'trusted\n').toBe(confinement.readOnlyPaths);
+  });
+
   it('without the tools it falls back to a process group, still runs, and says it is unconfined', async () => {
     const confinement = probeHostConfinement({ toolDirs: [] });
     expect(confinement.pidNamespace).toBe(false);
