@@ -22,8 +22,8 @@ import { CappedOutput } from './capped-output.js';
 /**
  * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).
  *
- * Where the machine allows it (root, util-linux `unshare` and `setpriv`), the process runs as the init of
- * a fresh pid namespace with its own /proc:
+ * Where the machine allows it (util-linux `setpriv`, `unshare` and `mount`, and root or unprivileged user
+ * namespaces), the process runs as the init of a fresh pid namespace with its own /proc:
  *  - nothing outlives the run: when the init exits or is killed, the kernel kills every process of the
  *    namespace (setsid, double fork, nohup, disown and detached spawns included);
  *  - the namespace dies with capsule: `setpriv --pdeathsig KILL` makes `unshare` die with capsule, and
@@ -228,7 +228,9 @@ function initScript(
   if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${shQuote(mounts.fstabFile)}`);
   for (const p of mounts.explicit) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
   // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
-  if (mounts.fstabFile !== undefined || mounts.explicit.length > 0) lines.push(`cd ${shQuote(cwd)}`);
+  // (`cd` would export OLDPWD into the command's environment, which must be exactly what was given.)
+  if (mounts.fstabFile !== undefined || mounts.explicit.length > 0)
+    lines.push(`cd ${shQuote(cwd)}`, 'unset OLDPWD');
   const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
   lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
   return lines.join('\n');
@@ -406,7 +408,7 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
     if (!out.includes('probe-ran')) {
       const why = (r.stderr ?? '').trim().split('\n').pop() ?? '';
       missing.push(
-        `no pid/mount namespaces here (${why || r.error?.message || `exit ${r.status}`}; needs root)`,
+        `no pid/mount namespaces here (${why || r.error?.message || `exit ${r.status}`}; needs root or user namespaces)`,
       );
       return result;
     }
