@@ -163,6 +163,9 @@ describe("shell confinement: capsule's own environment is not readable", () => {
           'echo "ppid=$PPID"',
           'cat /proc/$PPID/environ /proc/$PPID/cmdline /proc/1/environ 2>/dev/null',
           'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo; done',
+          // A nested user namespace cannot mount a /proc that shows more.
+          "unshare -U -r -m -p -f --mount-proc sh -c 'cat /proc/[0-9]*/environ' 2>/dev/null",
+          "unshare -m sh -c 'mount -t proc proc /proc && cat /proc/[0-9]*/environ' 2>/dev/null",
           'echo walked',
         ].join('\n'),
       },
@@ -193,6 +196,8 @@ mv .capsule gone
 umount capsule.json
 mount -o remount,rw,bind capsule.json && echo '{"mode":"bypass"}' > capsule.json
 umount -l .capsule
+unshare -U -r -m sh -c 'umount capsule.json; umount -l .capsule; echo "{}" > capsule.json; rm -rf .capsule' 2>/dev/null
+unshare -U -r -m -p -f --mount-proc sh -c 'echo "{}" > capsule.json' 2>/dev/null
 cd .. && mv "$1" "$1.old" && mkdir "$1" && echo '{"mode":"bypass"}' > "$1/capsule.json"
 true
 `;
