@@ -1,5 +1,7 @@
-// Shell runner overhead: capsule's path (registry lookup + gate + input validation + ShellRunner)
-// vs a bare execa spawn of the same script, in one process, measured alternately so noise hits both.
+// Shell runner overhead: capsule's path (registry lookup + gate + input validation + ShellRunner, with
+// the confinement this machine allows: pid namespace, read-only state, cgroup limits) and the confined
+// spawn alone, vs a bare execa spawn of the same script, in one process, measured alternately so noise
+// hits all of them.
 import { execa } from 'execa';
 import { stats } from './stats.mjs';
 
@@ -7,6 +9,11 @@ export async function benchShell({ root, iterations = 50 }) {
   const { Registry } = await import('../dist/registry/registry.js');
   const { ShellRunner } = await import('../dist/runners/shell-runner.js');
   const { Executor } = await import('../dist/executor/executor.js');
+  const { HostProcesses, describeConfinement } = await import('../dist/runners/host-process.js');
+  const { protectedPaths } = await import('../dist/permissions/self-protection.js');
+  const processes = new HostProcesses();
+  const confinement = processes.confinement();
+  process.stderr.write(`bench: shell confinement here: ${describeConfinement(confinement)}\n`);
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
   const registry = new Registry({ roots: ['capabilities'], projectRoot: root });
@@ -19,10 +26,11 @@ export async function benchShell({ root, iterations = 50 }) {
       prompter: createNonInteractivePrompter(),
       audit: false,
     }),
-    runners: [new ShellRunner()],
+    runners: [new ShellRunner({ projectRoot: root, hostProcesses: processes })],
   });
   const cap = await registry.get('shout');
   const bare = [];
+  const confined = [];
   const ours = [];
   for (let i = 0; i < iterations + 5; i++) {
     let t = performance.now();
@@ -34,17 +42,40 @@ export async function benchShell({ root, iterations = 50 }) {
     });
     const b = performance.now() - t;
     t = performance.now();
+    const direct = await processes.run({
+      file: 'sh',
+      args: [cap.entryPath],
+      cwd: cap.dir,
+      env: { PATH: '/usr/bin:/bin' },
+      input: '{"a":"b"}',
+      output: 'capture',
+      outputBytes: cap.manifest.limits.outputBytes,
+      timeoutMs: cap.manifest.limits.timeoutMs,
+      killGraceMs: 200,
+      readOnlyPaths: protectedPaths(root).all,
+      memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
+      pids: cap.manifest.limits.pids,
+    });
+    const c = performance.now() - t;
+    if (direct.exitCode !== 0) throw new Error(`confined shout failed: ${direct.stderr}`);
+    t = performance.now();
     const { result } = await executor.run('shout', { a: 'b' });
     const o = performance.now() - t;
     if (result.exitCode !== 0) throw new Error(`shout failed: ${result.stderr}`);
     if (i >= 5) {
       bare.push(b);
+      confined.push(c);
       ours.push(o);
     }
   }
   await executor.close();
   return [
     { name: 'shell: bare execa spawn', isFloor: true, ...stats(bare) },
+    {
+      name: `shell: confined spawn (${confinement.pidNamespace ? 'pid ns + ro state + cgroup' : 'unconfined here'})`,
+      ...stats(confined),
+      floor: 'shell: bare execa spawn',
+    },
     {
       name: 'shell: capsule run (lookup+gate+validate+run)',
       ...stats(ours),

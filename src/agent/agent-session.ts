@@ -68,6 +68,8 @@ export interface AgentSessionOptions {
   depth?: 0 | 1 | undefined;
   /** capsule's per-user cache folder: protected like the project's own state. */
   cacheDir?: string | undefined;
+  /** capsule's per-user state folder (confirmed policies, audit heads): protected the same way. */
+  stateDir?: string | undefined;
 }
 
 export interface CallOptions {
@@ -138,7 +140,7 @@ export class AgentSession {
     const root = await realpath(options.projectRoot);
     const workspace = await Workspace.open({
       projectRoot: root,
-      alsoProtected: options.cacheDir === undefined ? [] : [options.cacheDir],
+      alsoProtected: [options.cacheDir, options.stateDir].filter((d): d is string => d !== undefined),
     });
     return new AgentSession({ ...options, projectRoot: root }, workspace);
   }

@@ -86,6 +86,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   const session = await AgentSession.create({
     projectRoot: root,
     cacheDir: runtime.cacheDir,
+    stateDir: runtime.stateDir,
     registry: runtime.registry,
     runners: runtime.runners,
     gate: engine,

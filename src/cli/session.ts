@@ -27,6 +27,8 @@ export interface CliSession {
   executor: Executor;
   /** The permission engine behind the executor's gate (explain, grants). */
   engine: PermissionEngine;
+  /** What a confined host process sees read-only (capsule's state, the per-user cache and state). */
+  hostReadOnly: readonly string[];
   close(): Promise<void>;
 }
 
@@ -78,6 +80,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     registry: runtime.registry,
     executor,
     engine,
+    hostReadOnly: runtime.hostReadOnly,
     close: () => executor.close(),
   };
 }

@@ -5,6 +5,7 @@ import { zodIssues } from '../manifest/parse.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import type { Decision, PermissionGate, PermissionRequest } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
+import { ShellRunner } from '../runners/shell-runner.js';
 import type { RunResult, Runner } from '../runners/types.js';
 import type { CapabilityContext } from '../tools/context.js';
 import { capabilityKey, createRunCapabilityTool } from '../tools/run-capability.js';
@@ -81,7 +82,11 @@ export class Executor {
     this.registry = options.registry;
     this.gate = options.gate;
     this.#runners = new Map(options.runners.map((r) => [r.environment, r]));
-    this.#judge = options.isolation ?? defaultIsolation;
+    // The shell line reports what the shell runner measured on this machine (probed on first use).
+    const shell = options.runners.find((r): r is ShellRunner => r instanceof ShellRunner);
+    this.#judge =
+      options.isolation ??
+      ((c) => defaultIsolation(c, c.environment === 'shell' ? shell?.confinement() : undefined));
     this.#stage = options.stage ?? new CapabilityStage();
   }
 

@@ -1,23 +1,37 @@
 import type { Capability } from '../manifest/types.js';
 import { dockerIsolation } from '../runners/docker/isolation.js';
+import { describeConfinement, type HostConfinement } from '../runners/host-process.js';
 
 export interface IsolationReport {
   /** Runs in a real sandbox (may reach the project allowlist). */
   sandboxed: boolean;
   /** One line saying what is enforced, or why it is not a sandbox. */
   summary: string;
+  /** Shell only: what the probe measured on this machine (absent when it was not measured). */
+  confinement?: HostConfinement | undefined;
 }
 
 /** Judged from the effective configuration at run time, never from a cached grant. */
 export type IsolationJudge = (capability: Capability) => IsolationReport;
 
-export function defaultIsolation(capability: Capability): IsolationReport {
+/**
+ * `hostConfinement` is what the shell runner measured on this machine; without it the shell line says
+ * only what holds everywhere.
+ */
+export function defaultIsolation(capability: Capability, hostConfinement?: HostConfinement): IsolationReport {
   switch (capability.environment) {
-    case 'shell':
+    case 'shell': {
+      // Never a sandbox (it reads and writes the host as the user running capsule), whatever was measured.
+      const base = 'shell: a host process (scrubbed env, time/output caps) — not a sandbox';
+      if (hostConfinement === undefined)
+        return { sandboxed: false, summary: `${base}; confinement not measured` };
+      const { tools: _tools, cgroup: _cgroup, ...measured } = hostConfinement;
       return {
         sandboxed: false,
-        summary: 'shell: a host process (scrubbed env, time/output caps) — not a sandbox',
+        summary: `${base}; here: ${describeConfinement(hostConfinement)}`,
+        confinement: measured,
       };
+    }
     case 'wasm': {
       // Like a writable docker mount: what a rw grant writes lands on the host, so it is not contained.
       const writable = capability.fsGrants.filter((g) => g.mode === 'rw').map((g) => g.declared);

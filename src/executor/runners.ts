@@ -10,6 +10,8 @@ export interface DefaultRunnerOptions {
   env?: NodeJS.ProcessEnv;
   /** capsule's per-user cache folder (default: `userCacheDir(env)`, never inside the project). */
   cacheDir?: string | undefined;
+  /** What shell capabilities see read-only (default: the project's protected paths). */
+  readOnlyPaths?: readonly string[] | undefined;
   /** Progress of long runner work (docker image builds). */
   onProgress?: (message: string) => void;
 }
@@ -18,7 +20,9 @@ export interface DefaultRunnerOptions {
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const env = options.env ?? process.env;
   return [
-    new ShellRunner({ hostEnv: env }),
+    // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
+    // shell capabilities.
+    new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot, readOnlyPaths: options.readOnlyPaths }),
     // Workers start on the first wasm call; transpiled components are cached per user, outside
     // every project, so no grant can reach code capsule imports.
     new WasmRunner({

@@ -38,7 +38,7 @@ export const limitsSchema = z
       .max(16_384)
       .default(256)
       .describe(
-        'Memory cap in MiB (container memory = memory+swap; Wasm linear memory maximum). Not enforced by the shell runner, which is not a sandbox.',
+        'Memory cap in MiB (container memory = memory+swap; Wasm linear memory maximum; a cgroup for shell where the machine allows it — `capsule show` says whether).',
       ),
     outputBytes: z
       .int()
@@ -53,7 +53,9 @@ export const limitsSchema = z
       .min(1)
       .max(4096)
       .default(64)
-      .describe('Maximum number of processes/threads (container pids limit).'),
+      .describe(
+        'Maximum number of processes/threads (container pids limit; a cgroup for shell where the machine allows it).',
+      ),
   })
   .describe('Resource limits enforced by every runner; a limit hit is reported in the result.');
 

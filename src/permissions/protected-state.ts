@@ -266,25 +266,35 @@ export async function assertGrantsUnprotected(
 /** What a confined host process must not change. */
 export interface ConfinedPath {
   path: string;
-  /** `read-only`: visible, not writable; `hidden`: not visible at all (nothing of it may leak). */
-  access: 'read-only' | 'hidden';
+  /** Visible, not writable (the shell runner binds it read-only onto itself). */
+  access: 'read-only';
   what: string;
 }
 
 /**
- * Host paths a confined host process (a shell capability, run_command) must see read-only or not
- * at all, for one project and the per-user cache dir. Absolute and not resolved: a confinement
- * that binds them should resolve them and skip the ones that do not exist. capsule.json and
- * `.capsule/` stay readable (a command may read its project's config); the cache dir holds code
- * capsule imports, so it is hidden.
+ * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only:
+ * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) and the
+ * per-user state (confirmed policies, audit heads). Absolute and not resolved: the confinement
+ * resolves them and skips the ones that do not exist. Nothing here is secret, so reading stays allowed.
  */
-export function confinedPaths(projectRoot: string, cacheDir: string): ConfinedPath[] {
+export function confinedPaths(
+  projectRoot: string,
+  cacheDir: string,
+  stateDir?: string | undefined,
+): ConfinedPath[] {
   const p = protectedPaths(projectRoot, cacheDir);
-  return [
+  const out: ConfinedPath[] = [
     { path: p.configFile, access: 'read-only', what: 'project config (capsule.json)' },
     { path: p.stateDir, access: 'read-only', what: 'project state (.capsule/: audit log, locks, profiles)' },
-    { path: path.resolve(cacheDir), access: 'hidden', what: 'per-user cache (transpiled components)' },
+    { path: path.resolve(cacheDir), access: 'read-only', what: 'per-user cache (transpiled components)' },
   ];
+  if (stateDir !== undefined)
+    out.push({
+      path: path.resolve(stateDir),
+      access: 'read-only',
+      what: 'per-user state (confirmed policies, audit heads)',
+    });
+  return out;
 }
 
 async function realOrSelf(p: string): Promise<string> {

@@ -1,5 +1,6 @@
-import { execa } from 'execa';
 import { z } from 'zod';
+import { CapsuleError } from '../errors.js';
+import { HostProcesses } from '../runners/host-process.js';
 import type { PermissionCheck, Tool, ToolContext } from '../tools/tool.js';
 import { commandPermissionKey, type CommandParser } from './command-parser.js';
 import { RUN_COMMAND } from './keys.js';
@@ -28,15 +29,23 @@ export interface RunCommandToolOptions {
   /** Pass stdout/stderr through (the CLI) instead of capturing them (MCP, library). */
   passThrough?: boolean | undefined;
   env?: NodeJS.ProcessEnv | undefined;
+  /** Paths mounted read-only for the command (capsule's own state: capsule.json, .capsule/ …). */
+  readOnlyPaths?: readonly string[] | undefined;
+  /** How host processes start (default: a new one, probing this machine on first use). */
+  hostProcesses?: HostProcesses | undefined;
 }
+
+/** Captured output per stream; past it the command is stopped (passed-through output is not capped). */
+const CAPTURE_BYTES = 16 * 1024 * 1024;
+const KILL_GRACE_MS = 500;
 
 /**
  * The environment bash gets: the caller's, minus what would make bash run other code than the command
  * that was keyed — BASH_ENV / ENV (sourced at start) and exported functions (BASH_FUNC_git%% would
  * replace `git`). Otherwise `run_command:git` could end up running something that is not git.
  */
-export function shellEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const out: NodeJS.ProcessEnv = {};
+export function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     if (name === 'BASH_ENV' || name === 'ENV' || name.startsWith('BASH_FUNC_') || name === 'SHELLOPTS')
       continue;
@@ -84,6 +93,7 @@ export function commandRequest(parser: CommandParser, command: string): Permissi
 export function createRunCommandTool<Ctx extends ToolContext = ToolContext>(
   options: RunCommandToolOptions,
 ): Tool<typeof runCommandParameters, RunCommandResult, Ctx> {
+  const processes = options.hostProcesses ?? new HostProcesses();
   return {
     name: RUN_COMMAND,
     description:
@@ -94,24 +104,26 @@ export function createRunCommandTool<Ctx extends ToolContext = ToolContext>(
       return Promise.resolve(commandCheck(options.parser, args.command));
     },
     async execute(args, ctx) {
-      const started = performance.now();
-      const result = await execa('bash', bashArguments(args.command), {
+      const result = await processes.run({
+        file: 'bash',
+        args: bashArguments(args.command),
         cwd: options.cwd,
         env: shellEnvironment(options.env ?? process.env),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
-        stdout: options.passThrough === true ? 'inherit' : 'pipe',
-        stderr: options.passThrough === true ? 'inherit' : 'pipe',
-        cancelSignal: ctx.signal,
-        stripFinalNewline: false,
+        output: options.passThrough === true ? 'inherit' : 'capture',
+        outputBytes: CAPTURE_BYTES,
+        killGraceMs: KILL_GRACE_MS,
+        signal: ctx.signal,
+        readOnlyPaths: options.readOnlyPaths,
       });
+      if (result.startError !== undefined) {
+        throw new CapsuleError('RUNNER_FAILED', `Could not start bash: ${result.startError}`);
+      }
       return {
-        exitCode: result.exitCode ?? null,
-        signal: result.signal ?? null,
-        stdout: typeof result.stdout === 'string' ? result.stdout : '',
-        stderr: typeof result.stderr === 'string' ? result.stderr : '',
-        durationMs: Math.round(performance.now() - started),
+        exitCode: result.exitCode,
+        signal: result.signal,
+        stdout: result.stdout,
+        stderr: result.stderr,
+        durationMs: Math.round(result.durationMs),
       };
     },
   };

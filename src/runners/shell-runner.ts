@@ -1,8 +1,8 @@
 import { access, constants } from 'node:fs/promises';
-import { execa } from 'execa';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from '../manifest/types.js';
-import { CappedOutput } from './capped-output.js';
+import { protectedPaths } from '../permissions/protected-state.js';
+import { HostProcesses, type HostConfinement } from './host-process.js';
 import { emptyResult, type RunRequest, type RunResult, type Runner } from './types.js';
 
 /** PATH given to shell capabilities: a fixed system path, never the caller's (which may hold user dirs). */
@@ -12,6 +12,12 @@ const KILL_GRACE_MS = 200;
 export interface ShellRunnerOptions {
   /** The host environment that granted variables are copied from (default: process.env). */
   hostEnv?: NodeJS.ProcessEnv;
+  /** The project whose state (capsule.json, .capsule/) the capability must not change. */
+  projectRoot?: string | undefined;
+  /** Paths mounted read-only for the capability (default: the project's protected paths). */
+  readOnlyPaths?: readonly string[] | undefined;
+  /** How host processes are started (default: a new one, probing this machine on first use). */
+  hostProcesses?: HostProcesses | undefined;
 }
 
 /** The scrubbed environment: a fixed PATH plus exactly the granted variables that exist on the host. */
@@ -31,30 +37,33 @@ export function commandLine(capability: Capability): { file: string; args: strin
   return { file: capability.entryPath, args: [...args] };
 }
 
-function killGroup(pid: number | undefined, signal: NodeJS.Signals): void {
-  if (pid === undefined) return;
-  try {
-    // Negative pid: the whole process group, so grandchildren die with the child.
-    process.kill(-pid, signal);
-  } catch {
-    // ESRCH: the group is already gone.
-  }
-}
-
 /**
  * Host processes. NOT a sandbox: it scrubs the environment, confines the cwd, caps output and time,
- * and kills the whole process group — which is why its grants never reach the project allowlist.
+ * and — where the machine allows it — runs the capability in its own pid namespace with capsule's state
+ * read-only and memory/pids limits (see host-process.ts); that is why its grants never reach the
+ * project allowlist.
  */
 export class ShellRunner implements Runner {
   readonly environment = 'shell' as const;
   private readonly hostEnv: NodeJS.ProcessEnv;
+  private readonly readOnlyPaths: readonly string[];
+  private readonly processes: HostProcesses;
 
   constructor(options: ShellRunnerOptions = {}) {
     this.hostEnv = options.hostEnv ?? process.env;
+    this.readOnlyPaths =
+      options.readOnlyPaths ??
+      (options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : []);
+    this.processes = options.hostProcesses ?? new HostProcesses();
   }
 
   async available(): Promise<{ ok: true }> {
     return { ok: true };
+  }
+
+  /** What confinement shell capabilities get on this machine (measured once). */
+  confinement(): HostConfinement {
+    return this.processes.confinement();
   }
 
   async close(): Promise<void> {}
@@ -75,83 +84,39 @@ export class ShellRunner implements Runner {
       }
     }
 
-    const result = emptyResult('shell');
-    const started = performance.now();
-    if (signal?.aborted) {
-      result.canceled = true;
-      return result;
-    }
-
-    const child = execa(file, args, {
+    const done = await this.processes.run({
+      file,
+      args,
       cwd: capability.dir,
       env: scrubbedEnv(capability, this.hostEnv),
-      extendEnv: false,
-      detached: true, // own process group, so the whole tree can be killed
-      stdin: 'pipe',
-      stdout: 'pipe',
-      stderr: 'pipe',
-      buffer: false,
-      reject: false,
-      stripFinalNewline: false,
-      windowsHide: true,
+      input,
+      output: 'capture',
+      outputBytes: limits.outputBytes,
+      timeoutMs: limits.timeoutMs,
+      killGraceMs: KILL_GRACE_MS,
+      signal,
+      readOnlyPaths: this.readOnlyPaths,
+      memoryBytes: limits.memoryMb * 1024 * 1024,
+      pids: limits.pids,
     });
-
-    let escalation: NodeJS.Timeout | undefined;
-    const stop = (): void => {
-      killGroup(child.pid, 'SIGTERM');
-      escalation ??= setTimeout(() => killGroup(child.pid, 'SIGKILL'), KILL_GRACE_MS);
-    };
-    const onOverflow = (): void => {
-      result.truncated = true;
-      killGroup(child.pid, 'SIGKILL');
-    };
-    const stdout = new CappedOutput(limits.outputBytes, onOverflow);
-    const stderr = new CappedOutput(limits.outputBytes, onOverflow);
-    child.stdout?.on('data', (c: Buffer) => stdout.push(c));
-    child.stderr?.on('data', (c: Buffer) => stderr.push(c));
-    // A capability that never reads stdin must not make us fail with EPIPE.
-    child.stdin?.on('error', () => {});
-    child.stdin?.end(input);
-
-    const timer = setTimeout(() => {
-      result.timedOut = true;
-      stop();
-    }, limits.timeoutMs);
-    const onAbort = (): void => {
-      result.canceled = true;
-      stop();
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-    // When the child exits, anything it left behind in its group dies too (and releases the pipes).
-    child.on('exit', () => killGroup(child.pid, 'SIGKILL'));
-
-    const done = await child;
-    clearTimeout(timer);
-    if (escalation) clearTimeout(escalation);
-    signal?.removeEventListener('abort', onAbort);
-
-    if (
-      done.failed &&
-      done.exitCode === undefined &&
-      done.signal === undefined &&
-      !result.canceled &&
-      !result.timedOut
-    ) {
+    if (done.startError !== undefined) {
       // Could not start at all (ENOENT for the interpreter, EACCES …): not a run result.
-      throw new CapsuleError(
-        'RUNNER_FAILED',
-        `Could not start ${file}: ${done.shortMessage ?? done.message}`,
-        {
-          file: capability.manifestPath,
-          field: capability.manifest.interpreter !== undefined ? 'interpreter' : 'entry',
-        },
-      );
+      throw new CapsuleError('RUNNER_FAILED', `Could not start ${file}: ${done.startError}`, {
+        file: capability.manifestPath,
+        field: capability.manifest.interpreter !== undefined ? 'interpreter' : 'entry',
+      });
     }
-    result.exitCode = done.exitCode ?? null;
-    result.signal = done.signal ?? null;
-    result.stdout = stdout.text();
-    result.stderr = stderr.text();
-    result.durationMs = performance.now() - started;
+    const result = emptyResult('shell');
+    result.exitCode = done.exitCode;
+    result.signal = done.signal;
+    result.stdout = done.stdout;
+    result.stderr = done.stderr;
+    result.timedOut = done.timedOut;
+    result.canceled = done.canceled;
+    result.truncated = done.truncated;
+    result.oomKilled = done.oomKilled;
+    if (done.pidsLimited) result.pidsLimited = true;
+    result.durationMs = done.durationMs;
     return result;
   }
 }

@@ -20,6 +20,8 @@ export interface RunResult {
   truncated: boolean;
   /** The memory limit was hit (container OOM-killed, Wasm memory cap reached). */
   oomKilled: boolean;
+  /** The pids limit refused a new process and the run was stopped (set only where it is enforced). */
+  pidsLimited?: boolean;
   durationMs: number;
 }
 

@@ -1,4 +1,4 @@
-import { realpath } from 'node:fs/promises';
+import { mkdir, realpath } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import {
   loadProjectConfig,
@@ -25,7 +25,7 @@ import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
+import { confinedPaths, protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
@@ -97,6 +97,10 @@ export interface Runtime {
   readonly env: NodeJS.ProcessEnv;
   /** The per-user cache of executable artifacts: protected like capsule's state, outside every root. */
   readonly cacheDir: string;
+  /** The per-user state folder (confirmed policies, audit heads). */
+  readonly stateDir: string;
+  /** What a confined host process (shell capability, run_command, exec) sees read-only. */
+  readonly hostReadOnly: readonly string[];
   /** This process's `--grant` keys, canonical. */
   readonly grants: readonly string[];
   readonly registry: Registry;
@@ -182,11 +186,20 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
   const cacheDir = options.cacheDir ?? userCacheDir(env);
+  // Both exist before the first host run, so the confinement can bind them read-only.
+  await Promise.all([cacheDir, stateDir].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+  const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
     projectRegistry(root, roots, inputValidator, cacheDir);
   const runners =
     options.runners ??
-    createDefaultRunners({ projectRoot: root, env, cacheDir, onProgress: options.onRunnerProgress });
+    createDefaultRunners({
+      projectRoot: root,
+      env,
+      cacheDir,
+      readOnlyPaths: hostReadOnly,
+      onProgress: options.onRunnerProgress,
+    });
   const registry = registryFor(project.config.roots);
   return {
     project,
@@ -196,6 +209,8 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     protectedPaths: protectedPaths(root, cacheDir),
     env,
     cacheDir,
+    stateDir,
+    hostReadOnly,
     grants,
     registry,
     runners,

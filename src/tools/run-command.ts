@@ -1,6 +1,6 @@
-import { execa } from 'execa';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
+import { HostProcesses } from '../runners/host-process.js';
 import type { RunResult } from '../runners/types.js';
 import { bashArguments, commandCheck, shellEnvironment } from '../permissions/run-command-tool.js';
 import { defineTool, type AgentTool } from './define.js';
@@ -12,7 +12,7 @@ export const RUN_COMMAND_OUTPUT_BYTES = 1024 * 1024;
 const KILL_GRACE_MS = 500;
 
 /** The runners' result shape, for a command (no memory limit, so no oomKilled). */
-export interface CommandResult extends Omit<RunResult, 'environment' | 'oomKilled'> {
+export interface CommandResult extends Omit<RunResult, 'environment' | 'oomKilled' | 'pidsLimited'> {
   command: string;
 }
 
@@ -40,14 +40,11 @@ const runCommandParameters = z.strictObject({
     ),
 });
 
-function killGroup(pid: number | undefined): void {
-  if (pid === undefined) return;
-  try {
-    // Negative pid: the whole process group (the command's own children included).
-    process.kill(-pid, 'SIGKILL');
-  } catch {
-    // ESRCH: already gone.
-  }
+export interface RunCommandToolOptions {
+  /** How host processes start (default: a new one, probing this machine on first use). */
+  hostProcesses?: HostProcesses | undefined;
+  /** Paths mounted read-only for the command (default: the workspace's, see Workspace.hostReadOnly). */
+  readOnlyPaths?: ((workspace: Workspace) => readonly string[]) | undefined;
 }
 
 /** A command's working directory: inside the project, never in capsule's own state. */
@@ -59,7 +56,8 @@ async function resolveCwd(workspace: Workspace, cwd: string): Promise<ResolvedPa
 }
 
 /** run_command: a host command through bash, gated by the engine's command keying. Not a sandbox. */
-export function createRunCommandTool(): AgentTool {
+export function createRunCommandTool(options: RunCommandToolOptions = {}): AgentTool {
+  const processes = options.hostProcesses ?? new HostProcesses();
   return defineTool({
     name: 'run_command',
     description:
@@ -74,57 +72,33 @@ export function createRunCommandTool(): AgentTool {
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =
         args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
-      const started = performance.now();
       // The same bash invocation and environment as `capsule exec`: nothing can swap the keyed program.
-      const child = execa('bash', bashArguments(args.command), {
+      const r = await processes.run({
+        file: 'bash',
+        args: bashArguments(args.command),
         cwd,
         env: shellEnvironment(process.env),
-        extendEnv: false,
-        reject: false,
-        stdin: 'ignore',
-        detached: true, // its own process group, so a kill reaches every descendant
-        cleanup: true,
-        stripFinalNewline: false,
-        maxBuffer: RUN_COMMAND_OUTPUT_BYTES,
-        encoding: 'utf8',
+        output: 'capture',
+        outputBytes: RUN_COMMAND_OUTPUT_BYTES,
+        timeoutMs: args.timeoutMs,
+        killGraceMs: KILL_GRACE_MS,
+        signal: ctx.signal,
+        readOnlyPaths: (options.readOnlyPaths ?? ((w: Workspace) => w.hostReadOnly))(ctx.workspace),
       });
-      let timedOut = false;
-      let canceled = false;
-      const timer = setTimeout(() => {
-        timedOut = true;
-        killGroup(child.pid);
-      }, args.timeoutMs);
-      const onAbort = (): void => {
-        canceled = true;
-        killGroup(child.pid);
-      };
-      if (ctx.signal?.aborted) onAbort();
-      ctx.signal?.addEventListener('abort', onAbort, { once: true });
-      try {
-        const r = await child;
-        if (r.isMaxBuffer) killGroup(child.pid);
-        return {
-          command: args.command,
-          exitCode: r.exitCode ?? null,
-          signal: r.signal ?? null,
-          stdout: String(r.stdout ?? ''),
-          stderr: String(r.stderr ?? ''),
-          timedOut,
-          canceled,
-          truncated: r.isMaxBuffer,
-          durationMs: Math.round(performance.now() - started),
-        };
-      } catch (err) {
-        throw new CapsuleError(
-          'RUNNER_FAILED',
-          `run_command could not start bash: ${(err as Error).message}`,
-        );
-      } finally {
-        clearTimeout(timer);
-        ctx.signal?.removeEventListener('abort', onAbort);
-        // Leftover background children of a finished command are killed with the group after a grace.
-        setTimeout(() => killGroup(child.pid), KILL_GRACE_MS).unref();
+      if (r.startError !== undefined) {
+        throw new CapsuleError('RUNNER_FAILED', `run_command could not start bash: ${r.startError}`);
       }
+      return {
+        command: args.command,
+        exitCode: r.exitCode,
+        signal: r.signal,
+        stdout: r.stdout,
+        stderr: r.stderr,
+        timedOut: r.timedOut,
+        canceled: r.canceled,
+        truncated: r.truncated,
+        durationMs: Math.round(r.durationMs),
+      };
     },
   });
 }

@@ -3,7 +3,7 @@ import { lstat, open, realpath, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
-import { describeHit, findProtectedState } from '../permissions/protected-state.js';
+import { describeHit, findProtectedState, protectedPaths } from '../permissions/protected-state.js';
 
 /** A path inside the project, resolved: what file tools read and write. */
 export interface ResolvedPath {
@@ -18,7 +18,7 @@ export interface ResolvedPath {
 export interface WorkspaceOptions {
   /** Project root (the folder holding capsule.json). Resolved to its real path by `Workspace.open`. */
   projectRoot: string;
-  /** Protected paths besides the project's own state (the per-user cache dir). */
+  /** Protected paths besides the project's own state (the per-user cache and state dirs). */
   alsoProtected?: readonly string[] | undefined;
 }
 
@@ -34,6 +34,11 @@ export class Workspace {
 
   static async open(options: WorkspaceOptions): Promise<Workspace> {
     return new Workspace(await realpath(options.projectRoot), options.alsoProtected ?? []);
+  }
+
+  /** What a confined host process (run_command) sees read-only: the project's state and the extra paths. */
+  get hostReadOnly(): string[] {
+    return [...protectedPaths(this.root).all, ...this.alsoProtected.map((p) => path.resolve(p))];
   }
 
   /**

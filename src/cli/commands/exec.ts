@@ -1,21 +1,13 @@
 import type { Command } from 'commander';
 import { createCommandParser } from '../../permissions/command-parser.js';
 import { createRunCommandTool } from '../../permissions/run-command-tool.js';
+import { exitStatus } from '../../runners/host-process.js';
 import type { CapabilityContext } from '../../tools/context.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openSession } from '../session.js';
 import { commandLine } from './key.js';
-
-const SIGNALS: Record<string, number> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGKILL: 9,
-  SIGPIPE: 13,
-  SIGTERM: 15,
-};
 
 export function registerExec(program: Command, io: CliIO): void {
   addGateFlags(
@@ -50,10 +42,10 @@ export function registerExec(program: Command, io: CliIO): void {
           cwd: session.project.root,
           passThrough: opts.json !== true,
           env: io.env,
+          readOnlyPaths: session.hostReadOnly,
         });
         const { decision, result } = await session.executor.call(tool, { command }, { signal: abort.signal });
-        const code =
-          result.exitCode ?? (result.signal !== null ? 128 + (SIGNALS[result.signal] ?? 0) : EXIT.FAILURE);
+        const code = exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
         if (opts.json) {
           const key = decision?.key;
           await write(

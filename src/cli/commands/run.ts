@@ -1,29 +1,18 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
+import { exitStatus } from '../../runners/host-process.js';
 import type { RunResult } from '../../runners/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openSession } from '../session.js';
 
-const SIGNALS: Record<string, number> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGKILL: 9,
-  SIGSEGV: 11,
-  SIGPIPE: 13,
-  SIGTERM: 15,
-};
-
 /** capsule's exit code for a finished run: the capability's own, or what ended it. */
 export function exitCodeOf(result: RunResult): number {
   if (result.timedOut) return EXIT.TIMEOUT;
   if (result.canceled) return EXIT.CANCELED;
-  if (result.exitCode !== null) return result.exitCode;
-  if (result.signal !== null) return 128 + (SIGNALS[result.signal] ?? 0);
-  return EXIT.FAILURE;
+  return exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
 }
 
 /** One line on stderr when a limit ended the run, so a person sees why the output stops. */
@@ -33,6 +22,7 @@ export function limitNote(result: RunResult, timeoutMs: number, outputBytes: num
   if (result.truncated)
     notes.push(`output passed ${outputBytes} bytes (limits.outputBytes): cut and the run killed`);
   if (result.oomKilled) notes.push('hit its memory limit (limits.memoryMb) and was killed');
+  if (result.pidsLimited === true) notes.push('hit its process limit (limits.pids) and was stopped');
   if (result.canceled) notes.push('was canceled');
   return notes.length ? `capsule: the run ${notes.join('; ')}\n` : '';
 }

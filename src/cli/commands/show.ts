@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { defaultIsolation } from '../../executor/isolation.js';
+import { probeHostConfinement } from '../../runners/host-process.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { openProject } from '../session.js';
 import { EXIT } from '../exit-codes.js';
@@ -14,7 +15,16 @@ export function registerShow(program: Command, io: CliIO): void {
       action(io, async (name: string, opts: { json?: boolean }) => {
         const { registry } = await openProject(io);
         const cap = await registry.get(name);
-        const isolation = defaultIsolation(cap);
+        // Measured here, not assumed: the shell runner's confinement comes from a probe run.
+        const confinement = cap.environment === 'shell' ? probeHostConfinement() : undefined;
+        const isolation = defaultIsolation(cap, confinement);
+        const unenforced =
+          confinement === undefined
+            ? []
+            : [
+                confinement.memoryLimit ? undefined : 'memory',
+                confinement.pidsLimit ? undefined : 'pids',
+              ].filter((x): x is string => x !== undefined);
         if (opts.json) {
           await write(
             io.stdout,
@@ -42,7 +52,7 @@ export function registerShow(program: Command, io: CliIO): void {
           `folder:      ${cap.dir}`,
           `hash:        ${cap.contentHash}`,
           `isolation:   ${isolation.summary}`,
-          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}`,
+          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
           `grants:      ${grants.length ? grants.join('; ') : 'none (everything denied)'}`,
           `input:       ${JSON.stringify(m.inputSchema)}`,
           `permission:  run_capability:${cap.name}`,

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/sdk/types.js';
@@ -52,6 +52,8 @@ async function attempt(h: McpHarness, root: string): Promise<boolean> {
 describe('capsule mcp: the agent cannot change the policy it runs under', () => {
   it('cp over capsule.json + reload, a client without elicitation: nothing changes', async () => {
     const { root, env } = await project();
+    // No capsule.json yet: nothing for the shell confinement to mount read-only, so the cp lands.
+    await rm(path.join(root, 'capsule.json'));
     const h = await connect({ cwd: root, args: ['--grant', 'run_command:cp'], env });
     const cp = await h.client.callTool({
       name: 'run_command',
@@ -76,6 +78,9 @@ describe('capsule mcp: the agent cannot change the policy it runs under', () => 
         isPolicy(p) ? { action: 'accept', content: { decision: 'keep' } } : choose('Deny'),
     });
     await h.client.callTool({ name: 'run_command', arguments: { command: 'cp evil.json capsule.json' } });
+    // Where the shell is confined capsule.json is read-only and the cp fails; the same bytes written
+    // from outside the confinement (a machine without namespaces) test the policy layer behind it.
+    await copyFile(path.join(root, 'evil.json'), path.join(root, 'capsule.json'));
     await h.client.callTool({ name: 'reload', arguments: {} });
     expect(await attempt(h, root)).toBe(false);
     const shown = h.elicitations.filter(isPolicy);
@@ -108,6 +113,9 @@ describe('capsule mcp: the agent cannot change the policy it runs under', () => 
     });
     const h = await connect({ cwd: root, args: ['--grant', 'run_capability:tamper'], env });
     await h.client.callTool({ name: 'run_capability', arguments: { name: 'tamper' } });
+    // Where the shell is confined capsule.json is read-only and the cp fails; the same bytes written
+    // from outside the confinement (a machine without namespaces) test the policy layer behind it.
+    await copyFile(path.join(root, 'evil.json'), path.join(root, 'capsule.json'));
     await h.client.callTool({ name: 'reload', arguments: {} });
     expect(await attempt(h, root)).toBe(false);
     await h.close();

@@ -9,6 +9,7 @@ import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { READ_ONLY_TOOL_NAMES } from '../../../src/tools/catalog.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { processesWith, survivors } from '../../helpers/processes.js';
 import { choose, connectCapsule, textOf, type McpHarness } from './mcp-client.js';
 
 // End to end: the real MCP SDK client over stdio against the built `capsule mcp` (npm run build first).
@@ -28,15 +29,6 @@ async function connect(...args: Parameters<typeof connectCapsule>): Promise<McpH
   const h = await connectCapsule(...args);
   harnesses.push(h);
   return h;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const keyOf = (message: string) => /permission needed: (.*)/.exec(message)?.[1] ?? message;
@@ -200,13 +192,15 @@ describe('capsule mcp over stdio', () => {
 
   it('a cancellation notification aborts the run: the process tree is gone', async () => {
     const { root, capRoot } = await project();
-    const pidFile = path.join(root, 'pids');
+    // Pids printed inside the run's pid namespace mean nothing here: the tree is found by a token.
+    const token = path.join(root, 'slow-tree');
+    const started = path.join(root, 'started');
     await writeCapability(
       capRoot,
       'slow',
       { limits: { timeoutMs: 60_000 } },
       {
-        'run.sh': `sleep 300 & echo $! > ${pidFile}; echo $$ >> ${pidFile}; wait\n`,
+        'run.sh': `sh -c 'sleep 300' ${token} & echo up > ${started}; wait\n`,
       },
     );
     const h = await connect({ cwd: root, args: ['--grant', 'run_capability:slow'] });
@@ -214,19 +208,11 @@ describe('capsule mcp over stdio', () => {
     const pending = h.client.callTool({ name: 'run_capability', arguments: { name: 'slow' } }, undefined, {
       signal: ac.signal,
     });
-    let pids: number[] = [];
-    for (let i = 0; i < 100 && pids.length < 2; i++) {
-      await delay(50);
-      pids = existsSync(pidFile)
-        ? (await readFile(pidFile, 'utf8')).split('\n').filter(Boolean).map(Number)
-        : [];
-    }
-    expect(pids).toHaveLength(2);
-    expect(pids.every(alive)).toBe(true);
+    for (let i = 0; i < 100 && !existsSync(started); i++) await delay(50);
+    expect(processesWith(token).length).toBeGreaterThan(0);
     ac.abort();
     await expect(pending).rejects.toThrow();
-    for (let i = 0; i < 60 && pids.some(alive); i++) await delay(50);
-    expect(pids.filter(alive)).toEqual([]);
+    expect(await survivors(token)).toEqual([]);
     // The server is still serving.
     expect((await h.client.listTools()).tools.length).toBeGreaterThan(0);
   });

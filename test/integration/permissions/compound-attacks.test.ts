@@ -77,7 +77,9 @@ const FORMS: Array<[string, string]> = [
   ['command substitution', 'git --version $(touch M)'],
   ['command substitution inside double quotes', 'git --version "$(touch M)"'],
   ['backticks', 'git --version `touch M`'],
-  ['process substitution', 'git --version <(touch M)'],
+  // git reads the substituted file to its end, so the substitution has run before the command ends
+  // (whatever a command leaves running in the background dies with it).
+  ['process substitution', 'git hash-object <(touch M)'],
   ['subshell', '(touch M)'],
   ['brace group', '{ touch M; }'],
   ['redirection', 'git --version > M'],

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -62,10 +62,10 @@ describe('the agent cannot reload a policy it wrote', () => {
       const { root, stateDir } = await project();
       await writeFile(path.join(root, 'evil.json'), JSON.stringify(policy));
       const s = await open(root, stateDir, ['run_command:cp']);
-      const cp = (await s.call('run_command', { command: 'cp evil.json capsule.json' })) as {
-        exitCode: number;
-      };
-      expect(cp.exitCode).toBe(0);
+      await s.call('run_command', { command: 'cp evil.json capsule.json' });
+      // Where the shell is confined capsule.json is read-only and the cp fails; the same bytes written
+      // from outside the confinement (a machine without namespaces) test the policy layer behind it.
+      await copyFile(path.join(root, 'evil.json'), path.join(root, 'capsule.json'));
       await codeOf(s.call('reload', {}));
       expect(await markerAttempt(s, root)).toBe(false);
     });
@@ -139,6 +139,8 @@ describe('the agent cannot reload a policy it wrote', () => {
     const { root, stateDir } = await project();
     await writeFile(path.join(root, 'evil.json'), JSON.stringify(EVIL_POLICIES['bypass mode']));
     const logs: string[] = [];
+    // No capsule.json yet: nothing to mount read-only, so the command can create one.
+    await rm(path.join(root, 'capsule.json'));
     const s = await open(root, stateDir, ['run_command:cp'], { logger: (m: string) => logs.push(m) });
     const r = (await s.call('run_command', { command: 'cp evil.json capsule.json' })) as {
       warnings?: string[];
@@ -212,7 +214,8 @@ describe('the agent cannot reload a policy it wrote', () => {
         return true;
       },
     });
-    await s.call('run_command', { command: 'cp edit.json capsule.json' });
+    // The person's own edit, in their editor.
+    await copyFile(path.join(root, 'edit.json'), path.join(root, 'capsule.json'));
     expect(s.gate.projectEntries().map((e) => e.key)).toEqual([]);
     const r = (await s.call('reload', {})) as { policy: { applied: boolean } };
     expect(shown.join('\n')).toContain('+ allowlist run_capability:w: AlwaysThisProject');
@@ -249,6 +252,7 @@ describe('the agent cannot reload a policy it wrote', () => {
       },
     });
     await s.call('run_command', { command: 'cp evil.json capsule.json' });
+    await copyFile(path.join(root, 'evil.json'), path.join(root, 'capsule.json'));
     await codeOf(s.call('reload', {}));
     expect(asked).toBe(1);
     expect(await markerAttempt(s, root)).toBe(false);

@@ -144,11 +144,12 @@ describe('protected state: after realpath', () => {
 });
 
 describe('confinedPaths and the per-user cache dir', () => {
-  it('lists the project config and state read-only and the cache hidden', () => {
-    expect(confinedPaths('/proj', '/home/u/.cache/capsule')).toEqual([
+  it('lists the project config and state, the cache and the per-user state, all read-only', () => {
+    expect(confinedPaths('/proj', '/home/u/.cache/capsule', '/home/u/.local/state/capsule')).toEqual([
       expect.objectContaining({ path: '/proj/capsule.json', access: 'read-only' }),
       expect.objectContaining({ path: '/proj/.capsule', access: 'read-only' }),
-      expect.objectContaining({ path: '/home/u/.cache/capsule', access: 'hidden' }),
+      expect.objectContaining({ path: '/home/u/.cache/capsule', access: 'read-only' }),
+      expect.objectContaining({ path: '/home/u/.local/state/capsule', access: 'read-only' }),
     ]);
   });
 

@@ -1,19 +1,11 @@
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { CommandResult } from '../../../src/tools/run-command.js';
+import { survivors } from '../../helpers/processes.js';
 import { agentFixture, codeOf } from '../agent/session-fixture.js';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe('run_command', () => {
   it('is keyed by the engine: a program grant covers simple commands only', async () => {
@@ -34,14 +26,54 @@ describe('run_command', () => {
     const f = await agentFixture({ grants: ['run_command:bash'] });
     const started = Date.now();
     const r = (await f.session.call('run_command', {
-      command: `bash -c 'sleep 30 & echo $! > child.pid; wait'`,
+      command: `bash -c 'sh -c "sleep 30" "$0" & wait' ${f.root}/child`,
       timeoutMs: 500,
     })) as CommandResult;
     expect(r.timedOut).toBe(true);
     expect(Date.now() - started).toBeLessThan(5000);
-    const pid = Number(await readFile(path.join(f.root, 'child.pid'), 'utf8'));
-    for (let i = 0; i < 40 && alive(pid); i++) await delay(50);
-    expect(alive(pid)).toBe(false);
+    expect(await survivors(`${f.root}/child`)).toEqual([]);
+  });
+
+  it('leaves nothing running: setsid, double fork, nohup and detached spawns die with the command', async () => {
+    const f = await agentFixture({ grants: ['run_command:bash'] });
+    const d = path.join(f.root, 'markers');
+    await mkdir(d);
+    const script = [
+      `setsid sh -c 'sleep 1; echo x > "$0/setsid"' "${d}" &`,
+      `( sh -c 'sleep 1; echo x > "$0/double-fork"' "${d}" & ) &`,
+      `nohup sh -c 'sleep 1; echo x > "$0/nohup"' "${d}" >/dev/null 2>&1 &`,
+      `sh -c 'sleep 1; echo x > "$0/disown"' "${d}" & disown`,
+      `node -e 'require("child_process").spawn("sh", ["-c", "sleep 1; echo x > \\"$0/node\\"", process.argv[1]], { detached: true, stdio: "ignore" }).unref()' "${d}"`,
+      'sleep 0.2',
+    ].join('\n');
+    await writeFile(path.join(f.root, 'daemons.sh'), script);
+    const r = (await f.session.call('run_command', { command: 'bash daemons.sh' })) as CommandResult;
+    expect(r.exitCode).toBe(0);
+    expect(await survivors(d)).toEqual([]);
+    await delay(1500);
+    expect(await readdir(d)).toEqual([]);
+  });
+
+  it("cannot change capsule's state: capsule.json and .capsule/ are read-only to it", async () => {
+    const f = await agentFixture({ grants: ['run_command:bash'] });
+    await mkdir(path.join(f.root, '.capsule'), { recursive: true });
+    await writeFile(path.join(f.root, '.capsule', 'keep'), 'kept\n');
+    const config = await readFile(path.join(f.root, 'capsule.json'), 'utf8');
+    const script = [
+      `echo '{"schemaVersion":1,"mode":"bypass"}' > capsule.json`,
+      'mv capsule.json moved.json',
+      'ln -sf moved.json capsule.json',
+      'echo gone > .capsule/keep',
+      'rm -rf .capsule',
+      'umount capsule.json',
+      'true',
+    ].join('\n');
+    await writeFile(path.join(f.root, 'tamper.sh'), script);
+    const r = (await f.session.call('run_command', { command: 'bash tamper.sh' })) as CommandResult;
+    expect(r.exitCode).toBe(0);
+    expect(await readFile(path.join(f.root, 'capsule.json'), 'utf8')).toBe(config);
+    expect(await readFile(path.join(f.root, '.capsule', 'keep'), 'utf8')).toBe('kept\n');
+    expect(existsSync(path.join(f.root, 'moved.json'))).toBe(false);
   });
 
   it('an abort kills it and reports canceled', async () => {

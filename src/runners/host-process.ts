@@ -1,0 +1,789 @@
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import {
+  accessSync,
+  constants as fsConstants,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { constants as osConstants, tmpdir } from 'node:os';
+import path from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import { execa } from 'execa';
+import { CappedOutput } from './capped-output.js';
+
+/**
+ * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).
+ *
+ * Where the machine allows it (util-linux `setpriv`, `unshare` and `mount`, and root or unprivileged user
+ * namespaces), the process runs as the init of a fresh pid namespace with its own /proc:
+ *  - nothing outlives the run: when the init exits or is killed, the kernel kills every process of the
+ *    namespace (setsid, double fork, nohup, disown and detached spawns included);
+ *  - the namespace dies with capsule: `setpriv --pdeathsig KILL` makes `unshare` die with capsule, and
+ *    `unshare --kill-child` takes the init with it;
+ *  - capsule's own environment and command line are not readable: the fresh /proc lists only the run;
+ *  - capsule's protected state is mounted read-only (and every ancestor of it is made a mount point, so
+ *    the tree holding it cannot be renamed away and replaced), and the process cannot undo that: it runs
+ *    without CAP_SYS_ADMIN and the other capabilities that reach around mounts;
+ *  - memory and pids limits are a cgroup of their own, polled for hits.
+ * Elsewhere it falls back to a detached process group that is killed as a whole, and says so through
+ * {@link HostConfinement}, which is measured by a probe, never assumed.
+ */
+
+/** Fixed locations of the tools confinement needs; never looked up on a caller's PATH. */
+const SYSTEM_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
+/** Capabilities the confined process loses: each could undo the read-only mounts or reach outside the run. */
+const DROPPED_CAPS = ['sys_admin', 'sys_module', 'sys_rawio', 'sys_ptrace', 'mknod', 'sys_boot'];
+const LIMIT_POLL_MS = 25;
+
+/** What confinement host processes get on this machine, as measured by {@link probeHostConfinement}. */
+export interface HostConfinement {
+  /** The namespaces are owned by an unprivileged user namespace (capsule is not root). */
+  userNamespace: boolean;
+  /** Own pid namespace and /proc: nothing outlives the run, capsule's environment is not visible. */
+  pidNamespace: boolean;
+  /** The namespace is killed when capsule dies (even by SIGKILL). */
+  diesWithCapsule: boolean;
+  /** Protected paths are mounted read-only and the process cannot remount them. */
+  readOnlyPaths: boolean;
+  /** limits.memoryMb is enforced (a cgroup of the run's own). */
+  memoryLimit: boolean;
+  /** limits.pids is enforced (a cgroup of the run's own). */
+  pidsLimit: boolean;
+  /** Why something above is missing (empty when everything holds). */
+  missing: string[];
+  /** Resolved tools (absolute paths) when pidNamespace holds. */
+  tools?: { setpriv: string; unshare: string; mount: string; sh: string } | undefined;
+  /** How limits are enforced here, when they are. */
+  cgroup?: CgroupLayout | undefined;
+}
+
+/** Where a run's cgroup is created, per controller. */
+export interface CgroupLayout {
+  version: 1 | 2;
+  /** Parent folders the run's own cgroup is created in: v1 one per controller, v2 one for both. */
+  memoryParent: string;
+  pidsParent: string;
+}
+
+/** One line for the isolation report and `capsule show`. */
+export function describeConfinement(c: HostConfinement): string {
+  if (!c.pidNamespace) {
+    return `unconfined host process (${c.missing.join('; ')}): a process that leaves its group can outlive the run and read capsule's environment through /proc`;
+  }
+  const parts = [
+    `own pid namespace and /proc${c.userNamespace ? ' (in a user namespace)' : ''} (nothing outlives the run; capsule’s environment not visible)`,
+  ];
+  if (c.diesWithCapsule) parts.push('dies with capsule');
+  parts.push(c.readOnlyPaths ? "capsule's state read-only" : "capsule's state writable");
+  const limits = [c.memoryLimit ? 'memory' : undefined, c.pidsLimit ? 'pids' : undefined].filter(Boolean);
+  parts.push(
+    limits.length > 0 ? `${limits.join(' and ')} limits enforced` : 'memory and pids limits NOT enforced',
+  );
+  return parts.join(', ');
+}
+
+function findTool(name: string, dirs: readonly string[]): string | undefined {
+  for (const dir of dirs) {
+    const file = path.join(dir, name);
+    try {
+      accessSync(file, fsConstants.X_OK);
+      return file;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}
+
+/** The cgroup folders this process lives in, per v1 controller ('' for the v2 line). */
+function ownCgroups(): Map<string, string> {
+  const out = new Map<string, string>();
+  try {
+    for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+      const [, controllers, where] = line.split(':', 3) as [string, string | undefined, string | undefined];
+      if (controllers === undefined || where === undefined) continue;
+      for (const c of controllers.split(',')) out.set(c, where);
+    }
+  } catch {
+    // no /proc: no cgroups
+  }
+  return out;
+}
+
+/** Where this machine lets capsule create a cgroup with memory and pids limits (as a child of its own). */
+function cgroupLayout(): CgroupLayout | undefined {
+  const own = ownCgroups();
+  const v1 = (controller: string): string | undefined => {
+    const base = path.join('/sys/fs/cgroup', controller);
+    const where = own.get(controller);
+    if (where === undefined || !existsSync(path.join(base, 'cgroup.procs'))) return undefined;
+    // Nested under capsule's own cgroup, so a run never escapes the limits capsule itself is under.
+    const parent = path.join(base, where);
+    return existsSync(parent) ? parent : undefined;
+  };
+  const memory = v1('memory');
+  const pids = v1('pids');
+  if (memory !== undefined && pids !== undefined)
+    return { version: 1, memoryParent: memory, pidsParent: pids };
+  const unified = own.get('');
+  if (unified !== undefined && existsSync('/sys/fs/cgroup/cgroup.controllers')) {
+    const parent = path.join('/sys/fs/cgroup', unified);
+    try {
+      const enabled = readFileSync(path.join(parent, 'cgroup.subtree_control'), 'utf8');
+      if (!/\bmemory\b/.test(enabled) || !/\bpids\b/.test(enabled)) {
+        writeFileSync(path.join(parent, 'cgroup.subtree_control'), '+memory +pids');
+      }
+      return { version: 2, memoryParent: parent, pidsParent: parent };
+    } catch {
+      // v2 forbids controllers below a cgroup that holds processes: no limits here
+    }
+  }
+  return undefined;
+}
+
+function shQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The directories from `/` down to (excluding) p, outermost first. */
+function ancestors(p: string): string[] {
+  const out: string[] = [];
+  for (let dir = path.dirname(p); dir !== path.dirname(dir); dir = path.dirname(dir)) out.unshift(dir);
+  return out;
+}
+
+/** The protected paths that exist, outermost only (a path inside another is covered by it). */
+function mountTargets(paths: readonly string[]): string[] {
+  const existing = [...new Set(paths.map((p) => path.resolve(p)))].filter((p) => existsSync(p)).sort();
+  return existing.filter((p, i) => !existing.slice(0, i).some((q) => p.startsWith(q + path.sep)));
+}
+
+/**
+ * The script the namespace's init runs before it becomes the command: join the run's cgroup(s), make
+ * the ancestors of every protected path mount points (a mount point cannot be renamed), mount the
+ * protected paths read-only, then exec the command without the capabilities that could undo it.
+ */
+/** An fstab field: whitespace and backslashes as octal escapes, as libmount reads them. */
+function fstabField(p: string): string {
+  return p.replace(/[\\\s]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+}
+
+/** Mount points of capsule's own mount namespace (a bind entry on one of them would be skipped by mount -a). */
+function mountPoints(): Set<string> {
+  try {
+    const lines = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+    return new Set(
+      lines
+        .map((l) => l.split(' ')[4])
+        .filter((m): m is string => m !== undefined)
+        .map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))),
+    );
+  } catch {
+    return new Set();
+  }
+}
+
+/**
+ * The mounts of a run as one fstab, so the init mounts them with a single `mount -a` (one exec instead
+ * of one per path): the ancestors of every protected path become mount points (a mount point cannot be
+ * renamed), then each protected path is bound read-only onto itself.
+ */
+function mountTable(
+  readOnly: readonly string[],
+  mounted: ReadonlySet<string>,
+): { fstab: string; explicit: string[] } {
+  const roots = [...new Set(readOnly.flatMap((p) => ancestors(p)))].filter(
+    (d) => d !== '/' && !mounted.has(d),
+  );
+  const lines = roots.map((d) => `${fstabField(d)} ${fstabField(d)} none rbind 0 0`);
+  const explicit: string[] = [];
+  for (const p of readOnly) {
+    if (mounted.has(p)) explicit.push(p);
+    else lines.push(`${fstabField(p)} ${fstabField(p)} none bind,ro 0 0`);
+  }
+  return { fstab: lines.length > 0 ? `${lines.join('\n')}\n` : '', explicit };
+}
+
+/**
+ * The script the namespace's init runs before it becomes the command: join the run's cgroup(s), mount
+ * the table (ancestors as mount points, protected paths read-only), then exec the command without the
+ * capabilities that could undo it.
+ */
+function initScript(
+  tools: NonNullable<HostConfinement['tools']>,
+  cgroupProcs: readonly string[],
+  mounts: { fstabFile?: string | undefined; explicit: readonly string[] },
+  cwd: string,
+): string {
+  const lines = ['set -e'];
+  for (const procs of cgroupProcs) lines.push(`echo 0 > ${shQuote(procs)}`);
+  if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${shQuote(mounts.fstabFile)}`);
+  for (const p of mounts.explicit) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
+  // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
+  // (`cd` would export OLDPWD into the command's environment, which must be exactly what was given.)
+  if (mounts.fstabFile !== undefined || mounts.explicit.length > 0)
+    lines.push(`cd ${shQuote(cwd)}`, 'unset OLDPWD');
+  const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
+  lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
+  return lines.join('\n');
+}
+
+/**
+ * Where mount tables live: one folder per user, itself mounted read-only in every run, so no confined
+ * process can rewrite the table a later run mounts from. Named by content, so runs share them.
+ */
+function mountTableFile(fstab: string): string {
+  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  const st = lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== (process.getuid?.() ?? st.uid) || (st.mode & 0o077) !== 0) {
+    throw new Error(`${dir} is not a private folder of this user`);
+  }
+  const file = path.join(dir, `${createHash('sha256').update(fstab).digest('hex').slice(0, 32)}.fstab`);
+  let current: string | undefined;
+  try {
+    current = readFileSync(file, 'utf8');
+  } catch {
+    current = undefined;
+  }
+  if (current !== fstab) {
+    const temp = `${file}.${randomBytes(6).toString('hex')}`;
+    writeFileSync(temp, fstab, { mode: 0o600 });
+    renameSync(temp, file);
+  }
+  return file;
+}
+
+function runMounts(
+  readOnly: readonly string[],
+  hideCgroups: boolean,
+): { fstabFile?: string | undefined; explicit: string[] } {
+  if (readOnly.length === 0 && !hideCgroups) return { explicit: [] };
+  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  const table = mountTable([dir, ...readOnly], mountPoints());
+  // Root may write cgroupfs: the run would leave its cgroup or raise its own limits. An empty read-only
+  // tmpfs hides every hierarchy once the init has joined (its own name, or mount -a takes it as mounted).
+  const fstab = hideCgroups
+    ? `${table.fstab}capsule-no-cgroups /sys/fs/cgroup tmpfs ro,size=4k,mode=555 0 0\n`
+    : table.fstab;
+  const { explicit } = table;
+  return { fstabFile: fstab === '' ? undefined : mountTableFile(fstab), explicit };
+}
+
+function confinedArgv(
+  tools: NonNullable<HostConfinement['tools']>,
+  userNamespace: boolean,
+  script: string,
+  file: string,
+  args: readonly string[],
+): { file: string; args: string[] } {
+  return {
+    file: tools.setpriv,
+    args: [
+      // setpriv fails rather than run without it, so a started run always dies with capsule.
+      '--pdeathsig',
+      'KILL',
+      '--',
+      tools.unshare,
+      // Without root: an unprivileged user namespace owns the new pid and mount namespaces.
+      ...(userNamespace ? ['--user', '--map-root-user'] : []),
+      '--fork',
+      '--pid',
+      '--mount-proc',
+      '--kill-child',
+      '--',
+      tools.sh,
+      '-c',
+      script,
+      'capsule-init',
+      file,
+      ...args,
+    ],
+  };
+}
+
+/**
+ * Measure what confinement works here by running it: a pid namespace whose init is pid 1 and sees no
+ * other process, a read-only mount the process cannot write or remount, and a cgroup that takes limits.
+ * Synchronous (one short process, a few ms) so the isolation report can be built from it.
+ */
+export function probeHostConfinement(options: { toolDirs?: readonly string[] } = {}): HostConfinement {
+  const missing: string[] = [];
+  const result: HostConfinement = {
+    userNamespace: false,
+    pidNamespace: false,
+    diesWithCapsule: false,
+    readOnlyPaths: false,
+    memoryLimit: false,
+    pidsLimit: false,
+    missing,
+  };
+  if (process.platform !== 'linux') {
+    missing.push(`no Linux namespaces on ${process.platform}`);
+    return result;
+  }
+  const dirs = options.toolDirs ?? SYSTEM_DIRS;
+  const tools = {
+    setpriv: findTool('setpriv', dirs),
+    unshare: findTool('unshare', dirs),
+    mount: findTool('mount', dirs),
+    sh: findTool('sh', dirs),
+  };
+  const absent = Object.entries(tools)
+    .filter(([, v]) => v === undefined)
+    .map(([k]) => k);
+  if (absent.length > 0) {
+    missing.push(`${absent.join(', ')} not installed (util-linux)`);
+    return result;
+  }
+  const found = tools as NonNullable<HostConfinement['tools']>;
+  const layout = cgroupLayout();
+  sweepStaleCgroups(layout);
+  const scratch = mkdtempSync(path.join(tmpdir(), 'capsule-probe-'));
+  let group: RunCgroup | undefined;
+  try {
+    const file = path.join(scratch, 'protected');
+    writeFileSync(file, 'x');
+    try {
+      if (layout !== undefined) group = createCgroup(layout, { memoryBytes: 64 * 1024 * 1024, pids: 16 });
+    } catch {
+      group = undefined;
+    }
+    // Inside: am I pid 1 alone, is the file read-only even for root, can I remount it (I must not)?
+    const f = shQuote(file);
+    const check = [
+      'test "$$" = 1 || echo not-pid-1',
+      // A fresh /proc lists only this namespace: a handful of pids, not the machine's.
+      'n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; [ "$n" -le 4 ] || echo host-proc',
+      // Undo the read-only mount every way a process would try, then write.
+      `${found.mount} -o remount,bind,rw ${f} 2>/dev/null; ${found.mount} --make-private ${f} 2>/dev/null`,
+      `umount ${f} 2>/dev/null; ( echo y > ${f} ) 2>/dev/null && echo writable`,
+      // With limits, the cgroup hierarchies must be out of reach (a run could leave or raise its own).
+      '[ -z "$(ls -A /sys/fs/cgroup 2>/dev/null)" ] || echo cgroups-visible',
+      'echo probe-ran',
+    ].join('\n');
+    const attempt = (userNs: boolean): SpawnSyncReturns<string> => {
+      const argv = confinedArgv(
+        found,
+        userNs,
+        initScript(
+          found,
+          userNs ? [] : (group?.procsFiles ?? []),
+          runMounts([file], group !== undefined && !userNs),
+          scratch,
+        ),
+        found.sh,
+        ['-c', check],
+      );
+      return spawnSync(argv.file, argv.args, {
+        encoding: 'utf8',
+        env: { PATH: '/usr/bin:/bin' },
+        timeout: 5000,
+      });
+    };
+    let r = attempt(false);
+    if (!(r.stdout ?? '').includes('probe-ran')) {
+      // Not root: an unprivileged user namespace may still give the pid and mount namespaces.
+      const viaUser = attempt(true);
+      if ((viaUser.stdout ?? '').includes('probe-ran')) {
+        r = viaUser;
+        result.userNamespace = true;
+        if (group !== undefined) removeCgroup(group);
+        group = undefined;
+      }
+    }
+    const out = r.stdout ?? '';
+    if (!out.includes('probe-ran')) {
+      const why = (r.stderr ?? '').trim().split('\n').pop() ?? '';
+      missing.push(
+        `no pid/mount namespaces here (${why || r.error?.message || `exit ${r.status}`}; needs root or user namespaces)`,
+      );
+      return result;
+    }
+    result.pidNamespace = !out.includes('not-pid-1') && !out.includes('host-proc');
+    if (!result.pidNamespace) missing.push('the namespace init is not pid 1 or /proc shows the host');
+    result.diesWithCapsule = result.pidNamespace;
+    result.readOnlyPaths =
+      result.pidNamespace && !out.includes('writable') && readFileSync(file, 'utf8') === 'x';
+    if (!result.readOnlyPaths) missing.push('protected paths could not be made read-only');
+    if (group !== undefined && result.pidNamespace && !out.includes('cgroups-visible')) {
+      result.memoryLimit = true;
+      result.pidsLimit = true;
+      result.cgroup = layout;
+    } else {
+      missing.push(
+        layout === undefined
+          ? 'no cgroup with memory and pids controllers capsule may create'
+          : 'cgroup limits could not be set',
+      );
+    }
+    result.tools = found;
+    return result;
+  } finally {
+    if (group !== undefined) removeCgroup(group);
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+interface RunCgroup {
+  dirs: string[];
+  procsFiles: string[];
+  layout: CgroupLayout;
+}
+
+function createCgroup(
+  layout: CgroupLayout,
+  limits: { memoryBytes?: number | undefined; pids?: number | undefined },
+): RunCgroup {
+  const name = `capsule-${process.pid}-${randomBytes(6).toString('hex')}`;
+  const memoryDir = path.join(layout.memoryParent, name);
+  const pidsDir = path.join(layout.pidsParent, name);
+  const dirs = [...new Set([memoryDir, pidsDir])];
+  for (const d of dirs) mkdirSync(d);
+  const group: RunCgroup = { dirs, procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')), layout };
+  try {
+    if (limits.memoryBytes !== undefined) {
+      if (layout.version === 1) {
+        writeFileSync(path.join(memoryDir, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+        // With swap, the RAM limit alone would only make the run swap.
+        const memsw = path.join(memoryDir, 'memory.memsw.limit_in_bytes');
+        if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
+      } else {
+        writeFileSync(path.join(memoryDir, 'memory.max'), String(limits.memoryBytes));
+        writeFileSync(path.join(memoryDir, 'memory.swap.max'), '0');
+      }
+    }
+    if (limits.pids !== undefined) writeFileSync(path.join(pidsDir, 'pids.max'), String(limits.pids));
+  } catch (err) {
+    removeCgroup(group);
+    throw err;
+  }
+  return group;
+}
+
+/** Counters of limit hits so far. */
+function limitHits(group: RunCgroup): { memory: boolean; pids: boolean } {
+  const read = (f: string): string => {
+    try {
+      return readFileSync(f, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  const [memoryDir, pidsDir] = [group.dirs[0] as string, group.dirs[group.dirs.length - 1] as string];
+  const memory =
+    group.layout.version === 1
+      ? /\boom_kill [1-9]/.test(read(path.join(memoryDir, 'memory.oom_control')))
+      : /\boom_kill [1-9]/.test(read(path.join(memoryDir, 'memory.events')));
+  const pids = /\bmax [1-9]/.test(read(path.join(pidsDir, 'pids.events')));
+  return { memory, pids };
+}
+
+function removeCgroup(group: RunCgroup): boolean {
+  let ok = true;
+  for (const d of group.dirs) {
+    try {
+      rmdirSync(d);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') ok = false;
+    }
+  }
+  return ok;
+}
+
+function removeLater(group: RunCgroup, tries: number): void {
+  setTimeout(() => {
+    if (!removeCgroup(group) && tries > 1) removeLater(group, tries - 1);
+  }, 10).unref();
+}
+
+/** Empty cgroups left by a capsule that was killed before it could remove them. */
+function sweepStaleCgroups(layout: CgroupLayout | undefined): void {
+  if (layout === undefined) return;
+  for (const parent of new Set([layout.memoryParent, layout.pidsParent])) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(parent).filter((n) => n.startsWith('capsule-'));
+    } catch {
+      continue;
+    }
+    for (const n of names) {
+      const owner = Number(n.split('-')[1]);
+      if (owner === process.pid || processAlive(owner)) continue;
+      try {
+        rmdirSync(path.join(parent, n));
+      } catch {
+        // still has tasks (they die with their namespace) or already gone
+      }
+    }
+  }
+}
+
+function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Signal the whole process group of a detached child (negative pid); ESRCH means it is gone. */
+export function killGroup(pid: number | undefined, signal: NodeJS.Signals): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+/** A process's exit status as a shell reports it: the code, or 128 + the signal number. */
+export function exitStatus(exitCode: number | null, signal: string | null, fallback: number): number {
+  if (exitCode !== null) return exitCode;
+  if (signal !== null) {
+    const n = (osConstants.signals as Record<string, number | undefined>)[signal];
+    if (n !== undefined) return 128 + n;
+  }
+  return fallback;
+}
+
+export interface HostProcessOptions {
+  file: string;
+  args: readonly string[];
+  cwd: string;
+  /** The whole environment of the process (nothing of capsule's own is added). */
+  env: Record<string, string>;
+  /** Written to stdin, then closed; stdin is /dev/null without it. */
+  input?: string | undefined;
+  /** Capture stdout/stderr (each capped at outputBytes), or pass them through to capsule's own. */
+  output: 'capture' | 'inherit';
+  outputBytes: number;
+  /** Wall-clock limit; none when omitted (a person at a terminal stops it). */
+  timeoutMs?: number | undefined;
+  /** SIGTERM first, SIGKILL this long after (a stop always ends in SIGKILL). */
+  killGraceMs: number;
+  signal?: AbortSignal | undefined;
+  /** Paths the process must not change (capsule's own state); mounted read-only where possible. */
+  readOnlyPaths?: readonly string[] | undefined;
+  memoryBytes?: number | undefined;
+  pids?: number | undefined;
+}
+
+export interface HostProcessResult {
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  canceled: boolean;
+  truncated: boolean;
+  /** The memory limit was hit (a process was OOM-killed); the run was stopped. */
+  oomKilled: boolean;
+  /** The pids limit refused a fork; the run was stopped. */
+  pidsLimited: boolean;
+  /** Whether this run had the pid namespace (see HostConfinement). */
+  confined: boolean;
+  durationMs: number;
+  /** The process could not be started at all (missing program, EACCES): not a run result. */
+  startError?: string | undefined;
+}
+
+/** Starts host processes with the confinement measured once per instance (explicitly constructed). */
+export class HostProcesses {
+  private measured: HostConfinement | undefined;
+
+  constructor(confinement?: HostConfinement) {
+    this.measured = confinement;
+  }
+
+  /** What this machine gives host processes: probed on first use, then kept for this instance. */
+  confinement(): HostConfinement {
+    this.measured ??= probeHostConfinement();
+    return this.measured;
+  }
+
+  async run(options: HostProcessOptions): Promise<HostProcessResult> {
+    const started = performance.now();
+    const result: HostProcessResult = {
+      exitCode: null,
+      signal: null,
+      stdout: '',
+      stderr: '',
+      timedOut: false,
+      canceled: false,
+      truncated: false,
+      oomKilled: false,
+      pidsLimited: false,
+      confined: false,
+      durationMs: 0,
+    };
+    if (options.signal?.aborted) {
+      result.canceled = true;
+      return result;
+    }
+    const unreachable = startProblem(options.file, options.env.PATH, options.cwd);
+    if (unreachable !== undefined) return { ...result, startError: unreachable };
+
+    const conf = this.confinement();
+    let argv = { file: options.file, args: [...options.args] };
+    let group: RunCgroup | undefined;
+    if (conf.pidNamespace && conf.tools !== undefined) {
+      const wantsLimits = options.memoryBytes !== undefined || options.pids !== undefined;
+      if (wantsLimits && conf.cgroup !== undefined) {
+        group = createCgroup(conf.cgroup, { memoryBytes: options.memoryBytes, pids: options.pids });
+      }
+      const readOnly = conf.readOnlyPaths ? mountTargets(options.readOnlyPaths ?? []) : [];
+      argv = confinedArgv(
+        conf.tools,
+        conf.userNamespace,
+        initScript(
+          conf.tools,
+          group?.procsFiles ?? [],
+          runMounts(readOnly, group !== undefined),
+          options.cwd,
+        ),
+        options.file,
+        options.args,
+      );
+      result.confined = true;
+    }
+
+    try {
+      await this.spawn(argv, options, result, group);
+    } finally {
+      // The namespace is gone once its init is; exiting tasks may take a moment to leave the cgroup,
+      // so an empty cgroup is removed in the background rather than making the caller wait.
+      if (group !== undefined && !removeCgroup(group)) removeLater(group, 40);
+    }
+    result.durationMs = performance.now() - started;
+    return result;
+  }
+
+  private async spawn(
+    argv: { file: string; args: string[] },
+    options: HostProcessOptions,
+    result: HostProcessResult,
+    group: RunCgroup | undefined,
+  ): Promise<void> {
+    const capture = options.output === 'capture';
+    const child = execa(argv.file, argv.args, {
+      cwd: options.cwd,
+      env: options.env,
+      extendEnv: false,
+      detached: true, // own process group: one kill reaches every process that did not leave it
+      stdin: options.input === undefined ? 'ignore' : 'pipe',
+      stdout: capture ? 'pipe' : 'inherit',
+      stderr: capture ? 'pipe' : 'inherit',
+      buffer: false,
+      reject: false,
+      stripFinalNewline: false,
+      windowsHide: true,
+    });
+
+    let escalation: NodeJS.Timeout | undefined;
+    const kill = (): void => killGroup(child.pid, 'SIGKILL');
+    const stop = (): void => {
+      killGroup(child.pid, 'SIGTERM');
+      escalation ??= setTimeout(kill, options.killGraceMs);
+    };
+    const onOverflow = (): void => {
+      result.truncated = true;
+      kill();
+    };
+    const stdout = new CappedOutput(options.outputBytes, onOverflow);
+    const stderr = new CappedOutput(options.outputBytes, onOverflow);
+    child.stdout?.on('data', (c: Buffer) => stdout.push(c));
+    child.stderr?.on('data', (c: Buffer) => stderr.push(c));
+    if (options.input !== undefined) {
+      // A process that never reads stdin must not make us fail with EPIPE.
+      child.stdin?.on('error', () => {});
+      child.stdin?.end(options.input);
+    }
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            result.timedOut = true;
+            stop();
+          }, options.timeoutMs);
+    const onAbort = (): void => {
+      result.canceled = true;
+      stop();
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    // A limit hit stops the run, like an output overflow: the cgroup counters are polled.
+    const poll =
+      group === undefined
+        ? undefined
+        : setInterval(() => {
+            const hits = limitHits(group);
+            if (hits.memory || hits.pids) {
+              result.oomKilled ||= hits.memory;
+              result.pidsLimited ||= hits.pids;
+              kill();
+            }
+          }, LIMIT_POLL_MS);
+    // When the child exits, whatever is left in its group dies too (and releases the pipes).
+    child.on('exit', kill);
+
+    const done = await child;
+    clearTimeout(timer);
+    if (escalation) clearTimeout(escalation);
+    if (poll) clearInterval(poll);
+    options.signal?.removeEventListener('abort', onAbort);
+    if (group !== undefined) {
+      const hits = limitHits(group);
+      result.oomKilled ||= hits.memory;
+      result.pidsLimited ||= hits.pids;
+    }
+    if (
+      done.failed &&
+      done.exitCode === undefined &&
+      done.signal === undefined &&
+      !result.canceled &&
+      !result.timedOut
+    ) {
+      result.startError = done.shortMessage ?? done.message;
+      return;
+    }
+    result.exitCode = done.exitCode ?? null;
+    result.signal = done.signal ?? null;
+    result.stdout = stdout.text();
+    result.stderr = stderr.text();
+  }
+}
+
+/** Why `file` cannot start from `cwd` with this PATH (checked before spawning: inside the namespace a missing program is only an exit code). */
+function startProblem(file: string, searchPath: string | undefined, cwd: string): string | undefined {
+  const candidates = file.includes('/')
+    ? [path.resolve(cwd, file)]
+    : (searchPath ?? '')
+        .split(':')
+        .filter(Boolean)
+        .map((d) => path.join(path.resolve(cwd, d), file));
+  for (const c of candidates) {
+    try {
+      accessSync(c, fsConstants.X_OK);
+      return undefined;
+    } catch {
+      // next
+    }
+  }
+  return file.includes('/')
+    ? `${file} is not an executable file`
+    : `${file} was not found on PATH (${searchPath ?? ''})`;
+}
