@@ -39,17 +39,20 @@ export interface RunCommandToolOptions {
 const CAPTURE_BYTES = 16 * 1024 * 1024;
 const KILL_GRACE_MS = 500;
 
+/** Variables a command gets from capsule's environment: what tools need to run, nothing secret. */
+const COMMAND_ENV = new Set(['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'LANGUAGE', 'TERM', 'TZ', 'TMPDIR']);
+
 /**
- * The environment bash gets: the caller's, minus what would make bash run other code than the command
- * that was keyed — BASH_ENV / ENV (sourced at start) and exported functions (BASH_FUNC_git%% would
- * replace `git`). Otherwise `run_command:git` could end up running something that is not git.
+ * The environment bash gets: an allowlist of the caller's variables (PATH, HOME, locale, terminal),
+ * never anything else — capsule's own environment may hold API keys, and a command must not read them.
+ * BASH_ENV / ENV / exported functions (BASH_FUNC_git%% would replace `git`) never pass, so
+ * `run_command:git` cannot end up running something that is not git.
  */
 export function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
-    if (name === 'BASH_ENV' || name === 'ENV' || name.startsWith('BASH_FUNC_') || name === 'SHELLOPTS')
-      continue;
-    if (value !== undefined) out[name] = value;
+    if (value === undefined) continue;
+    if (COMMAND_ENV.has(name) || name.startsWith('LC_')) out[name] = value;
   }
   return out;
 }
