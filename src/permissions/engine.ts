@@ -11,7 +11,7 @@ import {
 import { CapsuleError, isCapsuleError } from '../errors.js';
 import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict } from './ceiling.js';
-import type { CommandParser } from './command-parser.js';
+import { createCommandParser, type CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
@@ -113,6 +113,9 @@ export class PermissionEngine implements PermissionGate {
   }
 
   static async create(options: PermissionEngineOptions): Promise<PermissionEngine> {
+    // Deny rules are judged on the parsed command: without a parser nothing could be proven.
+    if (options.commandParser === undefined)
+      options = { ...options, commandParser: await createCommandParser() };
     let config = options.config;
     if (config === undefined) {
       const file = options.configFile ?? path.join(path.resolve(options.projectRoot), PROJECT_CONFIG_FILE);
@@ -272,11 +275,12 @@ export class PermissionEngine implements PermissionGate {
     return { outcome: 'allow', source: 'prompt', reason, key };
   }
 
+  /** A run_command request gets what the command runs (deny rules match each program it runs). */
   private withParts(request: PermissionRequest): PermissionRequest {
-    if (request.parts !== undefined || !request.key.compound || request.key.tool !== RUN_COMMAND)
-      return request;
+    if (request.key.tool !== RUN_COMMAND || request.commands !== undefined) return request;
     if (this.parser === undefined) return request;
-    return { ...request, parts: this.parser.analyze(request.subject).parts };
+    const analysis = this.parser.analyze(request.subject);
+    return { ...request, parts: request.parts ?? analysis.parts, commands: analysis.facts };
   }
 
   /** decide(), with a ceiling violation recorded in the audit log before it is thrown. */

@@ -31,10 +31,12 @@ describe('run_command', () => {
   });
 
   it('kills the whole process group on timeout', async () => {
-    const f = await agentFixture({ grants: ['run_command:bash'] });
+    // bash -c runs shell code: only a grant of the exact command covers it.
+    const command = `bash -c 'sleep 30 & echo $! > child.pid; wait'`;
+    const f = await agentFixture({ grants: [`run_command:${command}`] });
     const started = Date.now();
     const r = (await f.session.call('run_command', {
-      command: `bash -c 'sleep 30 & echo $! > child.pid; wait'`,
+      command,
       timeoutMs: 500,
     })) as CommandResult;
     expect(r.timedOut).toBe(true);
