@@ -11,7 +11,7 @@ import {
 import { CapsuleError, isCapsuleError } from '../errors.js';
 import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict } from './ceiling.js';
-import { createCommandParser, type CommandParser } from './command-parser.js';
+import { canonicalGrantKey, createCommandParser, type CommandParser } from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
@@ -109,7 +109,14 @@ export class PermissionEngine implements PermissionGate {
     this.modeValue = options.mode ?? config.mode;
     this.profileRules = options.profileRules ?? [];
     this.state = this.buildState();
-    for (const key of options.sessionGrants ?? []) this.grantSession(key, { origin: '--grant' });
+    for (const key of options.sessionGrants ?? []) {
+      // One canonical form for every caller: patterns refused, a relative program resolved at the root.
+      const canonical =
+        this.parser !== undefined && key.startsWith(`${RUN_COMMAND}:`)
+          ? canonicalGrantKey(this.parser, key, this.projectRoot)
+          : key;
+      this.grantSession(canonical, { origin: '--grant' });
+    }
   }
 
   static async create(options: PermissionEngineOptions): Promise<PermissionEngine> {

@@ -58,9 +58,11 @@ export function createRunCommandTool(): AgentTool {
     kind: 'OTHER',
     parameters: runCommandParameters,
     async permission(args, ctx) {
-      if (args.cwd !== undefined) await ctx.workspace.resolve(args.cwd, 'cwd');
-      // The engine's keying: run_command:<program>, or the whole normalized string when compound.
-      return commandCheck(ctx.commands, args.command);
+      const cwd =
+        args.cwd === undefined ? ctx.workspace.root : (await ctx.workspace.resolve(args.cwd, 'cwd')).real;
+      // The engine's keying: run_command:<program>, or the whole normalized string when compound;
+      // a relative program is keyed by its path resolved in the folder it runs in.
+      return commandCheck(ctx.commands, args.command, cwd);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =
