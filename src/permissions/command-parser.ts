@@ -121,9 +121,11 @@ export class CommandParser {
       const normalized = normalize(root, text);
       const parts: string[] = [];
       const facts: MutableFacts = { commands: [], unprovable: [] };
-      this.collect(root, text, parts, facts, 0);
+      const only = root.childCount === 1 ? root.firstChild : null;
+      const top: { id: number; words?: Word[] | undefined } = { id: only?.id ?? -1 };
+      this.collect(root, text, parts, facts, 0, top);
       const reasons: string[] = [];
-      const program = simpleProgram(root, reasons);
+      const program = simpleProgram(root, reasons, top.words);
       return program === undefined
         ? { normalized, compound: true, reasons, parts, facts }
         : { normalized, compound: false, program, reasons: [], parts, facts };
@@ -139,13 +141,17 @@ export class CommandParser {
     parts: string[] | undefined,
     facts: MutableFacts,
     depth: number,
+    top?: { id: number; words?: Word[] | undefined },
   ): void {
     let evaluating = false;
     let hiddenCode = false;
+    // Reading node text is costly: look for code hidden in literals only when the text has some.
+    const mayHide = HIDDEN_CODE.test(text);
     const visit = (node: Node): void => {
       const type = node.type;
       if (EVALUATING_NODES.has(type)) evaluating = true;
       else if (
+        mayHide &&
         (type === 'raw_string' || type === 'string_content' || type === 'ansi_c_string' || type === 'word') &&
         HIDDEN_CODE.test(node.text)
       )
@@ -153,6 +159,7 @@ export class CommandParser {
       if (type === 'command') {
         if (parts !== undefined) parts.push(normalize(node, text));
         const words = commandWords(node);
+        if (top !== undefined && node.id === top.id) top.words = words;
         if (words !== undefined) {
           const [program, ...args] = words;
           if (program !== null && program !== undefined && evaluatesArguments(program, args))
@@ -277,6 +284,7 @@ export function staticWord(node: Node): Word {
   switch (node.type) {
     case 'word': {
       const t = node.text;
+      if (!/[\\*?[{]/.test(t)) return t;
       if (EXPANDS.test(t)) return null;
       return t.replace(/\\\n/g, '').replace(/\\([\s\S])/g, '$1');
     }
@@ -382,7 +390,7 @@ function containsMissing(node: Node): boolean {
 }
 
 /** The program of a simple command, or undefined (with the reasons) when anything makes it compound. */
-function simpleProgram(root: Node, reasons: string[]): string | undefined {
+function simpleProgram(root: Node, reasons: string[], topWords: Word[] | undefined): string | undefined {
   const top = childrenOf(root);
   if (top.length !== 1) {
     reasons.push(top.length === 0 ? 'no command' : 'several statements (newline, ;, & or comment)');
@@ -420,7 +428,7 @@ function simpleProgram(root: Node, reasons: string[]): string | undefined {
     reasons.push('no program name');
     return undefined;
   }
-  const words = commandWords(cmd) ?? [];
+  const words = topWords ?? commandWords(cmd) ?? [];
   const hazard = keyingHazard(program, words.slice(1));
   if (hazard !== undefined) {
     reasons.push(hazard);
