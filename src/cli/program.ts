@@ -9,6 +9,7 @@ import { registerImages } from './commands/images.js';
 import { registerKey } from './commands/key.js';
 import { registerList } from './commands/list.js';
 import { registerMcp } from './commands/mcp.js';
+import { registerRules } from './commands/rules.js';
 import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
 import { registerValidate } from './commands/validate.js';
@@ -47,6 +48,7 @@ export function buildProgram(io: CliIO): Command {
   registerExplain(program, io);
   registerGrants(program, io);
   registerAudit(program, io);
+  registerRules(program, io);
   registerWasmRun(program, io);
   for (const command of program.commands) command.exitOverride();
   return program;

@@ -2,7 +2,13 @@ import { createRequire } from 'node:module';
 import { Language, Parser, type Node } from 'web-tree-sitter';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
-import { evaluatesArguments, keyingHazard, unwrap, type Word } from './command-semantics.js';
+import {
+  canonicalOptions,
+  evaluatesArguments,
+  keyingHazard,
+  unwrap,
+  type Word,
+} from './command-semantics.js';
 import { makeKey, parseKey, RUN_COMMAND } from './keys.js';
 import type { CommandFact, CommandFacts, PermissionKey } from './types.js';
 
@@ -254,7 +260,11 @@ function fact(program: string, name: string, args: readonly Word[]): CommandFact
   const tail = args.map((a) => a ?? '').join(' ');
   const line = (head: string): string => (tail === '' ? head : `${head} ${tail}`);
   const texts = program === name ? [line(name)] : [line(name), line(program)];
-  return { name, texts, dynamic: args.some((a) => a === null) };
+  if (!args.some((a) => a === null)) {
+    const canonical = canonicalOptions([name, ...(args as string[])]);
+    if (canonical !== undefined && !texts.includes(canonical)) texts.push(canonical);
+  }
+  return { name, texts, args, dynamic: args.some((a) => a === null) };
 }
 
 /** The words of a command node (program first), each static or null; undefined when it has no program. */

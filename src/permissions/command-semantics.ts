@@ -833,3 +833,101 @@ function sedRunsOrWrites(script: string): boolean {
   // s/…/…/FLAGS with e or w among the flags (any delimiter).
   return /s(.)(?:(?!\1)[^\\]|\\.)*\1(?:(?!\1)[^\\]|\\.)*\1[^;}\n]*[ew]/.test(script);
 }
+
+/** git sub-commands that only read: no hooks, editors, credential helpers, ssh or merge drivers. */
+const GIT_READ_ONLY = new Set([
+  'status',
+  'log',
+  'diff',
+  'show',
+  'blame',
+  'annotate',
+  'shortlog',
+  'rev-parse',
+  'rev-list',
+  'ls-files',
+  'ls-tree',
+  'cat-file',
+  'merge-base',
+  'describe',
+  'version',
+  'grep',
+  'show-ref',
+  'for-each-ref',
+  'name-rev',
+  'count-objects',
+  'check-ignore',
+  'check-attr',
+  'var',
+  'whatchanged',
+  'diff-tree',
+  'diff-files',
+  'diff-index',
+  'range-diff',
+  'cherry',
+  'show-branch',
+]);
+
+/**
+ * Programs that run other programs without naming them on the command line: a repository file
+ * (Makefile, package.json scripts, git hooks and configuration) or a script decides what runs. A rule
+ * that names such a program admits programs it does not name. undefined: nothing known.
+ */
+export function implicitRuns(name: string, args: readonly Word[]): string | undefined {
+  switch (name) {
+    case 'git': {
+      const g = parseGit(args);
+      if (g.sub < 0) return undefined;
+      const sub = args[g.sub];
+      if (sub === null || sub === undefined) return 'the git sub-command is not static';
+      if (GIT_READ_ONLY.has(sub)) return undefined;
+      return `git ${sub} runs hooks, editors, credential helpers, ssh or drivers from git configuration`;
+    }
+    case 'make':
+    case 'gmake':
+    case 'ninja':
+    case 'just':
+    case 'rake':
+      return `${name} runs the commands of a build file in the repository`;
+    case 'npm':
+    case 'pnpm':
+    case 'yarn':
+    case 'bun':
+    case 'npx':
+      return `${name} runs package scripts or downloaded packages`;
+    case 'cargo':
+    case 'go':
+    case 'mvn':
+    case 'gradle':
+    case 'pip':
+    case 'pip3':
+    case 'poetry':
+      return `${name} runs build scripts of the project or its dependencies`;
+    default:
+      if (SHELLS.has(name) || /^(python[0-9.]*|node|perl|ruby|php|lua|deno|tclsh)$/.test(name))
+        return args.length === 0 ? undefined : `${name} runs the code of a script or an argument`;
+      return undefined;
+  }
+}
+
+/**
+ * A command's words with its leading short options split and sorted (`rm -rf x`, `rm -fr x` and
+ * `rm -r -f x` all become `rm -f -r x`), so a deny rule written with one spelling of the options
+ * matches the others. undefined when there is nothing to reorder.
+ */
+export function canonicalOptions(words: readonly string[]): string | undefined {
+  const [program, ...rest] = words;
+  if (program === undefined) return undefined;
+  const letters = new Set<string>();
+  const longs: string[] = [];
+  let i = 0;
+  for (; i < rest.length; i++) {
+    const w = rest[i] as string;
+    if (/^-[A-Za-z]+$/.test(w)) for (const l of w.slice(1)) letters.add(l);
+    else if (/^--[A-Za-z][A-Za-z-]*$/.test(w)) longs.push(w);
+    else break;
+  }
+  if (i === 0) return undefined;
+  const options = [...[...letters].sort().map((l) => `-${l}`), ...longs.sort()];
+  return [program, ...options, ...rest.slice(i)].join(' ');
+}

@@ -1,4 +1,5 @@
 import { CapsuleError } from '../errors.js';
+import { canonicalOptions } from './command-semantics.js';
 import { hasGlobMeta, type GlobCache } from './glob.js';
 import { RUN_COMMAND } from './keys.js';
 import type { PermissionRequest } from './types.js';
@@ -92,5 +93,10 @@ export function denyRuleMatches(rule: Rule, request: PermissionRequest, globs: G
   const facts = request.commands;
   if (facts === undefined || facts.unprovable.length > 0) return true;
   const program = globs.rule(rulePatternProgram(rule.pattern));
-  return facts.commands.some((c) => c.texts.some((t) => re.test(t)) || (c.dynamic && program.test(c.name)));
+  // The rule with its options in canonical order too (`rm -rf *` also as `rm -f -r *`).
+  const canonical = canonicalOptions(rule.pattern.split(' '));
+  const alt = canonical === undefined ? undefined : globs.rule(canonical);
+  return facts.commands.some(
+    (c) => c.texts.some((t) => re.test(t) || alt?.test(t) === true) || (c.dynamic && program.test(c.name)),
+  );
 }

@@ -59,6 +59,8 @@ export interface CommandFact {
   name: string;
   /** `name args…`, and `program args…` when the program was written as a path: what rule globs test. */
   texts: readonly string[];
+  /** The arguments it gets (null: not static). */
+  args: readonly (string | null)[];
   /** Some argument is not static (a variable, a substitution, a glob). */
   dynamic: boolean;
 }

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
@@ -205,4 +205,18 @@ describe('grants are exact keys, not patterns', () => {
     expect(r.code).toBe(64);
     expect(existsSync(path.join(root, 'M'))).toBe(false);
   });
+});
+
+describe('deny run_command(rm -rf *) holds against other spellings of its options', () => {
+  it.each(['rm -fr d', 'rm -r -f d', 'rm -f -r d', '/bin/rm -fr d', 'env rm -r -f d', 'find d -delete'])(
+    '%s',
+    async (command) => {
+      const root = await project({ deny: ['run_command(rm -rf *)'] });
+      await mkdir(path.join(root, 'd'));
+      await writeFile(path.join(root, 'd', 'f'), 'x');
+      const r = await exec(root, command, ['--mode', 'bypass', '--no-prompt']);
+      expect(existsSync(path.join(root, 'd', 'f')), r.stderr).toBe(true);
+      expect(r.code).toBe(77);
+    },
+  );
 });
