@@ -5,6 +5,7 @@ import { CapsuleError } from '../errors.js';
 import {
   canonicalOptions,
   evaluatesArguments,
+  hiddenRuns,
   keyingHazard,
   unwrap,
   type Word,
@@ -156,6 +157,8 @@ export class CommandParser {
     const visit = (node: Node): void => {
       const type = node.type;
       if (EVALUATING_NODES.has(type)) evaluating = true;
+      else if (type === 'variable_assignment' && node.firstChild?.text === 'PATH')
+        facts.unprovable.push('PATH is changed: a program name may run another program');
       else if (
         mayHide &&
         (type === 'raw_string' || type === 'string_content' || type === 'ansi_c_string' || type === 'word') &&
@@ -171,8 +174,14 @@ export class CommandParser {
           if (program !== null && program !== undefined && evaluatesArguments(program, args))
             evaluating = true;
           const u = unwrap(program ?? null, args);
-          for (const c of u.commands)
-            if (c.name !== null) facts.commands.push(fact(c.program as string, c.name, c.args));
+          for (const c of u.commands) {
+            if (c.name === null) continue;
+            facts.commands.push(fact(c.program as string, c.name, c.args));
+            const hidden = hiddenRuns(c.name, c.args);
+            if (hidden !== undefined) facts.unprovable.push(hidden);
+            if (c.name === 'env' && c.args.some((a) => a === null || /^PATH=/.test(a)))
+              facts.unprovable.push('PATH is changed: a program name may run another program');
+          }
           facts.unprovable.push(...u.unprovable);
           for (const script of u.scripts) this.nested(script, facts, depth + 1);
         }

@@ -202,6 +202,22 @@ const WRAPPERS: Record<string, WrapperSpec> = {
   watch: { withValue: ['-n', '--interval', '-d', '--differences', '-q', '--equexit'], joined: true },
   unbuffer: { withValue: [] },
   chroot: { withValue: ['--userspec', '--groups'], operands: 1 },
+  coproc: { withValue: [] },
+  parallel: {
+    withValue: [
+      '-j',
+      '--jobs',
+      '-S',
+      '--sshlogin',
+      '-a',
+      '--arg-file',
+      '-d',
+      '--delimiter',
+      '-I',
+      '-C',
+      '--colsep',
+    ],
+  },
   strace: { withValue: ['-e', '-o', '-p', '-s', '-u', '-E', '-a', '-b', '-I', '-O', '-S', '-P', '-X'] },
   ltrace: { withValue: ['-e', '-o', '-p', '-s', '-u', '-a', '-A', '-D', '-F', '-l', '-n', '-x'] },
   valgrind: { withValue: [] },
@@ -247,6 +263,18 @@ const WRAPPERS: Record<string, WrapperSpec> = {
   fakeroot: { withValue: ['-l', '--lib', '--faked', '-s', '-i'] },
 };
 
+/**
+ * How many words an option takes: 2 when its value is the next word. A short cluster is read the way
+ * getopt reads it: the first letter that takes a value takes the rest of the cluster, or the next word.
+ */
+function optionWidth(arg: string, withValue: readonly string[]): number {
+  if (arg.startsWith('--')) return withValue.includes(arg) ? 2 : 1;
+  for (let j = 1; j < arg.length; j++) {
+    if (withValue.includes(`-${arg[j] as string}`)) return j === arg.length - 1 ? 2 : 1;
+  }
+  return 1;
+}
+
 /** Where the wrapped command starts in `args`, or -1 (none), or null (cannot tell). */
 function commandStart(args: readonly Word[], spec: WrapperSpec): number | null {
   let i = 0;
@@ -259,10 +287,7 @@ function commandStart(args: readonly Word[], spec: WrapperSpec): number | null {
       break;
     }
     if (a.startsWith('-') && a !== '-') {
-      const name = a.startsWith('--') ? (a.split('=', 1)[0] ?? a) : a.slice(0, 2);
-      const glued = a.startsWith('--') ? a.includes('=') : a.length > 2;
-      if (spec.withValue.includes(name) && !glued) i += 2;
-      else i += 1;
+      i += optionWidth(a, spec.withValue);
       continue;
     }
     if (operands > 0) {
@@ -336,7 +361,7 @@ export function unwrap(program: Word, args: readonly Word[], depth = 0): Unwrapp
   }
   if (name === 'trap') {
     // trap [-lp] [ACTION] SIGNAL…: the action is shell code run later.
-    const rest = args.filter((a) => a === null || !/^-[lp]+$/.test(a));
+    const rest = args.filter((a) => a === null || (!/^-[lp]+$/.test(a) && a !== '--'));
     if (rest.length >= 2) out.scripts.push(rest[0] ?? null);
     return out;
   }
@@ -397,6 +422,13 @@ export function unwrap(program: Word, args: readonly Word[], depth = 0): Unwrapp
   }
   if (name === 'git') {
     gitCommand(args, out, depth);
+    return out;
+  }
+  if (name === 'ssh') {
+    // ssh HOST COMMAND…: the command runs in a shell on HOST (which may be this machine).
+    const start = commandStart(args, { withValue: SSH_WITH_VALUE, operands: 1 });
+    if (start === null) out.unprovable.push('ssh: an option is not static');
+    else if (start >= 0) out.scripts.push(joinWords(args.slice(start)));
     return out;
   }
   const spec = WRAPPERS[name];
@@ -468,11 +500,10 @@ function envCommand(
       out.scripts.push(joinWords([first, ...args.slice(i + 1)]));
       return;
     }
-    if (['-u', '--unset', '-C', '--chdir', '-P'].includes(a)) {
-      i++;
+    if (a.startsWith('-') && a !== '-') {
+      i += optionWidth(a, ['-u', '--unset', '-C', '--chdir', '-P']) - 1;
       continue;
     }
-    if (a.startsWith('-') && a !== '-') continue;
     if (a === '-') continue;
     if (/^[A-Za-z_][A-Za-z0-9_]*=/.test(a)) continue;
     inner(i);
@@ -510,6 +541,30 @@ function findCommand(
     }
   }
 }
+
+const SSH_WITH_VALUE = [
+  '-b',
+  '-c',
+  '-D',
+  '-E',
+  '-e',
+  '-F',
+  '-I',
+  '-i',
+  '-J',
+  '-L',
+  '-l',
+  '-m',
+  '-O',
+  '-o',
+  '-p',
+  '-Q',
+  '-R',
+  '-S',
+  '-W',
+  '-w',
+  '-B',
+];
 
 /** git's global options that take a separate value (`git -C DIR`, `git -c NAME=VALUE`). */
 const GIT_GLOBAL_WITH_VALUE = new Set([
@@ -629,27 +684,41 @@ interface GitParse {
   /** `-c alias.NAME=VALUE` given on the command line. */
   aliases: Map<string, string>;
   dynamic: boolean;
+  /** Values of other `-c NAME=VALUE` options (a pager, a hook path, a helper: maybe a command). */
+  values?: string[];
+  /** `--exec-path` or `--config-env`: programs or settings come from outside the command line. */
+  opaque?: boolean;
 }
 
 function parseGit(args: readonly Word[]): GitParse {
   const aliases = new Map<string, string>();
+  const values: string[] = [];
+  let opaque = false;
   let hazard: string | undefined;
   for (let i = 0; i < args.length; i++) {
     const a = args[i];
     if (a === null || a === undefined)
-      return { sub: i, hazard: 'an option is not static', aliases, dynamic: true };
-    if (!a.startsWith('-')) return { sub: i, hazard, aliases, dynamic: false };
+      return { sub: i, hazard: 'an option is not static', aliases, dynamic: true, values, opaque };
+    if (!a.startsWith('-')) return { sub: i, hazard, aliases, dynamic: false, values, opaque };
     const name = a.split('=', 1)[0] ?? a;
     if (!GIT_SAFE_GLOBAL.has(a)) hazard ??= `the option ${name} can make git run other programs`;
     if (a === '-c') {
       const v = args[i + 1];
-      if (v === null || v === undefined) return { sub: -1, hazard, aliases, dynamic: true };
+      if (v === null || v === undefined) return { sub: -1, hazard, aliases, dynamic: true, values };
       const m = /^alias\.([^=]+)=([\s\S]*)$/i.exec(v);
       if (m !== null) aliases.set(m[1] ?? '', m[2] ?? '');
+      else values.push(v.slice(v.indexOf('=') + 1));
     }
+    if (
+      a === '--exec-path' ||
+      a.startsWith('--exec-path=') ||
+      a === '--config-env' ||
+      a.startsWith('--config-env=')
+    )
+      opaque = true;
     if (GIT_GLOBAL_WITH_VALUE.has(a) || (a.startsWith('-c') && a.length === 2)) i++;
   }
-  return { sub: -1, hazard, aliases, dynamic: false };
+  return { sub: -1, hazard, aliases, dynamic: false, values, opaque };
 }
 
 function longOptionHazard(arg: string, names: readonly string[]): string | undefined {
@@ -687,6 +756,10 @@ function gitCommand(args: readonly Word[], out: Unwrapped, depth: number): void 
     out.unprovable.push('git: an option is not static, so the sub-command is unknown');
     return;
   }
+  if (g.opaque === true)
+    out.unprovable.push('git: --exec-path or --config-env takes programs from elsewhere');
+  // A configuration value may be a command git runs (core.pager, core.fsmonitor, credential.helper …).
+  for (const v of g.values ?? []) out.scripts.push(v);
   if (g.sub < 0) return;
   const rest = args.slice(g.sub);
   const sub = rest[0] as string;
@@ -930,4 +1003,53 @@ export function canonicalOptions(words: readonly string[]): string | undefined {
   if (i === 0) return undefined;
   const options = [...[...letters].sort().map((l) => `-${l}`), ...longs.sort()];
   return [program, ...options, ...rest.slice(i)].join(' ');
+}
+
+/** Interpreters whose options take program text inline (`python3 -c`, `perl -e`, `node -e`). */
+const INTERPRETER =
+  /^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby|node|nodejs|deno|bun|php|lua[0-9.]*|luajit|tclsh|wish|osascript|pwsh|Rscript|julia)$/;
+
+/** Programs unwrap() already looks inside (their commands are listed, not hidden). */
+const LOOKED_INTO = new Set([
+  'git',
+  'find',
+  'ssh',
+  'xargs',
+  'env',
+  'busybox',
+  'toybox',
+  'jobs',
+  'compgen',
+  'complete',
+]);
+
+/**
+ * For deny rules: a command that runs code the parser cannot list (an awk `system()`, `python3 -c`,
+ * `tar --to-command`, an alias that renames a program, `hash -p`, a script read from /dev/stdin).
+ * What it runs cannot be proven outside a deny rule. undefined: nothing hidden.
+ */
+export function hiddenRuns(name: string, args: readonly Word[]): string | undefined {
+  if (name === 'alias' && args.some((a) => a === null || a.includes('=')))
+    return 'alias can make any word run any program';
+  if (name === 'hash' && args.some((a) => a === null || /^-[A-Za-z]*p/.test(a)))
+    return 'hash -p makes a name run another program';
+  if (name === 'enable') return 'enable changes which builtins exist';
+  if (evaluatesArguments(name, args) && args.some((a) => a === null || a.includes('PATH')))
+    return `${name} may change PATH: a program name may run another program`;
+  if (name === 'source' || name === '.' || SHELLS.has(name)) {
+    const file = args.find((a) => a === null || !a.startsWith('-'));
+    if (file === null || (file !== undefined && /^\/(dev|proc)\//.test(file)))
+      return `${name} reads code from a stream or a name that is not static`;
+  }
+  if (INTERPRETER.test(name)) {
+    for (const a of args) {
+      if (a === null) return `${name}: an argument is not static`;
+      if (/^-[A-Za-z]*[ceErpx]/.test(a) || /^--(eval|exec|print|command)/.test(a))
+        return `${name} runs program text given inline`;
+      if (!a.startsWith('-')) break;
+    }
+    return undefined;
+  }
+  if (LOOKED_INTO.has(name) || WRAPPERS[name] !== undefined) return undefined;
+  return programHazard(name, args);
 }
