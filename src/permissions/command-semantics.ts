@@ -96,11 +96,14 @@ export function keyingHazard(program: string, args: readonly Word[]): string | u
   if (EVALUATING_BUILTINS.has(program)) return `${program} evaluates code in its arguments`;
   if (optionEvaluates(program, args)) return `${program} with this option evaluates code in its arguments`;
   const name = baseName(program);
-  const unwrapped = unwrap(program, args);
-  if (unwrapped.commands.length > 1 || unwrapped.scripts.length > 0 || unwrapped.unprovable.length > 0)
-    return `${name} runs another program or shell code`;
   const hazard = programHazard(name, args);
-  return hazard === undefined ? undefined : `${name}: ${hazard}`;
+  if (hazard !== undefined) return `${name}: ${hazard}`;
+  const unwrapped = unwrap(program, args);
+  // git without global options lists itself a second time (the form deny rules are written for).
+  const others = unwrapped.commands.slice(1).filter((c) => !(name === 'git' && c.name === 'git'));
+  if (others.length > 0 || unwrapped.scripts.length > 0 || unwrapped.unprovable.length > 0)
+    return `${name} runs another program or shell code`;
+  return undefined;
 }
 
 /** Is this a builtin that evaluates code in its arguments (for deny rules: unprovable if so)? */
