@@ -239,3 +239,18 @@ describe('deny run_command(rm -rf *) holds against other spellings of its option
     },
   );
 });
+
+describe('deny rules stay rules about programs: commands that do not run the program still run', () => {
+  it.each([
+    ['run_command(rm *)', 'echo rm v'],
+    ['run_command(rm *)', 'printf "%s\\n" "rm v" | grep rm'],
+    ['run_command(git push*)', 'git log --grep=push; true'],
+    ['run_command(rm -rf *)', 'rm -f nothing-here'],
+  ])('%s lets %s run', async (rule, command) => {
+    const root = await project({ deny: [rule] });
+    await execa('git', ['init', '-q'], { cwd: root });
+    const r = await exec(root, command, ['--mode', 'bypass', '--no-prompt']);
+    expect(r.code, r.stderr).not.toBe(77);
+    expect(existsSync(path.join(root, 'v'))).toBe(true);
+  });
+});
