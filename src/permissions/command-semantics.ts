@@ -860,7 +860,9 @@ export function programHazard(name: string, args: readonly Word[]): string | und
       for (const a of args) {
         if (a === null) return 'an argument is not static';
         if (/^-(f|-file)/.test(a)) return 'the script is read from a file';
-        if (sedRunsOrWrites(a)) return 'the script can run commands or write files (e, w)';
+        // A script glued to its option (-e'1e cmd', --expression=…) is a script too.
+        const glued = /^(?:-[A-Za-z]*e|--expression=)([\s\S]+)$/.exec(a)?.[1];
+        if (sedRunsOrWrites(glued ?? a)) return 'the script can run commands or write files (e, w)';
       }
       return undefined;
     case 'less':
@@ -893,6 +895,34 @@ export function programHazard(name: string, args: readonly Word[]): string | und
           return '-TT runs a program';
       }
       return undefined;
+    case 'fd':
+    case 'fdfind':
+      for (const a of args) {
+        if (a === null) return 'an argument is not static';
+        if (/^-(x|X)/.test(a) || longOptionHazard(a, ['--exec', '--exec-batch']) !== undefined)
+          return '-x/--exec runs a program';
+      }
+      return undefined;
+    case 'rg':
+      for (const a of args) {
+        if (a === null) return 'an argument is not static';
+        if (longOptionHazard(a, ['--pre']) !== undefined) return '--pre runs a program on every file';
+      }
+      return undefined;
+    case 'gdb':
+      for (const a of args) {
+        if (a === null) return 'an argument is not static';
+        if (
+          /^-(ex|x|iex|ix|batch)/.test(a) ||
+          longOptionHazard(a, ['--eval-command', '--command']) !== undefined
+        )
+          return 'gdb runs commands from its options (shell …)';
+      }
+      return undefined;
+    case 'at':
+    case 'batch':
+    case 'crontab':
+      return `${name} schedules commands to run later`;
     default:
       return undefined;
   }
@@ -1010,7 +1040,7 @@ export function canonicalOptions(words: readonly string[]): string | undefined {
 
 /** Interpreters whose options take program text inline (`python3 -c`, `perl -e`, `node -e`). */
 const INTERPRETER =
-  /^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby|node|nodejs|deno|bun|php|lua[0-9.]*|luajit|tclsh|wish|osascript|pwsh|Rscript|julia)$/;
+  /^(expect|python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby|node|nodejs|deno|bun|php|lua[0-9.]*|luajit|tclsh|wish|osascript|pwsh|Rscript|julia)$/;
 
 /** Programs unwrap() already looks inside (their commands are listed, not hidden). */
 const LOOKED_INTO = new Set([
@@ -1037,6 +1067,7 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
   if (name === 'hash' && args.some((a) => a === null || /^-[A-Za-z]*p/.test(a)))
     return 'hash -p makes a name run another program';
   if (name === 'enable') return 'enable changes which builtins exist';
+  if (name === 'at' || name === 'batch' || name === 'crontab') return `${name} runs commands it reads later`;
   if (evaluatesArguments(name, args) && args.some((a) => a === null || a.includes('PATH')))
     return `${name} may change PATH: a program name may run another program`;
   if (name === 'source' || name === '.' || SHELLS.has(name)) {

@@ -95,6 +95,11 @@ describe('deny run_command(rm *) holds against rewrites of rm (bypass mode: only
     'python3 -c \'import os; os.remove("v")\'',
     'perl -e \'unlink "v"\'',
     "mapfile -C 'rm v' -c 1 a <<< x",
+    "sed -n -e'1e rm v' v",
+    "sed -n --expression='1e rm v' v",
+    "at now <<< 'rm v'",
+    "gdb -batch -ex 'shell rm v'",
+    "expect -c 'exec rm v'",
   ];
   it.each(rewrites)('%s', async (command) => {
     const root = await project({ deny: ['run_command(rm *)'] });

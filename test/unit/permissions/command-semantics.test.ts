@@ -108,6 +108,13 @@ describe('wrappers and options that run other programs make a command compound',
     'man -P prog ls',
     "vim -c '!touch M'",
     'zip -TT prog a.zip f',
+    "sed -n -e'1e touch M' f",
+    "sed --expression='1e touch M' f",
+    'fd -x touch',
+    "rg --pre 'touch M' x",
+    "gdb -batch -ex 'shell touch M'",
+    'at now',
+    'crontab jobs.txt',
   ])('%s', (command) => {
     expect(keyCommand(parser, command).compound).toBe(true);
   });
