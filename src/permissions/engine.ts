@@ -120,14 +120,24 @@ export class PermissionEngine implements PermissionGate {
   }
 
   static async create(options: PermissionEngineOptions): Promise<PermissionEngine> {
-    // Deny rules are judged on the parsed command: without a parser nothing could be proven.
-    if (options.commandParser === undefined)
-      options = { ...options, commandParser: await createCommandParser() };
     let config = options.config;
     if (config === undefined) {
       const file = options.configFile ?? path.join(path.resolve(options.projectRoot), PROJECT_CONFIG_FILE);
       config = (await readProjectConfigFile(file)).config;
     }
+    // Deny rules are judged on the parsed command. Without a parser nothing can be proven and every
+    // run_command deny rule matches (fail closed), so one is made when a command rule or grant exists.
+    const mentions = (rules: readonly string[] | undefined): boolean =>
+      (rules ?? []).some((r) => r.trim().startsWith(RUN_COMMAND));
+    const profiles = options.profileRules ?? [];
+    if (
+      options.commandParser === undefined &&
+      (mentions(config.permissions.allow) ||
+        mentions(config.permissions.deny) ||
+        profiles.some((p) => mentions(p.allow) || mentions(p.deny)) ||
+        mentions(options.sessionGrants))
+    )
+      options = { ...options, commandParser: await createCommandParser() };
     return new PermissionEngine(options, config);
   }
 

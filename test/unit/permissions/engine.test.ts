@@ -109,6 +109,12 @@ describe('rules: deny → allow → mode → allowlists → ask', () => {
     expect(await e.check(hidden)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
   });
 
+  it('without a parser a run_command deny rule cannot be proven not to match: it denies (fail closed)', async () => {
+    const { e } = await engine({}, { mode: 'bypass' });
+    e.setProfileRules([{ origin: 'profile:x', deny: ['run_command(rm *)'] }]);
+    expect(await e.check(commandReq('ls', 'ls -la'))).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
+  });
+
   it('a glob-free rule equal to the whole compound command allows exactly it', async () => {
     const { e } = await engine({
       permissions: { allow: ['run_command(npm test && npm run lint)'], deny: [] },
