@@ -297,7 +297,14 @@ export class PermissionEngine implements PermissionGate {
     if (request.key.tool !== RUN_COMMAND || request.commands !== undefined) return request;
     if (this.parser === undefined) return request;
     const analysis = this.parser.analyze(request.subject);
-    return { ...request, parts: request.parts ?? analysis.parts, commands: analysis.facts };
+    const facts = { ...request, parts: request.parts ?? analysis.parts, commands: analysis.facts };
+    // A relative program run outside the project root is another file than a rule's `./x` means: its
+    // subject names the resolved path, so no rule written for the root's file allows it.
+    const program = analysis.program;
+    if (request.key.compound || program === undefined || !program.includes('/') || program.startsWith('/'))
+      return facts;
+    if (path.resolve(this.projectRoot, program) === request.key.action) return facts;
+    return { ...facts, subject: `${request.key.action}${request.subject.slice(program.length)}` };
   }
 
   /** decide(), with a ceiling violation recorded in the audit log before it is thrown. */

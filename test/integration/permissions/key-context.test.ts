@@ -74,6 +74,22 @@ describe('a relative program is keyed with the folder it runs in', () => {
     expect(r.stdout).toBe('root\n');
   });
 
+  it('an allow rule run_command(./build.sh) allows the root one only', async () => {
+    const f = await agentFixture({ config: { permissions: { allow: ['run_command(./build.sh)'] } } });
+    await writeFile(path.join(f.root, 'build.sh'), '#!/bin/sh\necho root\n');
+    await mkdir(path.join(f.root, 'sub'));
+    await writeFile(path.join(f.root, 'sub', 'build.sh'), `#!/bin/sh\ntouch ${path.join(f.root, 'M')}\n`);
+    await chmod(path.join(f.root, 'build.sh'), 0o755);
+    await chmod(path.join(f.root, 'sub', 'build.sh'), 0o755);
+    expect(await codeOf(f.session.call('run_command', { command: './build.sh', cwd: 'sub' }))).toBe(
+      'PERMISSION_DENIED',
+    );
+    expect(existsSync(path.join(f.root, 'M'))).toBe(false);
+    const r = (await f.session.call('run_command', { command: './build.sh' })) as { stdout: string };
+    expect(r.stdout).toBe('root\n');
+    expect(f.asked()).toEqual([`run_command:${path.join(f.root, 'sub', 'build.sh')}`]);
+  });
+
   it('the keys name the resolved path', () => {
     expect(keyCommand(parser, './build.sh', '/p/sub').key).toBe('run_command:/p/sub/build.sh');
     expect(keyCommand(parser, '../x/run', '/p/sub').key).toBe('run_command:/p/x/run');
