@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { execa } from 'execa';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
@@ -62,7 +63,12 @@ export function createRunCommandTool(): AgentTool {
         args.cwd === undefined ? ctx.workspace.root : (await ctx.workspace.resolve(args.cwd, 'cwd')).real;
       // The engine's keying: run_command:<program>, or the whole normalized string when compound;
       // a relative program is keyed by its path resolved in the folder it runs in.
-      return commandCheck(ctx.commands, args.command, cwd);
+      const check = commandCheck(ctx.commands, args.command, cwd);
+      const rel = path.relative(ctx.workspace.root, cwd);
+      if (rel === '' || check.permission.type !== 'ask' || !check.permission.key.compound) return check;
+      // A compound command in a sub-folder is keyed as the command that does the same from the root,
+      // so a grant for it at the root never covers it elsewhere.
+      return commandCheck(ctx.commands, `cd -- '${rel.replace(/'/g, `'\\''`)}'\n${args.command}`, cwd);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =

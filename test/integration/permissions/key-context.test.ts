@@ -90,6 +90,21 @@ describe('a relative program is keyed with the folder it runs in', () => {
     expect(f.asked()).toEqual([`run_command:${path.join(f.root, 'sub', 'build.sh')}`]);
   });
 
+  it('a compound grant made for the root does not cover the same text run in another folder', async () => {
+    const command = './build.sh && true';
+    const f = await agentFixture({ grants: [`run_command:${command}`] });
+    await writeFile(path.join(f.root, 'build.sh'), '#!/bin/sh\necho root\n');
+    await mkdir(path.join(f.root, 'sub'));
+    await writeFile(path.join(f.root, 'sub', 'build.sh'), `#!/bin/sh\ntouch ${path.join(f.root, 'M')}\n`);
+    await chmod(path.join(f.root, 'build.sh'), 0o755);
+    await chmod(path.join(f.root, 'sub', 'build.sh'), 0o755);
+    expect(await codeOf(f.session.call('run_command', { command, cwd: 'sub' }))).toBe('PERMISSION_DENIED');
+    expect(existsSync(path.join(f.root, 'M'))).toBe(false);
+    expect(f.asked()).toEqual([`run_command:cd -- 'sub'\n${command}`]);
+    const r = (await f.session.call('run_command', { command })) as { stdout: string };
+    expect(r.stdout).toBe('root\n');
+  });
+
   it('the keys name the resolved path', () => {
     expect(keyCommand(parser, './build.sh', '/p/sub').key).toBe('run_command:/p/sub/build.sh');
     expect(keyCommand(parser, '../x/run', '/p/sub').key).toBe('run_command:/p/x/run');
