@@ -3,6 +3,7 @@ import { Language, Parser, type Node } from 'web-tree-sitter';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import {
+  argumentsMatter,
   canonicalOptions,
   evaluatesArguments,
   hiddenRuns,
@@ -101,7 +102,11 @@ export class CommandParser {
     return new CommandParser(parser);
   }
 
-  analyze(command: string): CommandAnalysis {
+  /**
+   * Parse and judge a command. `facts: false` skips what only deny rules need (the programs it runs),
+   * for keying alone; the facts are then empty and marked unprovable, so a misuse fails closed.
+   */
+  analyze(command: string, options: { facts?: boolean } = {}): CommandAnalysis {
     const text = command.trim();
     if (text === '') {
       throw new CapsuleError('USAGE', 'The command is empty.', {
@@ -130,7 +135,8 @@ export class CommandParser {
       const facts: MutableFacts = { commands: [], unprovable: [] };
       const only = root.childCount === 1 ? root.firstChild : null;
       const top: { id: number; words?: Word[] | undefined } = { id: only?.id ?? -1 };
-      this.collect(root, text, parts, facts, 0, top);
+      if (options.facts === false) facts.unprovable.push('facts not computed');
+      this.collect(root, text, parts, facts, 0, top, options.facts !== false);
       const reasons: string[] = [];
       const program = simpleProgram(root, reasons, top.words);
       return program === undefined
@@ -149,15 +155,16 @@ export class CommandParser {
     facts: MutableFacts,
     depth: number,
     top?: { id: number; words?: Word[] | undefined },
+    withFacts = true,
   ): void {
     let evaluating = false;
     let hiddenCode = false;
     // Reading node text is costly: look for code hidden in literals only when the text has some.
-    const mayHide = HIDDEN_CODE.test(text);
+    const mayHide = withFacts && HIDDEN_CODE.test(text);
     const visit = (node: Node): void => {
       const type = node.type;
       if (EVALUATING_NODES.has(type)) evaluating = true;
-      else if (type === 'variable_assignment' && node.firstChild?.text === 'PATH')
+      else if (withFacts && type === 'variable_assignment' && node.firstChild?.text === 'PATH')
         facts.unprovable.push('PATH is changed: a program name may run another program');
       else if (
         mayHide &&
@@ -167,9 +174,10 @@ export class CommandParser {
         hiddenCode = true;
       if (type === 'command') {
         if (parts !== undefined) parts.push(normalize(node, text));
-        const words = commandWords(node);
-        if (top !== undefined && node.id === top.id) top.words = words;
-        if (words !== undefined) {
+        const isTop = top !== undefined && node.id === top.id;
+        const words = withFacts ? commandWords(node) : undefined;
+        if (isTop) top.words = words;
+        if (withFacts && words !== undefined) {
           const [program, ...args] = words;
           if (program !== null && program !== undefined && evaluatesArguments(program, args))
             evaluating = true;
@@ -253,7 +261,7 @@ export function resolveProgram(program: string, cwd: string | undefined): string
 
 /** `capsule key`'s contract: `{"tool":"run_command","key":"…","compound":true|false}`. */
 export function keyCommand(parser: CommandParser, command: string, cwd?: string): CommandKey {
-  const key = commandPermissionKey(parser.analyze(command), cwd);
+  const key = commandPermissionKey(parser.analyze(command, { facts: false }), cwd);
   return { tool: 'run_command', key: key.raw, compound: key.compound };
 }
 
@@ -447,6 +455,7 @@ function simpleProgram(root: Node, reasons: string[], topWords: Word[] | undefin
     reasons.push('no program name');
     return undefined;
   }
+  if (!argumentsMatter(program)) return program;
   const words = topWords ?? commandWords(cmd) ?? [];
   const hazard = keyingHazard(program, words.slice(1));
   if (hazard !== undefined) {

@@ -789,6 +789,50 @@ function shortCluster(arg: string): string | undefined {
   return /^-[A-Za-z0-9]+$/.test(arg) ? arg.slice(1) : undefined;
 }
 
+/** Every program programHazard() has a case for (keep in step: a unit test checks each one). */
+export const HAZARD_PROGRAMS: ReadonlySet<string> = new Set(
+  (
+    'git find tar gtar bsdtar rsync ssh scp sftp awk gawk mawk nawk busybox-awk sed gsed less more most man ' +
+    'vi vim nvim ex view vimdiff emacs zip fd fdfind rg gdb at batch crontab'
+  ).split(' '),
+);
+
+/** Programs that unwrap() looks into besides the wrapper table. */
+const UNWRAPPED = new Set([
+  'eval',
+  'trap',
+  'env',
+  'xargs',
+  'busybox',
+  'toybox',
+  'find',
+  'jobs',
+  'compgen',
+  'complete',
+  'mapfile',
+  'readarray',
+  'git',
+  'ssh',
+]);
+
+/**
+ * Whether a command's arguments can change how it is keyed. For any other program the key is its name
+ * whatever the arguments, so keying need not read them (speed).
+ */
+export function argumentsMatter(program: string): boolean {
+  const name = baseName(program);
+  return (
+    EVALUATING_BUILTINS.has(program) ||
+    program === 'printf' ||
+    program === 'test' ||
+    program === '[' ||
+    SHELLS.has(name) ||
+    UNWRAPPED.has(name) ||
+    WRAPPERS[name] !== undefined ||
+    HAZARD_PROGRAMS.has(name)
+  );
+}
+
 /** Options of common programs that run other programs (or shell code) named in the option. */
 export function programHazard(name: string, args: readonly Word[]): string | undefined {
   const dynamic = args.some((a) => a === null);

@@ -59,7 +59,8 @@ export function commandCheck(
   command: string,
   cwd?: string,
 ): PermissionCheck & { parts: string[] } {
-  const analysis = parser.analyze(command);
+  // The key only: the gate computes what the command runs itself (deny rules).
+  const analysis = parser.analyze(command, { facts: false });
   return {
     permission: { type: 'ask', key: commandPermissionKey(analysis, cwd) },
     subject: analysis.normalized,

@@ -5,7 +5,14 @@ import {
   keyCommand,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
-import { canonicalOptions, keyingHazard, unwrap } from '../../../src/permissions/command-semantics.js';
+import {
+  argumentsMatter,
+  canonicalOptions,
+  HAZARD_PROGRAMS,
+  keyingHazard,
+  programHazard,
+  unwrap,
+} from '../../../src/permissions/command-semantics.js';
 import { isCapsuleError } from '../../../src/errors.js';
 
 let parser: CommandParser;
@@ -154,6 +161,20 @@ describe('the semantics as pure functions', () => {
     expect(keyingHazard('printf', ['-v', 'x', 'y'])).toContain('evaluates');
     expect(keyingHazard('git', ['-c', 'a=b', 'status'])).toContain('-c');
     expect(keyingHazard('ls', ['-la'])).toBeUndefined();
+  });
+
+  it('keying reads the arguments of every program the hazard table knows', () => {
+    for (const name of HAZARD_PROGRAMS) expect(argumentsMatter(name)).toBe(true);
+    expect(argumentsMatter('/usr/bin/git')).toBe(true);
+    expect(argumentsMatter('ls')).toBe(false);
+  });
+
+  it('a program outside HAZARD_PROGRAMS has no hazard for hostile arguments', () => {
+    const hostile = ['-c', 'touch M', '-e', 'x', '--exec=touch M', '-x', 'system("x")', '1e touch M', '+!x'];
+    for (const name of ['ls', 'cat', 'grep', 'npm', 'make', 'cargo', 'curl', 'echo']) {
+      expect(argumentsMatter(name)).toBe(false);
+      expect(programHazard(name, hostile)).toBeUndefined();
+    }
   });
 
   it('canonical options split and sort short clusters', () => {
