@@ -11,7 +11,12 @@ import {
 import { CapsuleError, isCapsuleError } from '../errors.js';
 import { auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict } from './ceiling.js';
-import { canonicalGrantKey, createCommandParser, type CommandParser } from './command-parser.js';
+import {
+  canonicalGrantKey,
+  createCommandParser,
+  type CommandAnalysis,
+  type CommandParser,
+} from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
@@ -67,6 +72,9 @@ export interface Explanation {
   error?: { code: string; message: string } | undefined;
 }
 
+/** Parsed commands kept per engine (cleared when full). */
+const ANALYSIS_CACHE_SIZE = 512;
+
 /** Shell-quote a key for a copy-pasteable `--grant` hint. */
 export function shellQuote(text: string): string {
   return /^[A-Za-z0-9_:./*@%+=,-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
@@ -90,6 +98,7 @@ export class PermissionEngine implements PermissionGate {
   private readonly clock: Clock;
   private readonly logger: (message: string) => void;
   private readonly parser: CommandParser | undefined;
+  private readonly analyses = new Map<string, CommandAnalysis>();
   /** One prompt at a time: a human answers questions in order. */
   private promptQueue: Promise<unknown> = Promise.resolve();
 
@@ -293,10 +302,18 @@ export class PermissionEngine implements PermissionGate {
   }
 
   /** A run_command request gets what the command runs (deny rules match each program it runs). */
-  private withParts(request: PermissionRequest): PermissionRequest {
-    if (request.key.tool !== RUN_COMMAND || request.commands !== undefined) return request;
+  private withParts(input: PermissionRequest): PermissionRequest {
+    if (input.key.tool !== RUN_COMMAND) return input;
+    // What a command runs is always the engine's own reading, never the caller's.
+    const request: PermissionRequest = { ...input, commands: undefined };
     if (this.parser === undefined) return request;
-    const analysis = this.parser.analyze(request.subject);
+    let analysis = this.analyses.get(request.subject);
+    if (analysis === undefined) {
+      analysis = this.parser.analyze(request.subject);
+      // Agents repeat commands: a small cache keeps a repeated decision from parsing again.
+      if (this.analyses.size >= ANALYSIS_CACHE_SIZE) this.analyses.clear();
+      this.analyses.set(request.subject, analysis);
+    }
     const facts = { ...request, parts: request.parts ?? analysis.parts, commands: analysis.facts };
     // A relative program run outside the project root is another file than a rule's `./x` means: its
     // subject names the resolved path, so no rule written for the root's file allows it.
