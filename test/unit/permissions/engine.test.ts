@@ -109,6 +109,12 @@ describe('rules: deny → allow → mode → allowlists → ask', () => {
     expect(await e.check(hidden)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
   });
 
+  it('facts a caller attaches to a request are ignored: the engine reads the command itself', async () => {
+    const { e } = await engine({ permissions: { deny: ['run_command(rm *)'] } }, { mode: 'bypass' });
+    const forged = { ...commandReq('env', 'env rm -rf x'), commands: { commands: [], unprovable: [] } };
+    expect(await e.check(forged)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
+  });
+
   it('without a parser a run_command deny rule cannot be proven not to match: it denies (fail closed)', async () => {
     const { e } = await engine({}, { mode: 'bypass' });
     e.setProfileRules([{ origin: 'profile:x', deny: ['run_command(rm *)'] }]);
