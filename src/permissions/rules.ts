@@ -92,11 +92,16 @@ export function denyRuleMatches(rule: Rule, request: PermissionRequest, globs: G
   if (request.key.tool !== RUN_COMMAND) return false;
   const facts = request.commands;
   if (facts === undefined || facts.unprovable.length > 0) return true;
-  const program = globs.rule(rulePatternProgram(rule.pattern));
+  // A rule naming a path (`/bin/rm *`) also means the program by name (`rm *`), as commands are matched.
+  const word = rulePatternProgram(rule.pattern);
+  const slash = word.lastIndexOf('/');
+  const byName = slash < 0 ? rule.pattern : rule.pattern.slice(slash + 1);
+  const patterns = [re, globs.rule(byName)];
   // The rule with its options in canonical order too (`rm -rf *` also as `rm -f -r *`).
-  const canonical = canonicalOptions(rule.pattern.split(' '));
-  const alt = canonical === undefined ? undefined : globs.rule(canonical);
+  const canonical = canonicalOptions(byName.split(' '));
+  if (canonical !== undefined) patterns.push(globs.rule(canonical));
+  const program = globs.rule(rulePatternProgram(byName));
   return facts.commands.some(
-    (c) => c.texts.some((t) => re.test(t) || alt?.test(t) === true) || (c.dynamic && program.test(c.name)),
+    (c) => c.texts.some((t) => patterns.some((p) => p.test(t))) || (c.dynamic && program.test(c.name)),
   );
 }

@@ -245,6 +245,18 @@ describe('deny run_command(rm -rf *) holds against other spellings of its option
   );
 });
 
+describe('a deny rule written with a path denies the program by name too', () => {
+  it.each(['rm v', '\\rm v', 'env rm v', 'f=v; rm $f'])(
+    'run_command(/bin/rm *) denies %s',
+    async (command) => {
+      const root = await project({ deny: ['run_command(/bin/rm *)'] });
+      const r = await exec(root, command, ['--mode', 'bypass', '--no-prompt']);
+      expect(existsSync(path.join(root, 'v')), r.stderr).toBe(true);
+      expect(r.code).toBe(77);
+    },
+  );
+});
+
 describe('deny rules stay rules about programs: commands that do not run the program still run', () => {
   it.each([
     ['run_command(rm *)', 'echo rm v'],
