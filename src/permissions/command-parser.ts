@@ -124,6 +124,8 @@ export class CommandParser {
       return opaque('too long or contains NUL: not parsed');
     // The parser takes a carriage return for a blank, bash for a word character: keyed verbatim.
     if (text.includes('\r')) return opaque('contains a carriage return: keyed verbatim');
+    // bash joins the two sides of a backslash-newline inside a word (`r\⏎m` is `rm`); the parser splits them.
+    if (/\S\\\n\S/.test(text)) return opaque('a line continuation inside a word: keyed verbatim');
     const tree = this.parser.parse(text);
     if (tree === null) return opaque('parser gave no tree');
     try {

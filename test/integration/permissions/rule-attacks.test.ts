@@ -100,6 +100,19 @@ describe('deny run_command(rm *) holds against rewrites of rm (bypass mode: only
     "at now <<< 'rm v'",
     "gdb -batch -ex 'shell rm v'",
     "expect -c 'exec rm v'",
+    'cat <<EOF\n$(rm v)\nEOF',
+    'for ((i=0; i<1; i++)); do rm v; done',
+    'case x in x) rm v;; esac',
+    'while rm v; do break; done',
+    '! rm v',
+    '[[ $(rm v) ]]',
+    'time (rm v)',
+    '"$(command -v rm)" v',
+    '/usr/bin/env rm v',
+    '/???/r? v',
+    '\\/bin\\/rm v',
+    'r\\\nm v',
+    'exec 3< <(rm v)',
   ];
   it.each(rewrites)('%s', async (command) => {
     const root = await project({ deny: ['run_command(rm *)'] });

@@ -200,6 +200,15 @@ describe('grant keys are exact', () => {
     expect(canonicalGrantKey(parser, 'run_command:git', '/p')).toBe('run_command:git');
   });
 
+  it('a line continuation inside a word (bash joins it: r\\⏎m is rm) is compound, verbatim', () => {
+    expect(keyCommand(parser, 'r\\\nm v')).toEqual({
+      tool: 'run_command',
+      key: 'run_command:r\\\nm v',
+      compound: true,
+    });
+    expect(keyCommand(parser, 'git \\\n  status').key).toBe('run_command:git');
+  });
+
   it('a carriage return makes a command compound and is kept verbatim', () => {
     expect(keyCommand(parser, 'echo a\rb')).toEqual({
       tool: 'run_command',
