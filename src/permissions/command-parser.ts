@@ -166,8 +166,7 @@ export class CommandParser {
     const visit = (node: Node): void => {
       const type = node.type;
       if (EVALUATING_NODES.has(type)) evaluating = true;
-      else if (withFacts && type === 'variable_assignment' && node.firstChild?.text === 'PATH')
-        facts.unprovable.push('PATH is changed: a program name may run another program');
+      else if (withFacts && type === 'variable_assignment') this.assignment(node, facts, depth);
       else if (
         mayHide &&
         (type === 'raw_string' || type === 'string_content' || type === 'ansi_c_string' || type === 'word') &&
@@ -189,8 +188,12 @@ export class CommandParser {
             facts.commands.push(fact(c.program as string, c.name, c.args));
             const hidden = hiddenRuns(c.name, c.args);
             if (hidden !== undefined) facts.unprovable.push(hidden);
-            if (c.name === 'env' && c.args.some((a) => a === null || /^PATH=/.test(a)))
-              facts.unprovable.push('PATH is changed: a program name may run another program');
+            if (c.name === 'env') {
+              for (const a of c.args) {
+                const m = a === null ? null : /^([A-Za-z_][A-Za-z0-9_]*)=([\s\S]*)$/.exec(a);
+                if (m !== null) this.variable(m[1] as string, m[2] as string, facts, depth);
+              }
+            }
           }
           facts.unprovable.push(...u.unprovable);
           for (const script of u.scripts) this.nested(script, facts, depth + 1);
@@ -203,29 +206,59 @@ export class CommandParser {
       facts.unprovable.push('a string holds $(…) or `…` and something evaluates strings as code');
   }
 
-  private nested(script: Word, facts: MutableFacts, depth: number): void {
+  /** `NAME=value` before a command, in a declaration or given to env. */
+  private assignment(node: Node, facts: MutableFacts, depth: number): void {
+    const name = node.childForFieldName('name')?.text ?? '';
+    const value = node.childForFieldName('value');
+    this.variable(name, value === null ? '' : staticWord(value), facts, depth);
+  }
+
+  /**
+   * A variable's value may be a command a program runs (`GIT_PAGER='rm v' git -p log`): it is read as
+   * shell code too (a value that does not parse cannot run as a command either). Variables that load
+   * code or pick programs make the command unprovable.
+   */
+  private variable(name: string, value: Word, facts: MutableFacts, depth: number): void {
+    if (LOADS_CODE.test(name)) {
+      facts.unprovable.push(`${name} is set: it changes which code or program runs`);
+      return;
+    }
+    if (value === null) {
+      if (HOLDS_COMMAND.test(name)) facts.unprovable.push(`${name} is set to a value that is not static`);
+      return;
+    }
+    this.nested(value, facts, depth + 1, true);
+  }
+
+  private nested(script: Word, facts: MutableFacts, depth: number, lenient = false): void {
     if (script === null) {
       facts.unprovable.push('shell code that is not static');
       return;
     }
+    const unparsable = (reason: string): void => {
+      if (!lenient) facts.unprovable.push(reason);
+    };
     if (
       depth > MAX_NESTING ||
       script.length > MAX_COMMAND_LENGTH ||
       script.includes('\0') ||
-      script.includes('\r')
+      script.includes('\r') ||
+      /\S\\\n\S/.test(script)
     ) {
-      facts.unprovable.push('nested shell code too deep, too long or not parseable');
+      // Too deep is never lenient: it would be a way to hide code.
+      if (depth > MAX_NESTING) facts.unprovable.push('nested shell code too deep');
+      else unparsable('nested shell code too long or not parseable');
       return;
     }
     if (script.trim() === '') return;
     const tree = this.parser.parse(script);
     if (tree === null) {
-      facts.unprovable.push('nested shell code gave no tree');
+      unparsable('nested shell code gave no tree');
       return;
     }
     try {
       if (tree.rootNode.hasError || containsMissing(tree.rootNode)) {
-        facts.unprovable.push('nested shell code does not parse');
+        unparsable('nested shell code does not parse');
         return;
       }
       this.collect(tree.rootNode, script, undefined, facts, depth);
@@ -271,6 +304,14 @@ interface MutableFacts {
   commands: CommandFact[];
   unprovable: string[];
 }
+
+/** Variables that load code or choose what a program name means. */
+const LOADS_CODE =
+  /^(PATH|LD_PRELOAD|LD_AUDIT|LD_LIBRARY_PATH|BASH_ENV|ENV|BASH_LOADABLES_PATH|PROMPT_COMMAND|PS4|SHELLOPTS|BASHOPTS)$/;
+
+/** Variables whose value programs run as a command (pagers, editors, ssh, askpass helpers …). */
+const HOLDS_COMMAND =
+  /(PAGER|EDITOR|VISUAL|SSH|ASKPASS|LESSOPEN|LESSCLOSE|BROWSER|SHELL|RSH|COMMAND|EXTERNAL_DIFF|PROGRAM)/;
 
 /** `$(`, a backtick or a process substitution inside a literal: code if something evaluates the literal. */
 const HIDDEN_CODE = /\$\(|`|[<>]\(/;

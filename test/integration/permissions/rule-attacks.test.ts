@@ -258,6 +258,48 @@ describe('deny run_command(rm -rf *) holds against other spellings of its option
   );
 });
 
+describe('a variable holding a command is read as one (git runs GIT_SSH_COMMAND)', () => {
+  it.each([
+    "GIT_SSH_COMMAND='rm v' git ls-remote ssh://h/r",
+    "env GIT_SSH_COMMAND='rm v' git ls-remote ssh://h/r",
+    "export GIT_SSH_COMMAND='rm v'; git ls-remote ssh://h/r",
+    "x='rm v'; GIT_SSH_COMMAND=$x git ls-remote ssh://h/r",
+    "read x <<< 'rm v'; GIT_SSH_COMMAND=$x git ls-remote ssh://h/r",
+  ])('%s', async (command) => {
+    const root = await project({ deny: ['run_command(rm *)'] });
+    await execa('git', ['init', '-q'], { cwd: root });
+    await execa(
+      'git',
+      ['-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '--allow-empty', '-m', 'x'],
+      {
+        cwd: root,
+      },
+    );
+    const r = await exec(root, command, ['--mode', 'bypass', '--no-prompt']);
+    expect(existsSync(path.join(root, 'v')), r.stderr).toBe(true);
+    expect(r.code).toBe(77);
+  });
+
+  it('control: with no deny rule git really runs the variable and v is deleted', async () => {
+    const root = await project({});
+    await execa('git', ['init', '-q'], { cwd: root });
+    await execa(
+      'git',
+      ['-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '--allow-empty', '-m', 'x'],
+      {
+        cwd: root,
+      },
+    );
+    const r = await exec(root, "GIT_SSH_COMMAND='rm v' git ls-remote ssh://h/r", [
+      '--mode',
+      'bypass',
+      '--no-prompt',
+    ]);
+    expect(r.code).not.toBe(77);
+    expect(existsSync(path.join(root, 'v'))).toBe(false);
+  });
+});
+
 describe('a deny rule written with a path denies the program by name too', () => {
   it.each(['rm v', '\\rm v', 'env rm v', 'f=v; rm $f'])(
     'run_command(/bin/rm *) denies %s',
