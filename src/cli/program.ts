@@ -10,6 +10,7 @@ import { registerKey } from './commands/key.js';
 import { registerList } from './commands/list.js';
 import { registerMcp } from './commands/mcp.js';
 import { registerReload } from './commands/reload.js';
+import { registerRules } from './commands/rules.js';
 import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
 import { registerValidate } from './commands/validate.js';
@@ -49,6 +50,7 @@ export function buildProgram(io: CliIO): Command {
   registerGrants(program, io);
   registerReload(program, io);
   registerAudit(program, io);
+  registerRules(program, io);
   registerWasmRun(program, io);
   for (const command of program.commands) command.exitOverride();
   return program;

@@ -1,33 +1,24 @@
 import { createRequire } from 'node:module';
 import { Language, Parser, type Node } from 'web-tree-sitter';
+import path from 'node:path';
 import { CapsuleError } from '../errors.js';
+import {
+  argumentsMatter,
+  canonicalOptions,
+  evaluatesArguments,
+  hiddenRuns,
+  keyingHazard,
+  unwrap,
+  type Word,
+} from './command-semantics.js';
 import { makeKey, parseKey, RUN_COMMAND } from './keys.js';
-import type { PermissionKey } from './types.js';
+import type { CommandFact, CommandFacts, PermissionKey } from './types.js';
 
 /** Longer commands are not parsed at all (fail closed: compound, keyed verbatim). */
 export const MAX_COMMAND_LENGTH = 64 * 1024;
 
 /** A program name that means one fixed executable: no globs, quotes, expansions, `:` or `=`. */
 const SAFE_PROGRAM = /^[A-Za-z0-9_./+@%,-]+$/;
-
-/**
- * Builtins and reserved words that run their arguments as shell code (or change what runs next): as a
- * program they make a command compound, so `run_command:*` never covers `eval 'a && b'`.
- */
-const SHELL_EVALUATORS = new Set([
-  'eval',
-  'source',
-  '.',
-  'exec',
-  'command',
-  'builtin',
-  'trap',
-  'alias',
-  'enable',
-  'coproc',
-  'time',
-  'function',
-]);
 
 /** Node types an argument of a simple command may contain (whitelist: anything else is compound). */
 const SIMPLE_ARGUMENT_NODES = new Set([
@@ -66,7 +57,28 @@ export interface CommandAnalysis {
   reasons: string[];
   /** Every simple command inside it, normalized; deny rules are matched against each. */
   parts: string[];
+  /** What it runs, wrappers unwrapped and nested shell code parsed (deny rules). */
+  facts: CommandFacts;
 }
+
+/** Nested shell code (`sh -c`, `eval`, `trap`) is parsed this deep; deeper is unprovable. */
+const MAX_NESTING = 6;
+
+/** Node types that evaluate text as code at run time (arithmetic, `[[ -v ]]`, declarations, `${x@P}`). */
+const EVALUATING_NODES = new Set([
+  'test_command',
+  'declaration_command',
+  'unset_command',
+  'arithmetic_expansion',
+  'expansion',
+  'subscript',
+  'binary_expression',
+  'unary_expression',
+  'postfix_expression',
+  'ternary_expression',
+  'parenthesized_expression',
+  'c_style_for_statement',
+]);
 
 export interface CommandKey {
   tool: 'run_command';
@@ -90,37 +102,166 @@ export class CommandParser {
     return new CommandParser(parser);
   }
 
-  analyze(command: string): CommandAnalysis {
+  /**
+   * Parse and judge a command. `facts: false` skips what only deny rules need (the programs it runs),
+   * for keying alone; the facts are then empty and marked unprovable, so a misuse fails closed.
+   */
+  analyze(command: string, options: { facts?: boolean } = {}): CommandAnalysis {
     const text = command.trim();
     if (text === '') {
       throw new CapsuleError('USAGE', 'The command is empty.', {
         hint: 'Pass the command after --, e.g. -- "git status".',
       });
     }
-    if (text.length > MAX_COMMAND_LENGTH || text.includes('\0')) {
-      return {
-        normalized: text,
-        compound: true,
-        reasons: ['too long or contains NUL: not parsed'],
-        parts: [],
-      };
-    }
+    const opaque = (reason: string): CommandAnalysis => ({
+      normalized: text,
+      compound: true,
+      reasons: [reason],
+      parts: [],
+      facts: { commands: [], unprovable: [reason] },
+    });
+    if (text.length > MAX_COMMAND_LENGTH || text.includes('\0'))
+      return opaque('too long or contains NUL: not parsed');
+    // The parser takes a carriage return for a blank, bash for a word character: keyed verbatim.
+    if (text.includes('\r')) return opaque('contains a carriage return: keyed verbatim');
+    // bash joins the two sides of a backslash-newline inside a word (`r\⏎m` is `rm`); the parser splits them.
+    if (/\S\\\n\S/.test(text)) return opaque('a line continuation inside a word: keyed verbatim');
     const tree = this.parser.parse(text);
-    if (tree === null)
-      return { normalized: text, compound: true, reasons: ['parser gave no tree'], parts: [] };
+    if (tree === null) return opaque('parser gave no tree');
     try {
       const root = tree.rootNode;
-      if (root.hasError || containsMissing(root)) {
-        // Fail closed: an unparseable command needs its own whole-string approval, keyed verbatim.
-        return { normalized: text, compound: true, reasons: ['parse error'], parts: [] };
-      }
+      // Fail closed: an unparseable command needs its own whole-string approval, keyed verbatim.
+      if (root.hasError || containsMissing(root)) return opaque('parse error');
       const normalized = normalize(root, text);
-      const parts = collectParts(root, text);
+      const parts: string[] = [];
+      const facts: MutableFacts = { commands: [], unprovable: [] };
+      const only = root.childCount === 1 ? root.firstChild : null;
+      const top: { id: number; words?: Word[] | undefined } = { id: only?.id ?? -1 };
+      if (options.facts === false) facts.unprovable.push('facts not computed');
+      this.collect(root, text, parts, facts, 0, top, options.facts !== false);
       const reasons: string[] = [];
-      const program = simpleProgram(root, reasons);
+      const program = simpleProgram(root, reasons, top.words);
       return program === undefined
-        ? { normalized, compound: true, reasons, parts }
-        : { normalized, compound: false, program, reasons: [], parts };
+        ? { normalized, compound: true, reasons, parts, facts }
+        : { normalized, compound: false, program, reasons: [], parts, facts };
+    } finally {
+      tree.delete();
+    }
+  }
+
+  /** Every command in the tree (and in the shell code it runs), unwrapped, into parts and facts. */
+  private collect(
+    root: Node,
+    text: string,
+    parts: string[] | undefined,
+    facts: MutableFacts,
+    depth: number,
+    top?: { id: number; words?: Word[] | undefined },
+    withFacts = true,
+  ): void {
+    let evaluating = false;
+    let hiddenCode = false;
+    // Reading node text is costly: look for code hidden in literals only when the text has some.
+    const mayHide = withFacts && HIDDEN_CODE.test(text);
+    const visit = (node: Node): void => {
+      const type = node.type;
+      if (EVALUATING_NODES.has(type)) evaluating = true;
+      else if (withFacts && type === 'variable_assignment') this.assignment(node, facts, depth);
+      else if (
+        mayHide &&
+        (type === 'raw_string' || type === 'string_content' || type === 'ansi_c_string' || type === 'word') &&
+        HIDDEN_CODE.test(node.text)
+      )
+        hiddenCode = true;
+      if (type === 'command') {
+        if (parts !== undefined) parts.push(normalize(node, text));
+        const isTop = top !== undefined && node.id === top.id;
+        const words = withFacts ? commandWords(node) : undefined;
+        if (isTop) top.words = words;
+        if (withFacts && words !== undefined) {
+          const [program, ...args] = words;
+          if (program !== null && program !== undefined && evaluatesArguments(program, args))
+            evaluating = true;
+          const u = unwrap(program ?? null, args);
+          for (const c of u.commands) {
+            if (c.name === null) continue;
+            facts.commands.push(fact(c.program as string, c.name, c.args));
+            const hidden = hiddenRuns(c.name, c.args);
+            if (hidden !== undefined) facts.unprovable.push(hidden);
+            if (c.name === 'env') {
+              for (const a of c.args) {
+                const m = a === null ? null : /^([A-Za-z_][A-Za-z0-9_]*)=([\s\S]*)$/.exec(a);
+                if (m !== null) this.variable(m[1] as string, m[2] as string, facts, depth);
+              }
+            }
+          }
+          facts.unprovable.push(...u.unprovable);
+          for (const script of u.scripts) this.nested(script, facts, depth + 1);
+        }
+      }
+      for (const child of node.children) if (child !== null) visit(child);
+    };
+    visit(root);
+    if (evaluating && hiddenCode)
+      facts.unprovable.push('a string holds $(…) or `…` and something evaluates strings as code');
+  }
+
+  /** `NAME=value` before a command, in a declaration or given to env. */
+  private assignment(node: Node, facts: MutableFacts, depth: number): void {
+    const name = node.childForFieldName('name')?.text ?? '';
+    const value = node.childForFieldName('value');
+    this.variable(name, value === null ? '' : staticWord(value), facts, depth);
+  }
+
+  /**
+   * A variable's value may be a command a program runs (`GIT_PAGER='rm v' git -p log`): it is read as
+   * shell code too (a value that does not parse cannot run as a command either). Variables that load
+   * code or pick programs make the command unprovable.
+   */
+  private variable(name: string, value: Word, facts: MutableFacts, depth: number): void {
+    if (LOADS_CODE.test(name)) {
+      facts.unprovable.push(`${name} is set: it changes which code or program runs`);
+      return;
+    }
+    if (value === null) {
+      if (HOLDS_COMMAND.test(name)) facts.unprovable.push(`${name} is set to a value that is not static`);
+      return;
+    }
+    this.nested(value, facts, depth + 1, true);
+  }
+
+  private nested(script: Word, facts: MutableFacts, depth: number, lenient = false): void {
+    if (script === null) {
+      facts.unprovable.push('shell code that is not static');
+      return;
+    }
+    const unparsable = (reason: string): void => {
+      if (!lenient) facts.unprovable.push(reason);
+    };
+    if (
+      depth > MAX_NESTING ||
+      script.length > MAX_COMMAND_LENGTH ||
+      script.includes('\0') ||
+      script.includes('\r') ||
+      /\S\\\n\S/.test(script)
+    ) {
+      // Too deep is never lenient: it would be a way to hide code.
+      if (depth > MAX_NESTING) facts.unprovable.push('nested shell code too deep');
+      else unparsable('nested shell code too long or not parseable');
+      return;
+    }
+    if (script.trim() === '') return;
+    const tree = this.parser.parse(script);
+    if (tree === null) {
+      unparsable('nested shell code gave no tree');
+      return;
+    }
+    try {
+      if (tree.rootNode.hasError || containsMissing(tree.rootNode)) {
+        unparsable('nested shell code does not parse');
+        return;
+      }
+      this.collect(tree.rootNode, script, undefined, facts, depth);
     } finally {
       tree.delete();
     }
@@ -136,17 +277,177 @@ export function createCommandParser(): Promise<CommandParser> {
   return CommandParser.create();
 }
 
-/** The permission key of a command line: `run_command:<program>` or the whole normalized command. */
-export function commandPermissionKey(analysis: CommandAnalysis): PermissionKey {
-  return analysis.compound || analysis.program === undefined
-    ? makeKey(RUN_COMMAND, analysis.normalized, true)
-    : makeKey(RUN_COMMAND, analysis.program, false);
+/**
+ * The permission key of a command line: `run_command:<program>` or the whole normalized command.
+ * A relative program path (`./build.sh`) names a different file in every folder, so with the folder the
+ * command runs in (`cwd`) its key is the resolved absolute path.
+ */
+export function commandPermissionKey(analysis: CommandAnalysis, cwd?: string): PermissionKey {
+  if (analysis.compound || analysis.program === undefined)
+    return makeKey(RUN_COMMAND, analysis.normalized, true);
+  return makeKey(RUN_COMMAND, resolveProgram(analysis.program, cwd), false);
+}
+
+/** A program path relative to `cwd`, made absolute; a bare name (PATH lookup) or absolute path as is. */
+export function resolveProgram(program: string, cwd: string | undefined): string {
+  if (cwd === undefined || !program.includes('/') || program.startsWith('/')) return program;
+  return path.resolve(cwd, program);
 }
 
 /** `capsule key`'s contract: `{"tool":"run_command","key":"…","compound":true|false}`. */
-export function keyCommand(parser: CommandParser, command: string): CommandKey {
-  const key = commandPermissionKey(parser.analyze(command));
+export function keyCommand(parser: CommandParser, command: string, cwd?: string): CommandKey {
+  const key = commandPermissionKey(parser.analyze(command, { facts: false }), cwd);
   return { tool: 'run_command', key: key.raw, compound: key.compound };
+}
+
+interface MutableFacts {
+  commands: CommandFact[];
+  unprovable: string[];
+}
+
+/** Variables that load code or choose what a program name means. */
+const LOADS_CODE =
+  /^(PATH|LD_PRELOAD|LD_AUDIT|LD_LIBRARY_PATH|BASH_ENV|ENV|BASH_LOADABLES_PATH|PROMPT_COMMAND|PS4|SHELLOPTS|BASHOPTS)$/;
+
+/** Variables whose value programs run as a command (pagers, editors, ssh, askpass helpers …). */
+const HOLDS_COMMAND =
+  /(PAGER|EDITOR|VISUAL|SSH|ASKPASS|LESSOPEN|LESSCLOSE|BROWSER|SHELL|RSH|COMMAND|EXTERNAL_DIFF|PROGRAM)/;
+
+/** `$(`, a backtick or a process substitution inside a literal: code if something evaluates the literal. */
+const HIDDEN_CODE = /\$\(|`|[<>]\(/;
+
+function fact(program: string, name: string, args: readonly Word[]): CommandFact {
+  const tail = args.map((a) => a ?? '').join(' ');
+  const line = (head: string): string => (tail === '' ? head : `${head} ${tail}`);
+  const texts = program === name ? [line(name)] : [line(name), line(program)];
+  if (!args.some((a) => a === null)) {
+    const canonical = canonicalOptions([name, ...(args as string[])]);
+    if (canonical !== undefined && !texts.includes(canonical)) texts.push(canonical);
+  }
+  return { name, texts, args, dynamic: args.some((a) => a === null) };
+}
+
+/** The words of a command node (program first), each static or null; undefined when it has no program. */
+function commandWords(cmd: Node): Word[] | undefined {
+  const words: Word[] = [];
+  let named = false;
+  for (const child of childrenOf(cmd)) {
+    const type = child.type;
+    if (type === 'command_name') {
+      const inner = childrenOf(child);
+      words.unshift(inner.length === 1 ? staticWord(inner[0] as Node) : null);
+      named = true;
+    } else if (type === 'variable_assignment' || type.endsWith('_redirect') || type === 'comment') {
+      continue;
+    } else {
+      words.push(staticWord(child));
+    }
+  }
+  return named ? words : undefined;
+}
+
+/** Unquoted text that bash expands into other words: globs, brace expansion. */
+const EXPANDS = /(?<!\\)[*?[]|\{[^{}]*(,|\.\.)[^{}]*\}/;
+
+/** A word's value as bash passes it, or null when it depends on run time. */
+export function staticWord(node: Node): Word {
+  switch (node.type) {
+    case 'word': {
+      const t = node.text;
+      if (!/[\\*?[{]/.test(t)) return t;
+      if (EXPANDS.test(t)) return null;
+      return t.replace(/\\\n/g, '').replace(/\\([\s\S])/g, '$1');
+    }
+    case 'number':
+      return node.text;
+    case 'raw_string':
+      return node.text.slice(1, -1);
+    case 'string': {
+      for (const c of childrenOf(node)) if (c.type !== 'string_content' && c.type !== '"') return null;
+      return node.text
+        .slice(1, -1)
+        .replace(/\\\n/g, '')
+        .replace(/\\([$`"\\])/g, '$1');
+    }
+    case 'ansi_c_string':
+      return ansiC(node.text.slice(2, -1));
+    case 'concatenation': {
+      if (
+        EXPANDS.test(
+          childrenOf(node)
+            .filter((c) => c.type === 'word')
+            .map((c) => c.text)
+            .join(''),
+        )
+      )
+        return null;
+      let out = '';
+      for (const c of childrenOf(node)) {
+        const v =
+          c.type === 'word' ? c.text.replace(/\\\n/g, '').replace(/\\([\s\S])/g, '$1') : staticWord(c);
+        if (v === null) return null;
+        out += v;
+      }
+      return out;
+    }
+    default:
+      return null;
+  }
+}
+
+const ANSI_ESCAPES: Record<string, string> = {
+  n: '\n',
+  t: '\t',
+  r: '\r',
+  a: '\x07',
+  b: '\b',
+  e: '\x1b',
+  E: '\x1b',
+  f: '\f',
+  v: '\v',
+  '\\': '\\',
+  "'": "'",
+  '"': '"',
+  '?': '?',
+};
+
+/** `$'…'` decoding (bash's ANSI-C quoting); an unknown escape keeps its backslash, as bash does. */
+function ansiC(body: string): Word {
+  let out = '';
+  for (let i = 0; i < body.length; i++) {
+    const ch = body[i] as string;
+    if (ch !== '\\' || i + 1 >= body.length) {
+      out += ch;
+      continue;
+    }
+    const next = body[i + 1] as string;
+    const simple = ANSI_ESCAPES[next];
+    if (simple !== undefined) {
+      out += simple;
+      i++;
+      continue;
+    }
+    const hex = /^x([0-9a-fA-F]{1,2})/.exec(body.slice(i + 1));
+    const oct = /^([0-7]{1,3})/.exec(body.slice(i + 1));
+    const uni = /^(u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8})/.exec(body.slice(i + 1));
+    if (hex !== null) {
+      out += String.fromCharCode(parseInt(hex[1] as string, 16));
+      i += hex[0].length;
+    } else if (oct !== null) {
+      out += String.fromCharCode(parseInt(oct[1] as string, 8) & 0xff);
+      i += oct[0].length;
+    } else if (uni !== null) {
+      const cp = parseInt((uni[1] as string).slice(1), 16);
+      if (cp > 0x10ffff) return null;
+      out += String.fromCodePoint(cp);
+      i += uni[0].length;
+    } else if (next === 'c') {
+      return null; // control characters: rare, not worth decoding
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 
 function childrenOf(node: Node): Node[] {
@@ -159,7 +460,7 @@ function containsMissing(node: Node): boolean {
 }
 
 /** The program of a simple command, or undefined (with the reasons) when anything makes it compound. */
-function simpleProgram(root: Node, reasons: string[]): string | undefined {
+function simpleProgram(root: Node, reasons: string[], topWords: Word[] | undefined): string | undefined {
   const top = childrenOf(root);
   if (top.length !== 1) {
     reasons.push(top.length === 0 ? 'no command' : 'several statements (newline, ;, & or comment)');
@@ -181,10 +482,6 @@ function simpleProgram(root: Node, reasons: string[]): string | undefined {
         );
         return undefined;
       }
-      if (SHELL_EVALUATORS.has(word.text)) {
-        reasons.push(`${word.text} runs its arguments as shell code`);
-        return undefined;
-      }
       program = word.text;
     } else if (child.type === 'variable_assignment') {
       reasons.push('environment variable prefix');
@@ -197,7 +494,17 @@ function simpleProgram(root: Node, reasons: string[]): string | undefined {
       }
     }
   }
-  if (program === undefined) reasons.push('no program name');
+  if (program === undefined) {
+    reasons.push('no program name');
+    return undefined;
+  }
+  if (!argumentsMatter(program)) return program;
+  const words = topWords ?? commandWords(cmd) ?? [];
+  const hazard = keyingHazard(program, words.slice(1));
+  if (hazard !== undefined) {
+    reasons.push(hazard);
+    return undefined;
+  }
   return program;
 }
 
@@ -209,16 +516,6 @@ function firstNonSimple(node: Node): string | undefined {
     if (bad !== undefined) return bad;
   }
   return undefined;
-}
-
-function collectParts(root: Node, text: string): string[] {
-  const parts: string[] = [];
-  const visit = (node: Node): void => {
-    if (node.type === 'command') parts.push(normalize(node, text));
-    for (const child of node.children) if (child !== null) visit(child);
-  };
-  visit(root);
-  return parts;
 }
 
 /**
@@ -258,9 +555,21 @@ function normalize(node: Node, text: string): string {
  * command is normalized (so extra spaces still match); `run_command:git status` is refused because keys of
  * simple commands name the program only — granting it as `run_command:git` must be a visible choice.
  */
-export function canonicalGrantKey(parser: CommandParser, raw: string): string {
+export function canonicalGrantKey(parser: CommandParser, raw: string, cwd?: string): string {
   const key = parseKey(raw);
   if (key.tool !== RUN_COMMAND || key.action === '*' || key.action.endsWith(':*')) return key.raw;
+  const programWord = key.action.trimStart().split(/\s/, 1)[0] ?? '';
+  if (programWord !== '[' && programWord !== '[[' && /^[^'"\\]*[*?[]/.test(programWord)) {
+    // `run_command:ech*` would be the key of the literal command `ech*` only: it never covers `echo`.
+    throw new CapsuleError(
+      'USAGE',
+      `"${raw}" is not a key: a grant names one program or one exact command, never a pattern.`,
+      {
+        key: raw,
+        hint: 'Grant the program (--grant run_command:echo) or write a rule (run_command(echo *)) in capsule.json.',
+      },
+    );
+  }
   const analysis = parser.analyze(key.action);
   if (analysis.compound) return commandPermissionKey(analysis).raw;
   if (analysis.program !== key.action) {
@@ -273,5 +582,5 @@ export function canonicalGrantKey(parser: CommandParser, raw: string): string {
       },
     );
   }
-  return key.raw;
+  return commandPermissionKey(analysis, cwd).raw;
 }

@@ -14,7 +14,12 @@ import { CapsuleError, isCapsuleError } from '../errors.js';
 import { userStateDir } from '../config/user-state.js';
 import { auditHeadPath, auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
-import type { CommandParser } from './command-parser.js';
+import {
+  canonicalGrantKey,
+  createCommandParser,
+  type CommandAnalysis,
+  type CommandParser,
+} from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
@@ -122,6 +127,9 @@ function withSessionDeny(options: readonly AskAnswer[]): AskAnswer[] {
     : [...options];
 }
 
+/** Parsed commands kept per engine (cleared when full). */
+const ANALYSIS_CACHE_SIZE = 512;
+
 /** Shell-quote a key for a copy-pasteable `--grant` hint. */
 export function shellQuote(text: string): string {
   return /^[A-Za-z0-9_:./*@%+=,-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
@@ -148,6 +156,7 @@ export class PermissionEngine implements PermissionGate {
   private readonly clock: Clock;
   private readonly logger: (message: string) => void;
   private readonly parser: CommandParser | undefined;
+  private readonly analyses = new Map<string, CommandAnalysis>();
   /** One prompt at a time: a human answers questions in order. */
   private promptQueue: Promise<unknown> = Promise.resolve();
   /** Keys answered "deny for this session": denied without asking again. */
@@ -179,7 +188,14 @@ export class PermissionEngine implements PermissionGate {
         : { trust: 'persistent', origin: PROJECT_CONFIG_FILE };
     this.profileRules = options.profileRules ?? [];
     this.state = this.buildState();
-    for (const key of options.sessionGrants ?? []) this.grantSession(key, { origin: '--grant' });
+    for (const key of options.sessionGrants ?? []) {
+      // One canonical form for every caller: patterns refused, a relative program resolved at the root.
+      const canonical =
+        this.parser !== undefined && key.startsWith(`${RUN_COMMAND}:`)
+          ? canonicalGrantKey(this.parser, key, this.projectRoot)
+          : key;
+      this.grantSession(canonical, { origin: '--grant' });
+    }
   }
 
   static async create(options: PermissionEngineOptions): Promise<PermissionEngine> {
@@ -188,7 +204,20 @@ export class PermissionEngine implements PermissionGate {
       const file = options.configFile ?? path.join(path.resolve(options.projectRoot), PROJECT_CONFIG_FILE);
       config = (await readProjectConfigFile(file)).config;
     }
-    const profiles = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
+    // Deny rules are judged on the parsed command. Without a parser nothing can be proven and every
+    // run_command deny rule matches (fail closed), so one is made when a command rule or grant exists.
+    const mentions = (rules: readonly string[] | undefined): boolean =>
+      (rules ?? []).some((r) => r.trim().startsWith(RUN_COMMAND));
+    const profiles = options.profileRules ?? [];
+    if (
+      options.commandParser === undefined &&
+      (mentions(config.permissions.allow) ||
+        mentions(config.permissions.deny) ||
+        profiles.some((p) => mentions(p.allow) || mentions(p.deny)) ||
+        mentions(options.sessionGrants))
+    )
+      options = { ...options, commandParser: await createCommandParser() };
+    const profileHashes = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
     let audit = options.audit;
     if (audit === undefined) {
       const root = path.resolve(options.projectRoot);
@@ -198,7 +227,7 @@ export class PermissionEngine implements PermissionGate {
         projectRoot: root,
       });
     }
-    return new PermissionEngine({ ...options, profiles, audit }, config);
+    return new PermissionEngine({ ...options, profiles: profileHashes, audit }, config);
   }
 
   get mode(): PermissionMode {
@@ -549,11 +578,27 @@ export class PermissionEngine implements PermissionGate {
     return { outcome: 'deny', source: 'session-deny', reason, key };
   }
 
-  private withParts(request: PermissionRequest): PermissionRequest {
-    if (request.parts !== undefined || !request.key.compound || request.key.tool !== RUN_COMMAND)
-      return request;
+  /** A run_command request gets what the command runs (deny rules match each program it runs). */
+  private withParts(input: PermissionRequest): PermissionRequest {
+    if (input.key.tool !== RUN_COMMAND) return input;
+    // What a command runs is always the engine's own reading, never the caller's.
+    const request: PermissionRequest = { ...input, commands: undefined };
     if (this.parser === undefined) return request;
-    return { ...request, parts: this.parser.analyze(request.subject).parts };
+    let analysis = this.analyses.get(request.subject);
+    if (analysis === undefined) {
+      analysis = this.parser.analyze(request.subject);
+      // Agents repeat commands: a small cache keeps a repeated decision from parsing again.
+      if (this.analyses.size >= ANALYSIS_CACHE_SIZE) this.analyses.clear();
+      this.analyses.set(request.subject, analysis);
+    }
+    const facts = { ...request, parts: request.parts ?? analysis.parts, commands: analysis.facts };
+    // A relative program run outside the project root is another file than a rule's `./x` means: its
+    // subject names the resolved path, so no rule written for the root's file allows it.
+    const program = analysis.program;
+    if (request.key.compound || program === undefined || !program.includes('/') || program.startsWith('/'))
+      return facts;
+    if (path.resolve(this.projectRoot, program) === request.key.action) return facts;
+    return { ...facts, subject: `${request.key.action}${request.subject.slice(program.length)}` };
   }
 
   /**

@@ -62,11 +62,19 @@ export function bashArguments(command: string): string[] {
   return ['--noprofile', '--norc', '-c', command];
 }
 
-/** The gate's view of a command: its key, the normalized subject, and every simple command inside. */
-export function commandCheck(parser: CommandParser, command: string): PermissionCheck & { parts: string[] } {
-  const analysis = parser.analyze(command);
+/**
+ * The gate's view of a command: its key, the normalized subject, and every simple command inside.
+ * `cwd` is the folder it runs in: a relative program (`./build.sh`) is keyed by its resolved path.
+ */
+export function commandCheck(
+  parser: CommandParser,
+  command: string,
+  cwd?: string,
+): PermissionCheck & { parts: string[] } {
+  // The key only: the gate computes what the command runs itself (deny rules).
+  const analysis = parser.analyze(command, { facts: false });
   return {
-    permission: { type: 'ask', key: commandPermissionKey(analysis) },
+    permission: { type: 'ask', key: commandPermissionKey(analysis, cwd) },
     subject: analysis.normalized,
     sandboxed: false,
     isolation: 'run_command runs on the host, outside any sandbox',
@@ -75,8 +83,8 @@ export function commandCheck(parser: CommandParser, command: string): Permission
 }
 
 /** The full PermissionRequest of a command (for `capsule explain`, benchmarks and tests). */
-export function commandRequest(parser: CommandParser, command: string): PermissionRequest {
-  const check = commandCheck(parser, command);
+export function commandRequest(parser: CommandParser, command: string, cwd?: string): PermissionRequest {
+  const check = commandCheck(parser, command, cwd);
   if (check.permission.type !== 'ask') throw new Error('unreachable: commands always ask');
   return {
     tool: RUN_COMMAND,
@@ -104,7 +112,7 @@ export function createRunCommandTool<Ctx extends ToolContext = ToolContext>(
     kind: 'OTHER',
     parameters: runCommandParameters,
     permission(args) {
-      return Promise.resolve(commandCheck(options.parser, args.command));
+      return Promise.resolve(commandCheck(options.parser, args.command, options.cwd));
     },
     async execute(args, ctx) {
       const result = await processes.run({

@@ -67,7 +67,10 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
   let parser = options.parser;
   if (parser === undefined && grants.some((g) => g.startsWith(`${RUN_COMMAND}:`)))
     parser = await createCommandParser();
-  const canonical = grants.map((g) => (parser !== undefined ? canonicalGrantKey(parser, g) : g));
+  // Commands run in the project root: a relative program in a grant is resolved there.
+  const canonical = grants.map((g) =>
+    parser !== undefined ? canonicalGrantKey(parser, g, options.project.root) : g,
+  );
   const prompter: Prompter =
     options.noPrompt === true || !options.interactive
       ? createNonInteractivePrompter()

@@ -46,6 +46,30 @@ export interface PermissionRequest {
    * against each part as well as the whole; allow rules never are.
    */
   parts?: readonly string[] | undefined;
+  /**
+   * run_command: what the command runs, from the real parser (wrappers unwrapped, nested shell code
+   * parsed). Deny rules match each program; when absent for a run_command request, nothing can be
+   * proven and every run_command deny rule with a pattern matches.
+   */
+  commands?: CommandFacts | undefined;
+}
+
+/** One program a command line may run, as deny rules see it. */
+export interface CommandFact {
+  /** Program name (last path segment, quotes removed), e.g. `rm` for `/bin/rm` or `'rm'`. */
+  name: string;
+  /** `name args…`, and `program args…` when the program was written as a path: what rule globs test. */
+  texts: readonly string[];
+  /** The arguments it gets (null: not static). */
+  args: readonly (string | null)[];
+  /** Some argument is not static (a variable, a substitution, a glob). */
+  dynamic: boolean;
+}
+
+export interface CommandFacts {
+  commands: readonly CommandFact[];
+  /** Why some program that runs cannot be known (non-empty: every run_command deny rule matches). */
+  unprovable: readonly string[];
 }
 
 export type DecisionOutcome = 'allow' | 'deny';

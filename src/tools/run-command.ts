@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
 import { HostProcesses } from '../runners/host-process.js';
@@ -65,9 +66,15 @@ export function createRunCommandTool(options: RunCommandToolOptions = {}): Agent
     kind: 'OTHER',
     parameters: runCommandParameters,
     async permission(args, ctx) {
-      if (args.cwd !== undefined) await resolveCwd(ctx.workspace, args.cwd);
-      // The engine's keying: run_command:<program>, or the whole normalized string when compound.
-      return commandCheck(ctx.commands, args.command);
+      const cwd = args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
+      // The engine's keying: run_command:<program>, or the whole normalized string when compound;
+      // a relative program is keyed by its path resolved in the folder it runs in.
+      const check = commandCheck(ctx.commands, args.command, cwd);
+      const rel = path.relative(ctx.workspace.root, cwd);
+      if (rel === '' || check.permission.type !== 'ask' || !check.permission.key.compound) return check;
+      // A compound command in a sub-folder is keyed as the command that does the same from the root,
+      // so a grant for it at the root never covers it elsewhere.
+      return commandCheck(ctx.commands, `cd -- '${rel.replace(/'/g, `'\\''`)}'\n${args.command}`, cwd);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =

@@ -63,7 +63,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {
-          request = commandRequest(parser, command);
+          request = commandRequest(parser, command, session.project.root);
         } else {
           const cap = await session.registry.get(opts.capability as string);
           const iso = session.executor.isolation(cap);

