@@ -19,6 +19,19 @@ export type IsolationJudge = (capability: Capability) => IsolationReport;
  * only what holds everywhere.
  */
 export function defaultIsolation(capability: Capability, hostConfinement?: HostConfinement): IsolationReport {
+  const report = environmentIsolation(capability, hostConfinement);
+  // Granted host variables are capsule's own environment handed to the capability (tokens, keys): a
+  // repository file must not be able to decide that alone, so such a capability is never "sandboxed".
+  const env = capability.manifest.grants.env;
+  if (!report.sandboxed || env.length === 0) return report;
+  return {
+    ...report,
+    sandboxed: false,
+    summary: `${report.summary}, but it is given host variable(s) ${env.join(', ')} — not sandboxed`,
+  };
+}
+
+function environmentIsolation(capability: Capability, hostConfinement?: HostConfinement): IsolationReport {
   switch (capability.environment) {
     case 'shell': {
       // Never a sandbox (it reads and writes the host as the user running capsule), whatever was measured.
