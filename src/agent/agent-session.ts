@@ -2,6 +2,7 @@ import { realpath } from 'node:fs/promises';
 import type { AllowlistEntry, PermissionMode } from '../config/project-config.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
+import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { CommandParser } from '../permissions/command-parser.js';
@@ -70,6 +71,8 @@ export interface AgentSessionOptions {
   cacheDir?: string | undefined;
   /** capsule's per-user state folder (confirmed policies, audit heads): protected the same way. */
   stateDir?: string | undefined;
+  /** Where approved capabilities are staged (default: the OS temporary folder). */
+  stageDir?: string | undefined;
 }
 
 export interface CallOptions {
@@ -113,6 +116,7 @@ export class AgentSession {
       gate: options.gate,
       runners: options.runners,
       isolation: options.isolation,
+      stage: new CapabilityStage({ parent: options.stageDir }),
     });
     const tools = createToolCatalog();
     if (this.depth === 0 && options.childGate !== undefined) tools.push(createRunSubagentTool());

@@ -87,6 +87,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     projectRoot: root,
     cacheDir: runtime.cacheDir,
     stateDir: runtime.stateDir,
+    stageDir: runtime.stageDir,
     registry: runtime.registry,
     runners: runtime.runners,
     gate: engine,

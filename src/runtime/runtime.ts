@@ -1,5 +1,6 @@
 import { mkdir, realpath } from 'node:fs/promises';
 import { homedir } from 'node:os';
+import path from 'node:path';
 import {
   loadProjectConfig,
   type LoadedProjectConfig,
@@ -9,6 +10,7 @@ import { userCacheDir } from '../config/cache-dir.js';
 import { userStateDir } from '../config/user-state.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
+import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import type { InputValidator } from '../manifest/input.js';
@@ -99,6 +101,8 @@ export interface Runtime {
   readonly cacheDir: string;
   /** The per-user state folder (confirmed policies, audit heads). */
   readonly stateDir: string;
+  /** Where executors stage approved capabilities (under the per-user cache). */
+  readonly stageDir: string;
   /** What a confined host process (shell capability, run_command, exec) sees read-only. */
   readonly hostReadOnly: readonly string[];
   /** This process's `--grant` keys, canonical. */
@@ -188,6 +192,10 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const cacheDir = options.cacheDir ?? userCacheDir(env);
   // Both exist before the first host run, so the confinement can bind them read-only.
   await Promise.all([cacheDir, stateDir].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+  // Staged copies of approved capabilities live under the per-user cache: outside every grantable root
+  // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
+  const stageDir = path.join(cacheDir, 'stage');
+  await mkdir(stageDir, { recursive: true, mode: 0o700 });
   const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
     projectRegistry(root, roots, inputValidator, cacheDir);
@@ -210,6 +218,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     env,
     cacheDir,
     stateDir,
+    stageDir,
     hostReadOnly,
     grants,
     registry,
@@ -237,7 +246,13 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       });
     },
     openExecutor(gate, executorOptions = {}) {
-      return new Executor({ registry, gate, runners, isolation: executorOptions.isolation });
+      return new Executor({
+        registry,
+        gate,
+        runners,
+        isolation: executorOptions.isolation,
+        stage: new CapabilityStage({ parent: stageDir }),
+      });
     },
   };
 }
