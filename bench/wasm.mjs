@@ -83,6 +83,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
   };
   const moduleJob = {
     kind: 'module',
+    key: shoutPrepared.key,
     module: shoutPrepared.module,
     args: ['bench'],
     env: {},
@@ -93,8 +94,8 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
   };
   const componentJob = {
     kind: 'component',
-    jsUrl: helloPrepared.jsUrl,
-    modules: helloPrepared.modules,
+    key: helloPrepared.key,
+    code: { jsUrl: helloPrepared.jsUrl, modules: helloPrepared.modules },
     input: '{"name":"bench"}',
     args: ['bench'],
     env: {},
