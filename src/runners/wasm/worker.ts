@@ -683,7 +683,8 @@ export async function executeJob(id: number, job: Job): Promise<JobReply> {
       return runModule(id, job, module);
     }
     let code = known !== undefined && !(known instanceof WA.Module) ? known : undefined;
-    if (job.code !== undefined) {
+    // Keys name content (hash, cap, transpiler): code already held for the key is that code.
+    if (job.code !== undefined && code === undefined) {
       // A data: URL imports once per worker (the loader keeps it); the glue is reused for every call.
       const glue = (await import(job.code.jsUrl)) as TranspiledComponent;
       code = { glue, modules: job.code.modules, probesOnly: onlyJspiProbes(job.code.jsUrl) };
