@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import wabtInit from 'wabt';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { TRAP_EXIT_CODE } from '../../../../src/runners/wasm/protocol.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
@@ -36,6 +37,30 @@ describe('WasmRunner: a fresh instance per call (preview1)', () => {
       expect(text(r.stdout)).toBe('m=A g=7 p=1\n');
       expect(r.exitCode).toBe(TRAP_EXIT_CODE);
     }
+  });
+});
+
+describe('WasmRunner: code kept per worker', () => {
+  it('runs the right code after its worker dropped it for newer ones (more modules than it keeps)', async () => {
+    const wabt = await wabtInit();
+    // 40 distinct modules (a worker keeps 32), each printing its own number.
+    const modules = Array.from({ length: 40 }, (_, i) => {
+      const digits = String(i).padStart(2, '0');
+      const wat = `(module
+        (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 16) "${digits}")
+        (func (export "_start")
+          (i32.store (i32.const 0) (i32.const 16))
+          (i32.store (i32.const 4) (i32.const 2))
+          (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))`;
+      return { digits, bytes: wabt.parseWat(`m${digits}.wat`, wat).toBinary({}).buffer };
+    });
+    for (const round of [0, 1])
+      for (const m of modules) {
+        const r = await runner.runRaw(spec(`m${m.digits}.wasm`, m.bytes, ''));
+        expect(text(r.stdout), `round ${round}`).toBe(m.digits);
+      }
   });
 });
 
