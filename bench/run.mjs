@@ -31,7 +31,7 @@ let out = `${'measurement'.padEnd(width)}  ${'median ms'.padStart(10)}  ${'p95 m
 for (const r of rows) {
   const floor = r.floor ? byName.get(r.floor) : undefined;
   const ratio = floor
-    ? `${(r.median / floor.median).toFixed(2)}×`
+    ? `${(r.median / floor.median).toFixed(2)}×${r.perSecond ? ` (${Math.round(r.perSecond)}/s)` : ''}`
     : r.perSecond
       ? `${Math.round(r.perSecond)}/s`
       : r.isFloor

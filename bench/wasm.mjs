@@ -7,6 +7,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { WASI } from 'node:wasi';
+import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
+import { instantiateCores, recordLinkPlan } from './component-floor.mjs';
 import { stats } from './stats.mjs';
 
 export async function benchWasm({ root, dist = path.join(root, 'dist'), iterations = 200 }) {
@@ -83,6 +86,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
   };
   const moduleJob = {
     kind: 'module',
+    key: shoutPrepared.key,
     module: shoutPrepared.module,
     args: ['bench'],
     env: {},
@@ -93,85 +97,132 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
   };
   const componentJob = {
     kind: 'component',
-    jsUrl: helloPrepared.jsUrl,
-    modules: helloPrepared.modules,
+    key: helloPrepared.key,
+    code: { jsUrl: helloPrepared.jsUrl, modules: helloPrepared.modules },
     input: '{"name":"bench"}',
     args: ['bench'],
     env: {},
     outputBytes: 1 << 20,
     maxPages: 1024,
   };
+  // Two workers, as `min(2, cores)` gives here; the rows below say "2 workers".
   const runner = new WasmRunner({ poolSize: 2 });
   await runner.warm();
-  const samples = { bare: [], inproc: [], ours: [], cbare: [], cours: [] };
-  for (let i = 0; i < iterations + 10; i++) {
-    let t = performance.now();
-    bareModule();
-    const b = performance.now() - t;
-    t = performance.now();
-    await executeJob(i, moduleJob);
-    const ip = performance.now() - t;
-    t = performance.now();
-    const r = await runner.runRaw(spec(shoutFile, shout));
-    const o = performance.now() - t;
-    if (Buffer.from(r.stdout).toString() !== '{"TEXT":"HELLO"}')
-      throw new Error('shout-wasm gave the wrong output');
-    t = performance.now();
-    const cr = await executeJob(i, componentJob);
-    const cb = performance.now() - t;
-    t = performance.now();
-    const c = await runner.runRaw(spec(helloFile, hello));
-    const co = performance.now() - t;
-    if (cr.type !== 'done' || Buffer.from(c.stdout).toString() !== 'Hello, bench!\n')
-      throw new Error('hello gave the wrong output');
-    if (i >= 10) {
-      samples.bare.push(b);
-      samples.inproc.push(ip);
-      samples.ours.push(o);
-      samples.cbare.push(cb);
-      samples.cours.push(co);
-    }
-  }
-  rows.push(
-    {
-      name: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
-      isFloor: true,
-      ...stats(samples.bare),
-    },
-    {
-      name: 'wasm: preview1 with capsule guards, in-process',
-      ...stats(samples.inproc),
-      floor: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
-    },
-    {
-      name: 'wasm: capsule warm call, preview1 (worker pool)',
-      ...stats(samples.ours),
-      floor: 'wasm: bare preview1 instantiate+call (node:wasi, in-process)',
-    },
-    { name: 'wasm: bare component instantiate+call (in-process)', isFloor: true, ...stats(samples.cbare) },
-    {
-      name: 'wasm: capsule warm call, component (worker pool)',
-      ...stats(samples.cours),
-      floor: 'wasm: bare component instantiate+call (in-process)',
-    },
-  );
 
-  // Throughput: many calls in flight, every worker busy (pool size = min(2, cores)).
-  for (const [label, file, bytes, count] of [
-    ['preview1', shoutFile, shout, 1000],
-    ['component', helloFile, hello, 200],
-  ]) {
+  // preview1: floor, guards in-process, and the pool, interleaved call by call.
+  {
+    const samples = { bare: [], inproc: [], ours: [] };
+    for (let i = 0; i < iterations + 10; i++) {
+      let t = performance.now();
+      bareModule();
+      const b = performance.now() - t;
+      t = performance.now();
+      await executeJob(i, moduleJob);
+      const ip = performance.now() - t;
+      t = performance.now();
+      const r = await runner.runRaw(spec(shoutFile, shout));
+      const o = performance.now() - t;
+      if (Buffer.from(r.stdout).toString() !== '{"TEXT":"HELLO"}')
+        throw new Error('shout-wasm gave the wrong output');
+      if (i >= 10) {
+        samples.bare.push(b);
+        samples.inproc.push(ip);
+        samples.ours.push(o);
+      }
+    }
+    const floor = 'wasm: bare preview1 instantiate+call (node:wasi, in-process)';
+    rows.push(
+      { name: floor, isFloor: true, ...stats(samples.bare) },
+      { name: 'wasm: preview1 with capsule guards, in-process', ...stats(samples.inproc), floor },
+      { name: 'wasm: capsule warm call, preview1 (worker pool)', ...stats(samples.ours), floor },
+    );
+  }
+
+  // Components: the floor is instantiating the same core modules, linked as the glue links them.
+  const glue = await import(helloPrepared.jsUrl);
+  const plan = recordLinkPlan(glue, helloPrepared.modules);
+  const coreFloor = `wasm: bare core instantiate, the component's ${plan.length} core modules (in-process)`;
+  {
+    // The first job hands the code over; later ones carry only its key, as the pool sends them.
+    await executeJob(0, componentJob);
+    const warmJob = { ...componentJob, code: undefined };
+    const samples = { core: [], inproc: [], ours: [] };
+    for (let i = 0; i < iterations + 10; i++) {
+      let t = performance.now();
+      instantiateCores(plan);
+      const k = performance.now() - t;
+      t = performance.now();
+      const cr = await executeJob(i, warmJob);
+      const ip = performance.now() - t;
+      t = performance.now();
+      const c = await runner.runRaw(spec(helloFile, hello));
+      const o = performance.now() - t;
+      if (cr.type !== 'done' || Buffer.from(c.stdout).toString() !== 'Hello, bench!\n')
+        throw new Error('hello gave the wrong output');
+      if (i >= 10) {
+        samples.core.push(k);
+        samples.inproc.push(ip);
+        samples.ours.push(o);
+      }
+    }
+    rows.push(
+      { name: coreFloor, isFloor: true, ...stats(samples.core) },
+      {
+        name: 'wasm: component instantiate+call, in-process (glue + capsule host, fresh instance)',
+        ...stats(samples.inproc),
+        floor: coreFloor,
+      },
+      {
+        name: 'wasm: capsule warm call, component (worker pool, fresh instance per call)',
+        ...stats(samples.ours),
+        floor: coreFloor,
+      },
+    );
+  }
+
+  // Throughput: many calls in flight, both workers busy.
+  const throughput = async (label, file, bytes, count, floor) => {
     const t = performance.now();
     await Promise.all(Array.from({ length: count }, () => runner.runRaw(spec(file, bytes))));
     const s = (performance.now() - t) / 1000;
     rows.push({
-      name: `wasm: throughput, ${label}, all workers busy`,
+      name: `wasm: throughput, ${label}, 2 workers busy`,
       n: count,
       median: (s * 1000) / count,
       p95: undefined,
       perSecond: count / s,
+      floor,
     });
-  }
+  };
+  await throughput('preview1', shoutFile, shout, 2000, undefined);
+  // Its floor: the same core instantiations on 2 threads at once (no glue, host, call or hop).
+  const floorCount = 1000;
+  const floorWorkers = [0, 1].map(
+    () =>
+      new Worker(new URL('./component-floor.mjs', import.meta.url), {
+        workerData: {
+          componentFloor: true,
+          jsUrl: helloPrepared.jsUrl,
+          modules: helloPrepared.modules,
+          count: floorCount / 2,
+        },
+      }),
+  );
+  await Promise.all(floorWorkers.map((w) => once(w, 'message')));
+  const t0 = performance.now();
+  await Promise.all(floorWorkers.map((w) => (w.postMessage('go'), once(w, 'message'))));
+  const floorS = (performance.now() - t0) / 1000;
+  await Promise.all(floorWorkers.map((w) => w.terminate()));
+  const tputFloor = 'wasm: throughput floor, bare core instantiate of the component, 2 threads busy';
+  rows.push({
+    name: tputFloor,
+    isFloor: true,
+    n: floorCount,
+    median: (floorS * 1000) / floorCount,
+    p95: undefined,
+    perSecond: floorCount / floorS,
+  });
+  await throughput('component (fresh instance per call)', helloFile, hello, 1000, tputFloor);
   await runner.close();
   return rows;
 }
@@ -181,13 +232,11 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const rows = await benchWasm({ root, dist: process.env.CAPSULE_DIST ?? path.join(root, 'dist') });
   for (const r of rows) {
     const floor = r.floor ? rows.find((f) => f.name === r.floor) : undefined;
-    const extra = floor
-      ? `  ${(r.median / floor.median).toFixed(2)}× floor`
-      : r.perSecond
-        ? `  ${Math.round(r.perSecond)} calls/s`
-        : '';
+    const extra =
+      (floor ? `  ${(r.median / floor.median).toFixed(2)}× floor` : '') +
+      (r.perSecond ? `  ${Math.round(r.perSecond)} calls/s` : '');
     console.log(
-      `${r.name.padEnd(62)} median ${r.median.toFixed(3)} ms${r.p95 !== undefined ? `  p95 ${r.p95.toFixed(3)} ms` : ''}${extra}`,
+      `${r.name.padEnd(86)} median ${r.median.toFixed(3)} ms${r.p95 !== undefined ? `  p95 ${r.p95.toFixed(3)} ms` : ''}${extra}`,
     );
   }
 }

@@ -12,6 +12,8 @@ import type { WasmModule } from './wasm-types.js';
 
 export interface PreparedModule {
   kind: 'module';
+  /** Names this compiled code (content hash and memory cap), so a worker can keep it between calls. */
+  key: string;
   module: WasmModule;
   maxPages: number;
   /** Imports outside wasi_snapshot_preview1 (`module.name`): the runner refuses to start these. */
@@ -20,6 +22,8 @@ export interface PreparedModule {
 
 export interface PreparedComponent {
   kind: 'component';
+  /** Names this code (transpiler, content hash and memory cap), so a worker can keep it between calls. */
+  key: string;
   /**
    * data: URL of the transpiled JS the worker imports: the bytes themselves, verified (or just
    * produced) in this process, so nothing on disk can change them between the check and the import.
@@ -173,7 +177,8 @@ export class ModuleCache {
         .Module.imports(module)
         .filter((i) => i.module !== 'wasi_snapshot_preview1')
         .map((i) => `${i.module}.${i.name}`);
-      return { kind, module, maxPages: capped.maxPages[0] ?? 0, foreignImports };
+      const key = `module:${hash}:${options.capPages}`;
+      return { kind, key, module, maxPages: capped.maxPages[0] ?? 0, foreignImports };
     }
     const files = await this.#transpiled(bytes, hash, options.file);
     const modules: Record<string, WasmModule> = {};
@@ -188,7 +193,8 @@ export class ModuleCache {
       modules[name] = await compile(capped.bytes, options.file);
     }
     const jsUrl = `data:text/javascript;base64,${Buffer.from(files.js).toString('base64')}`;
-    return { kind, jsUrl, modules, maxPages, imports: files.imports };
+    const key = `component:${this.#transpilerId()}:${hash}:${options.capPages}`;
+    return { kind, key, jsUrl, modules, maxPages, imports: files.imports };
   }
 
   /** `@bytecodealliance/jco-transpile@<version>` of the installed transpiler (read once per cache). */

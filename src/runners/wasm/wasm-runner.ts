@@ -303,6 +303,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
   if (prepared.kind === 'module') {
     return {
       kind: 'module',
+      key: prepared.key,
       module: prepared.module,
       args,
       env: spec.env,
@@ -314,8 +315,8 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
   }
   return {
     kind: 'component',
-    jsUrl: prepared.jsUrl,
-    modules: prepared.modules,
+    key: prepared.key,
+    code: { jsUrl: prepared.jsUrl, modules: prepared.modules },
     input: Buffer.from(spec.input).toString('utf8'),
     args,
     env: spec.env,

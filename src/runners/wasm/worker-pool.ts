@@ -1,9 +1,9 @@
 import { Worker } from 'node:worker_threads';
-import type { Job, JobReply } from './protocol.js';
+import type { Job, JobReply, JobResult } from './protocol.js';
 
 export interface PoolOutcome {
   /** The worker's answer; undefined when the job was stopped (timeout, abort, close) or the worker died. */
-  reply: JobReply | undefined;
+  reply: JobResult | undefined;
   timedOut: boolean;
   canceled: boolean;
   /** Set when the worker died on its own (e.g. V8 out of memory in the worker's JS heap). */
@@ -23,6 +23,16 @@ export interface WorkerPoolOptions {
 interface Slot {
   worker: Worker;
   busy: boolean;
+  /** Code keys sent to this worker (it may have dropped some since: it then answers `missing`). */
+  known: Set<string>;
+}
+
+/** Bound on `Slot.known`; forgetting a key only means its code is sent again. */
+const MAX_KNOWN = 256;
+
+/** The job without its compiled code, for a worker that already holds the job's key. */
+function withoutCode(job: Job): Job {
+  return job.kind === 'module' ? { ...job, module: undefined } : { ...job, code: undefined };
 }
 
 interface Task {
@@ -107,7 +117,7 @@ export class WorkerPool {
     worker.stdout.resume();
     worker.stderr.resume();
     worker.unref();
-    return { worker, busy: false };
+    return { worker, busy: false, known: new Set() };
   }
 
   async #pump(): Promise<void> {
@@ -115,7 +125,7 @@ export class WorkerPool {
       let slot = this.#slots.find((s) => !s.busy);
       if (slot === undefined) {
         if (this.#slots.length >= this.#options.size) return;
-        const fresh: Slot = { worker: undefined as unknown as Worker, busy: true };
+        const fresh: Slot = { worker: undefined as unknown as Worker, busy: true, known: new Set() };
         this.#slots.push(fresh);
         try {
           fresh.worker = (await this.#spawn()).worker;
@@ -169,7 +179,13 @@ export class WorkerPool {
       void this.#pump();
     };
     const onMessage = (reply: JobReply): void => {
-      if (reply.id === id) finish({ reply, timedOut: false, canceled: false, crash: undefined }, false);
+      if (reply.id !== id) return;
+      if (reply.type === 'missing') {
+        // The worker dropped this code (or never had it): same call, now with the code.
+        worker.postMessage({ type: 'run', id, job: task.job });
+        return;
+      }
+      finish({ reply, timedOut: false, canceled: false, crash: undefined }, false);
     };
     const onError = (err: Error): void =>
       finish({ reply: undefined, timedOut: false, canceled: false, crash: err.message }, true);
@@ -195,6 +211,11 @@ export class WorkerPool {
       onAbort();
       return;
     }
-    worker.postMessage({ type: 'run', id, job: task.job });
+    const known = slot.known.has(task.job.key);
+    if (!known) {
+      if (slot.known.size >= MAX_KNOWN) slot.known.clear();
+      slot.known.add(task.job.key);
+    }
+    worker.postMessage({ type: 'run', id, job: known ? withoutCode(task.job) : task.job });
   }
 }

@@ -16,6 +16,37 @@ const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembl
 // QuickJS components use extended-const, which Node 20's V8 has behind a flag.
 setFlagsFromString('--experimental-wasm-extended-const');
 
+// The transpiled glue probes `WebAssembly.promising` (JSPI) four times per instantiate, as
+// `try { xAsync = WebAssembly.promising(f); } catch (e) { xAsync = f; }`. Node 20 has no JSPI, so
+// each probe called undefined, and V8 builds that TypeError's message ("… is not a function") by
+// re-parsing the calling function: the glue's 7000-line instantiate body, ~2.5 ms per probe, ~10
+// ms of a 12 ms call. Here `promising` throws one prebuilt error instead (the same fallback, no
+// re-parse), and while a glue whose every use of it is such a probe instantiates, it returns `f`
+// itself: exactly what the fallback assigns, without the cost of a throw. Any other use (async
+// exports) still gets the throw, as it would from Node.
+const jspi = WA as unknown as { promising?: unknown };
+const NO_JSPI = Object.freeze(new TypeError('WebAssembly.promising (JSPI) is not available on this Node'));
+const hasJspi = typeof jspi.promising === 'function';
+const jspiMissing = (): never => {
+  throw NO_JSPI;
+};
+const probeFallback = <F>(f: F): F => f;
+if (!hasJspi) {
+  Object.defineProperty(WA, 'promising', { value: jspiMissing, configurable: true, writable: true });
+}
+const PROBE =
+  /try \{\s*([\w$]+) = WebAssembly\.promising\(([\w$.]+)\);\s*\} catch\s*\(\w+\)\s*\{\s*\1 = \2;\s*\}/g;
+
+/** True when every use of `promising` in the glue (comment lines aside) is a probe with a plain fallback. */
+function onlyJspiProbes(jsUrl: string): boolean {
+  if (hasJspi) return false;
+  const text = Buffer.from(jsUrl.slice(jsUrl.indexOf(',') + 1), 'base64')
+    .toString('utf8')
+    .replace(/^\s*\/\/.*$/gm, '');
+  const uses = text.match(/\bpromising\b/g)?.length ?? 0;
+  return uses === (text.match(PROBE)?.length ?? 0);
+}
+
 const TRAP = 134;
 const PAGE = 65_536;
 // WASI preview1 errno values used by the read-only guard.
@@ -312,7 +343,7 @@ function doneReply(
   };
 }
 
-function runModule(id: number, job: ModuleJob): JobReply {
+function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   let memory: WasmMemory | undefined;
@@ -333,7 +364,7 @@ function runModule(id: number, job: ModuleJob): JobReply {
   let trapped = false;
   let instance: WasmInstance | undefined;
   try {
-    instance = new WA.Instance(job.module, imports as WasmImports);
+    instance = new WA.Instance(module, imports as WasmImports);
   } catch (err) {
     // A link/type error means it cannot start; a trap in the start function is the guest's own failure.
     if (!(err instanceof WA.RuntimeError) && !(err instanceof OutputLimit)) {
@@ -376,90 +407,114 @@ function runModule(id: number, job: ModuleJob): JobReply {
 
 // ---------------------------------------------------------------- components (WASI preview2 host)
 
+// Resource classes of the preview2 host. They hold no state of their own (a call's state lives in
+// the instances each call creates), so one frozen set serves every call of this worker; the
+// transpiled glue only checks `instanceof` on them and reads them.
+class IoError {
+  constructor(readonly message: string) {}
+  toDebugString(): string {
+    return this.message;
+  }
+}
+class Pollable {
+  ready(): boolean {
+    return true;
+  }
+  block(): void {}
+}
+class InputStream {
+  pos = 0;
+  constructor(readonly data: Uint8Array) {}
+  read(len: bigint): Uint8Array {
+    if (this.pos >= this.data.length) throw { tag: 'closed' };
+    const chunk = this.data.slice(this.pos, this.pos + Number(len));
+    this.pos += chunk.length;
+    return chunk;
+  }
+  blockingRead(len: bigint): Uint8Array {
+    return this.read(len);
+  }
+  skip(len: bigint): bigint {
+    return BigInt(this.read(len).length);
+  }
+  blockingSkip(len: bigint): bigint {
+    return this.skip(len);
+  }
+  subscribe(): Pollable {
+    return new Pollable();
+  }
+}
+class OutputStream {
+  constructor(readonly sink: Sink) {}
+  checkWrite(): bigint {
+    return 65_536n;
+  }
+  write(buf: Uint8Array): void {
+    this.sink.write(buf);
+  }
+  blockingWriteAndFlush(buf: Uint8Array): void {
+    this.sink.write(buf);
+  }
+  flush(): void {}
+  blockingFlush(): void {}
+  writeZeroes(len: bigint): void {
+    this.sink.write(new Uint8Array(Number(len)));
+  }
+  blockingWriteZeroesAndFlush(len: bigint): void {
+    this.writeZeroes(len);
+  }
+  subscribe(): Pollable {
+    return new Pollable();
+  }
+}
+class TerminalInput {}
+class TerminalOutput {}
+class Descriptor {}
+class DirectoryEntryStream {}
+class Network {}
+class TcpSocket {}
+class UdpSocket {}
+class IncomingDatagramStream {}
+class OutgoingDatagramStream {}
+class ResolveAddressStream {}
+for (const c of [
+  IoError,
+  Pollable,
+  InputStream,
+  OutputStream,
+  TerminalInput,
+  TerminalOutput,
+  Descriptor,
+  DirectoryEntryStream,
+  Network,
+  TcpSocket,
+  UdpSocket,
+  IncomingDatagramStream,
+  OutgoingDatagramStream,
+  ResolveAddressStream,
+]) {
+  Object.freeze(c.prototype);
+  Object.freeze(c);
+}
+
 /**
  * A deliberately small preview2 host: stdio in memory, an empty or granted environment, clocks and
  * random, no filesystem preopens, and network interfaces that answer every request with a denial.
- * jco's transpiled code checks `instanceof` on these classes, so each job gets its own set.
+ * Built per call: streams, sinks, environment and seed belong to that call only.
  */
 function preview2Host(
   job: ComponentJob,
   stdout: Sink,
   stderr: Sink,
 ): Record<string, Record<string, unknown>> {
-  class IoError {
-    constructor(readonly message: string) {}
-    toDebugString(): string {
-      return this.message;
-    }
-  }
-  class Pollable {
-    ready(): boolean {
-      return true;
-    }
-    block(): void {}
-  }
-  class InputStream {
-    pos = 0;
-    constructor(readonly data: Uint8Array) {}
-    read(len: bigint): Uint8Array {
-      if (this.pos >= this.data.length) throw { tag: 'closed' };
-      const chunk = this.data.slice(this.pos, this.pos + Number(len));
-      this.pos += chunk.length;
-      return chunk;
-    }
-    blockingRead(len: bigint): Uint8Array {
-      return this.read(len);
-    }
-    skip(len: bigint): bigint {
-      return BigInt(this.read(len).length);
-    }
-    blockingSkip(len: bigint): bigint {
-      return this.skip(len);
-    }
-    subscribe(): Pollable {
-      return new Pollable();
-    }
-  }
-  class OutputStream {
-    constructor(readonly sink: Sink) {}
-    checkWrite(): bigint {
-      return 65_536n;
-    }
-    write(buf: Uint8Array): void {
-      this.sink.write(buf);
-    }
-    blockingWriteAndFlush(buf: Uint8Array): void {
-      this.sink.write(buf);
-    }
-    flush(): void {}
-    blockingFlush(): void {}
-    writeZeroes(len: bigint): void {
-      this.sink.write(new Uint8Array(Number(len)));
-    }
-    blockingWriteZeroesAndFlush(len: bigint): void {
-      this.writeZeroes(len);
-    }
-    subscribe(): Pollable {
-      return new Pollable();
-    }
-  }
-  class TerminalInput {}
-  class TerminalOutput {}
-  class Descriptor {}
-  class DirectoryEntryStream {}
-  class Network {}
-  class TcpSocket {}
-  class UdpSocket {}
-  class IncomingDatagramStream {}
-  class OutgoingDatagramStream {}
-  class ResolveAddressStream {}
   const stdinStream = new InputStream(new Uint8Array(0));
   const stdoutStream = new OutputStream(stdout);
   const stderrStream = new OutputStream(stderr);
   const deny = (): never => {
     throw 'access-denied';
   };
-  const seed: [bigint, bigint] = [randomBytes(8).readBigUInt64LE(), randomBytes(8).readBigUInt64LE()];
+  // Drawn when first asked for: most calls never ask.
+  let seed: [bigint, bigint] | undefined;
   return {
     'wasi:cli/environment': {
       getEnvironment: () => Object.entries(job.env),
@@ -515,7 +570,9 @@ function preview2Host(
       getInsecureRandomBytes: (len: bigint) => new Uint8Array(randomBytes(Number(len))),
       getInsecureRandomU64: () => BigInt(randomInt(2 ** 47)),
     },
-    'wasi:random/insecure-seed': { insecureSeed: () => seed },
+    'wasi:random/insecure-seed': {
+      insecureSeed: () => (seed ??= [randomBytes(8).readBigUInt64LE(), randomBytes(8).readBigUInt64LE()]),
+    },
     // Network: every entry point answers with a valid WASI denial; nothing reaches a socket.
     'wasi:sockets/instance-network': { instanceNetwork: () => new Network() },
     'wasi:sockets/network': { Network, networkErrorCode: () => undefined },
@@ -535,14 +592,14 @@ interface TranspiledComponent {
   ): Record<string, unknown>;
 }
 
-const loaded = new Map<string, TranspiledComponent>();
+interface LoadedComponent {
+  glue: TranspiledComponent;
+  modules: Record<string, WasmModule>;
+  /** See onlyJspiProbes. */
+  probesOnly: boolean;
+}
 
-async function runComponent(id: number, job: ComponentJob): Promise<JobReply> {
-  let mod = loaded.get(job.jsUrl);
-  if (mod === undefined) {
-    mod = (await import(job.jsUrl)) as TranspiledComponent;
-    loaded.set(job.jsUrl, mod);
-  }
+function runComponent(id: number, job: ComponentJob, code: LoadedComponent): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   const memories: WasmMemory[] = [];
@@ -550,10 +607,11 @@ async function runComponent(id: number, job: ComponentJob): Promise<JobReply> {
   let exitCode = 0;
   let truncated = false;
   let trapped = false;
+  if (code.probesOnly) jspi.promising = probeFallback;
   try {
-    exports = mod.instantiate(
+    exports = code.glue.instantiate(
       (name) => {
-        const m = job.modules[name];
+        const m = code.modules[name];
         if (m === undefined)
           throw new WA.LinkError(`core module ${name} missing from the transpiled component`);
         return m;
@@ -571,6 +629,8 @@ async function runComponent(id: number, job: ComponentJob): Promise<JobReply> {
       id,
       message: `instantiation failed (a missing or mismatched import fails closed): ${describe(err)}`,
     };
+  } finally {
+    if (code.probesOnly) jspi.promising = jspiMissing;
   }
   const run = exports.run;
   if (typeof run !== 'function') {
@@ -595,10 +655,43 @@ async function runComponent(id: number, job: ComponentJob): Promise<JobReply> {
   return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages);
 }
 
+/**
+ * Compiled code this worker holds, by job key, least recently used first. Only code lives here:
+ * every call still builds its own instance, memory, host objects and output sinks.
+ */
+const codes = new Map<string, WasmModule | LoadedComponent>();
+const MAX_CODES = 32;
+
+function remember(key: string, code: WasmModule | LoadedComponent): void {
+  codes.delete(key);
+  codes.set(key, code);
+  while (codes.size > MAX_CODES) {
+    const oldest = codes.keys().next().value;
+    if (oldest === undefined) break;
+    codes.delete(oldest);
+  }
+}
+
 /** Runs one job in this thread and answers (exported so the bench can measure the in-process floor). */
 export async function executeJob(id: number, job: Job): Promise<JobReply> {
   try {
-    return job.kind === 'module' ? runModule(id, job) : await runComponent(id, job);
+    const known = codes.get(job.key);
+    if (job.kind === 'module') {
+      const module = job.module ?? (known instanceof WA.Module ? known : undefined);
+      if (module === undefined) return { type: 'missing', id };
+      remember(job.key, module);
+      return runModule(id, job, module);
+    }
+    let code = known !== undefined && !(known instanceof WA.Module) ? known : undefined;
+    // Keys name content (hash, cap, transpiler): code already held for the key is that code.
+    if (job.code !== undefined && code === undefined) {
+      // A data: URL imports once per worker (the loader keeps it); the glue is reused for every call.
+      const glue = (await import(job.code.jsUrl)) as TranspiledComponent;
+      code = { glue, modules: job.code.modules, probesOnly: onlyJspiProbes(job.code.jsUrl) };
+    }
+    if (code === undefined) return { type: 'missing', id };
+    remember(job.key, code);
+    return runComponent(id, job, code);
   } catch (err) {
     return { type: 'failed', id, message: describe(err) };
   }
