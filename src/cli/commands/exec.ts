@@ -1,11 +1,8 @@
 import type { Command } from 'commander';
-import { createCommandParser } from '../../permissions/command-parser.js';
-import { createRunCommandTool } from '../../permissions/run-command-tool.js';
 import type { CapabilityContext } from '../../tools/context.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 import { commandLine } from './key.js';
 
 const SIGNALS: Record<string, number> = {
@@ -34,6 +31,11 @@ export function registerExec(program: Command, io: CliIO): void {
   ).action(
     action(io, async (words: string[], opts: GateFlags & { json?: boolean }) => {
       const command = commandLine(words);
+      const [{ createCommandParser }, { createRunCommandTool }, { openSession }] = await Promise.all([
+        import('../../permissions/command-parser.js'),
+        import('../../permissions/run-command-tool.js'),
+        import('../session.js'),
+      ]);
       const parser = await createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,

@@ -1,14 +1,12 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { createCommandParser, type CommandParser } from '../../permissions/command-parser.js';
+import type { CommandParser } from '../../permissions/command-parser.js';
 import type { Explanation } from '../../permissions/engine.js';
 import { makeKey, RUN_CAPABILITY } from '../../permissions/keys.js';
-import { commandRequest } from '../../permissions/run-command-tool.js';
 import type { PermissionRequest } from '../../permissions/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 
 /** Pure: the human-readable explanation. */
 export function renderExplanation(request: PermissionRequest, x: Explanation, noPrompt: boolean): string {
@@ -52,6 +50,11 @@ export function registerExplain(program: Command, io: CliIO): void {
       if ((command === '') === (opts.capability === undefined)) {
         throw new CapsuleError('USAGE', 'Give either a command after -- or --capability NAME.');
       }
+      const [{ createCommandParser }, { commandRequest }, { openSession }] = await Promise.all([
+        import('../../permissions/command-parser.js'),
+        import('../../permissions/run-command-tool.js'),
+        import('../session.js'),
+      ]);
       let parser: CommandParser | undefined;
       if (command !== '') parser = await createCommandParser();
       const session = await openSession(io, {

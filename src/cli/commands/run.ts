@@ -5,7 +5,6 @@ import type { RunResult } from '../../runners/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 
 const SIGNALS: Record<string, number> = {
   SIGHUP: 1,
@@ -82,6 +81,7 @@ export function registerRun(program: Command, io: CliIO): void {
       io,
       async (name: string, opts: GateFlags & { input?: string; inputFile?: string; json?: boolean }) => {
         const input = await readInput(opts);
+        const { openSession } = await import('../session.js');
         const session = await openSession(io, {
           grants: opts.grant,
           noPrompt: !opts.prompt,

@@ -1,7 +1,5 @@
 import type { Command } from 'commander';
-import { defaultIsolation } from '../../executor/isolation.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject } from '../session.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerShow(program: Command, io: CliIO): void {
@@ -12,6 +10,10 @@ export function registerShow(program: Command, io: CliIO): void {
     .option('--json', 'print JSON')
     .action(
       action(io, async (name: string, opts: { json?: boolean }) => {
+        const [{ openProject }, { defaultIsolation }] = await Promise.all([
+          import('../session.js'),
+          import('../../executor/isolation.js'),
+        ]);
         const { registry } = await openProject(io);
         const cap = await registry.get(name);
         const isolation = defaultIsolation(cap);
