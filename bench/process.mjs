@@ -59,6 +59,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const rows = await benchProcess({ root, iterations: Number(process.env.ITER ?? 15) });
   const floor = rows.find((r) => r.isFloor).median;
   for (const r of rows) {
-    process.stdout.write(`${r.name.padEnd(60)} ${r.median.toFixed(1).padStart(8)} ms  ${(r.median / floor).toFixed(2)}×\n`);
+    process.stdout.write(
+      `${r.name.padEnd(60)} ${r.median.toFixed(1).padStart(8)} ms  ${(r.median / floor).toFixed(2)}×\n`,
+    );
   }
 }

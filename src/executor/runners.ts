@@ -31,7 +31,12 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
     // A missing capsule image is built on first use, with its progress reported.
     new LazyRunner('docker', async () => {
       const { DockerRunner } = await import('../runners/docker/runner.js');
-      return new DockerRunner({ env, projectRoot: options.projectRoot, cacheDir, onProgress: options.onProgress });
+      return new DockerRunner({
+        env,
+        projectRoot: options.projectRoot,
+        cacheDir,
+        onProgress: options.onProgress,
+      });
     }),
   ];
 }

@@ -26,13 +26,17 @@ export function registerMcp(program: Command, io: CliIO): void {
       ),
   ).action(
     action(io, async (opts: GateFlags & { profile?: string }) => {
-      const [{ StdioServerTransport }, { openAgentSession }, { createNonInteractivePrompter }, { CapsuleMcpServer }] =
-        await Promise.all([
-          import('@modelcontextprotocol/sdk/server/stdio.js'),
-          import('../../agent/open-session.js'),
-          import('../../permissions/prompter.js'),
-          import('../../mcp/server.js'),
-        ]);
+      const [
+        { StdioServerTransport },
+        { openAgentSession },
+        { createNonInteractivePrompter },
+        { CapsuleMcpServer },
+      ] = await Promise.all([
+        import('@modelcontextprotocol/sdk/server/stdio.js'),
+        import('../../agent/open-session.js'),
+        import('../../permissions/prompter.js'),
+        import('../../mcp/server.js'),
+      ]);
       const server = new CapsuleMcpServer({
         version: VERSION,
         openSession: (hooks) =>
