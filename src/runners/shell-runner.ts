@@ -1,5 +1,4 @@
 import { access, constants } from 'node:fs/promises';
-import { execa } from 'execa';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from '../manifest/types.js';
 import { CappedOutput } from './capped-output.js';
@@ -75,6 +74,8 @@ export class ShellRunner implements Runner {
       }
     }
 
+    // Loaded on the first shell run: a process that runs none never pays for execa.
+    const { execa } = await import('execa');
     const result = emptyResult('shell');
     const started = performance.now();
     if (signal?.aborted) {
