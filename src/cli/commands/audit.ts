@@ -1,7 +1,6 @@
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { isInside } from '../../manifest/paths.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -21,9 +20,10 @@ async function logAndHead(
   io: CliIO,
   file?: string,
 ): Promise<{ file: string; headFile?: string | undefined }> {
-  const [{ cliStateDir, openProject }, { auditHeadPath, auditLogPath }] = await Promise.all([
+  const [{ cliStateDir, openProject }, { auditHeadPath, auditLogPath }, { isInside }] = await Promise.all([
     import('../session.js'),
     import('../../permissions/audit-log.js'),
+    import('../../manifest/paths.js'),
   ]);
   const { project } = await openProject(io);
   const projectLog = auditLogPath(project.root);

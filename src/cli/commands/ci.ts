@@ -7,7 +7,6 @@ import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { parseEnvs } from './compare.js';
-import { userCacheDir } from '../../config/cache-dir.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',
@@ -62,6 +61,7 @@ export function registerCi(program: Command, io: CliIO): void {
           import('../../config/config-store.js'),
           import('../session.js'),
         ]);
+      const { userCacheDir } = await import('../../config/cache-dir.js');
       const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
 import type { DockerodeEngine } from '../../runners/docker/dockerode-engine.js';
-import { IMAGE_RECIPES } from '../../runners/docker/images.js';
+import { IMAGE_RECIPES } from '../../runners/docker/image-recipes.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 

@@ -6,7 +6,6 @@ import { MANIFEST_FILE } from '../../manifest/environments.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
 import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { userCacheDir } from '../../config/cache-dir.js';
 import { EXIT } from '../exit-codes.js';
 
 /** PATH may be a capability folder, its capability.json, or a root holding capability folders. */
@@ -68,7 +67,10 @@ export function registerValidate(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {valid, invalid}')
     .action(
       action(io, async (target: string | undefined, opts: { json?: boolean }) => {
-        const { openProject } = await import('../session.js');
+        const [{ openProject }, { userCacheDir }] = await Promise.all([
+          import('../session.js'),
+          import('../../config/cache-dir.js'),
+        ]);
         const { project, registry } = await openProject(io);
         const result =
           target === undefined

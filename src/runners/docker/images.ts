@@ -22,23 +22,12 @@ import { promisify } from 'node:util';
 import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
 import { engineMessage } from './engine.js';
+import { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
+
+export { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
 import type { DockerEngine } from './engine.js';
 
 const execFileAsync = promisify(execFile);
-
-/** An image capsule knows how to build offline from `runtimes/docker/<folder>/`. */
-export interface ImageRecipe {
-  tag: string;
-  /** Folder under runtimes/docker holding the Dockerfile. */
-  folder: string;
-  /** Also stage the host's node binary and its shared libraries. */
-  withNode: boolean;
-}
-
-export const IMAGE_RECIPES: readonly ImageRecipe[] = [
-  { tag: 'capsule/busybox:1', folder: 'busybox', withNode: false },
-  { tag: 'capsule/node:1', folder: 'node', withNode: true },
-];
 
 const INPUTS_LABEL = 'capsule.image.inputs';
 
