@@ -2,7 +2,7 @@
 // against `node -e 0`, the floor no Node CLI can beat, spawned alternately in the same run so noise hits both.
 // Usage: import { benchProcess } from './process.mjs' (bench/run.mjs), or `node bench/process.mjs` after `npm run build`.
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,9 +12,15 @@ const FLOOR = 'process: node -e 0';
 
 export async function benchProcess({ root, iterations = 15 }) {
   const main = path.join(root, 'dist', 'cli', 'main.js');
-  // Own cache and state folders: the warm-up run fills the component cache the measured runs then hit,
-  // and the audit log lands in a temp folder rather than the user's.
+  // A temp project holding the shipped hello component, and its own cache and state folders: the
+  // warm-up run fills the component cache the measured runs then hit, and the audit log and confirmed
+  // policy land there rather than in the repository's or the user's.
   const home = await mkdtemp(path.join(os.tmpdir(), 'capsule-bench-process-'));
+  const project = path.join(home, 'project');
+  await cp(path.join(root, 'capabilities', 'hello'), path.join(project, 'capabilities', 'hello'), {
+    recursive: true,
+  });
+  await writeFile(path.join(project, 'capsule.json'), '{}\n');
   const env = {
     ...process.env,
     XDG_CACHE_HOME: path.join(home, 'cache'),
@@ -24,7 +30,7 @@ export async function benchProcess({ root, iterations = 15 }) {
     [FLOOR, ['-e', '0']],
     ['process: capsule --version', [main, '--version']],
     ['process: capsule list', [main, 'list']],
-    ['process: capsule key -- git status', [main, 'key', '--', 'git status']],
+    ["process: capsule key -- 'git status'", [main, 'key', '--', 'git status']],
     [
       'process: capsule run hello (component in the disk cache)',
       [main, 'run', 'hello', '--grant', 'run_capability:hello', '--input', '{"name":"bench"}'],
@@ -32,7 +38,7 @@ export async function benchProcess({ root, iterations = 15 }) {
   ];
   const spawn = (args) => {
     const t = performance.now();
-    const r = spawnSync(process.execPath, args, { cwd: root, env, encoding: 'utf8' });
+    const r = spawnSync(process.execPath, args, { cwd: project, env, encoding: 'utf8' });
     const ms = performance.now() - t;
     if (r.status !== 0) throw new Error(`node ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
     return ms;
@@ -40,6 +46,7 @@ export async function benchProcess({ root, iterations = 15 }) {
   try {
     // Warm-up: the OS file cache, and the component's transpiled glue written to the disk cache.
     for (const [, args] of cases) spawn(args);
+    // Round-robin, so a burst of load on the machine hits every row alike.
     const samples = new Map(cases.map(([name]) => [name, []]));
     for (let i = 0; i < iterations; i++) {
       for (const [name, args] of cases) samples.get(name).push(spawn(args));
