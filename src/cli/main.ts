@@ -4,9 +4,10 @@ import { setFlagsFromString } from 'node:v8';
 import { runCli } from './program.js';
 
 const argv = process.argv.slice(2);
-// `key` parses one command and exits, running no capability: V8's optimizing tier would only compile
-// the bash grammar's large lexer in the background, and the exit waits for that (~0.4 s of CPU).
-if (argv[0] === 'key') setFlagsFromString('--liftoff-only');
+// These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
+// only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
+// Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
+if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
 
 const code = await runCli(argv, {
   stdout: process.stdout,
