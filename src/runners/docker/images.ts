@@ -22,10 +22,10 @@ import { promisify } from 'node:util';
 import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
 import { engineMessage } from './engine.js';
+import type { DockerEngine } from './engine.js';
 import { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
 
 export { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
-import type { DockerEngine } from './engine.js';
 
 const execFileAsync = promisify(execFile);
 
