@@ -50,13 +50,10 @@ export function registerExplain(program: Command, io: CliIO): void {
       if ((command === '') === (opts.capability === undefined)) {
         throw new CapsuleError('USAGE', 'Give either a command after -- or --capability NAME.');
       }
-      const [{ createCommandParser }, { commandRequest }, { openSession }] = await Promise.all([
-        import('../../permissions/command-parser.js'),
-        import('../../permissions/run-command-tool.js'),
-        import('../session.js'),
-      ]);
+      const { openSession } = await import('../session.js');
       let parser: CommandParser | undefined;
-      if (command !== '') parser = await createCommandParser();
+      if (command !== '')
+        parser = await (await import('../../permissions/command-parser.js')).createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
         noPrompt: !opts.prompt,
@@ -66,6 +63,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {
+          const { commandRequest } = await import('../../permissions/run-command-tool.js');
           request = commandRequest(parser, command);
         } else {
           const cap = await session.registry.get(opts.capability as string);

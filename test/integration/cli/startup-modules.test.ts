@@ -136,6 +136,20 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(HEAVY.filter((p) => run.packages.has(p))).toEqual([]);
   });
 
+  it.each([
+    ['show', ['show', 'boxed', '--json']],
+    ['validate', ['validate', '--json']],
+    ['grants list', ['grants', 'list', '--json']],
+    ['explain --capability', ['explain', '--capability', 'hello', '--json']],
+    ['mcp --help', ['mcp', '--help']],
+    ['images build --help', ['images', 'build', '--help']],
+  ])('%s loads none of them', async (_label, args) => {
+    const r = await loaded(args);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
   it('key loads the bash parser but not docker, MCP or the component toolchain', async () => {
     const r = await loaded(['key', '--json', '--', 'git status && rm -rf /']);
     expect(r.code).toBe(0);
