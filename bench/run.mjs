@@ -4,6 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
 import { benchPermissions } from './permissions.mjs';
+import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
@@ -12,6 +13,7 @@ import { benchWasm } from './wasm.mjs';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
 const suites = [
+  ['process', () => benchProcess({ root })],
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
   ['docker', () => benchDocker({ root })],

@@ -1,12 +1,22 @@
 #!/usr/bin/env node
+import { isatty } from 'node:tty';
+import { setFlagsFromString } from 'node:v8';
 import { runCli } from './program.js';
 
-const code = await runCli(process.argv.slice(2), {
+const argv = process.argv.slice(2);
+// These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
+// only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
+// Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
+if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
+
+const code = await runCli(argv, {
   stdout: process.stdout,
   stderr: process.stderr,
   cwd: process.cwd(),
   env: process.env,
-  interactive: Boolean(process.stdin.isTTY && process.stderr.isTTY),
+  // isatty rather than process.stdin.isTTY: reading process.stdin builds the stream, which costs a
+  // command that never reads it (most) a noticeable part of its start-up.
+  interactive: isatty(0) && isatty(2),
   exitCode: 0,
 });
 // Exit explicitly: pooled workers or engine sockets must not keep a finished command alive.

@@ -1,8 +1,7 @@
 import { userCacheDir } from '../config/cache-dir.js';
-import { DockerRunner } from '../runners/docker/runner.js';
+import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
-import { WasmRunner } from '../runners/wasm/wasm-runner.js';
 
 export interface DefaultRunnerOptions {
   projectRoot: string;
@@ -16,26 +15,32 @@ export interface DefaultRunnerOptions {
   onProgress?: (message: string) => void;
 }
 
-/** The three runners of a session. Each starts lazily: a session that never runs docker never touches the engine. */
+/**
+ * The three runners of a session. Each starts lazily: a session that never runs docker never touches the
+ * engine, and the wasm and docker runners' modules load only when a capability of theirs runs.
+ */
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const env = options.env ?? process.env;
+  const cacheDir = options.cacheDir ?? userCacheDir(env);
   return [
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
     // shell capabilities.
     new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot, readOnlyPaths: options.readOnlyPaths }),
     // Workers start on the first wasm call; transpiled components are cached per user, outside
     // every project, so no grant can reach code capsule imports.
-    new WasmRunner({
-      cacheDir: options.cacheDir ?? userCacheDir(env),
-      projectRoot: options.projectRoot,
-      hostEnv: env,
+    new LazyRunner('wasm', async () => {
+      const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
+      return new WasmRunner({ cacheDir, projectRoot: options.projectRoot, hostEnv: env });
     }),
     // A missing capsule image is built on first use, with its progress reported.
-    new DockerRunner({
-      env,
-      projectRoot: options.projectRoot,
-      cacheDir: options.cacheDir ?? userCacheDir(env),
-      onProgress: options.onProgress,
+    new LazyRunner('docker', async () => {
+      const { DockerRunner } = await import('../runners/docker/runner.js');
+      return new DockerRunner({
+        env,
+        projectRoot: options.projectRoot,
+        cacheDir,
+        onProgress: options.onProgress,
+      });
     }),
   ];
 }

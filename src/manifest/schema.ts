@@ -1,8 +1,8 @@
 import { z } from 'zod';
+import { ENVIRONMENTS } from './environments.js';
 
-export const MANIFEST_FILE = 'capability.json';
+export { ENVIRONMENTS, MANIFEST_FILE } from './environments.js';
 export const CURRENT_SCHEMA_VERSION = 1;
-export const ENVIRONMENTS = ['shell', 'wasm', 'docker'] as const;
 export const INTERPRETERS = ['sh', 'bash', 'node', 'python3'] as const;
 
 /** Safe identifier: it becomes a folder name, a permission key and a container label. */

@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { Language, Parser, type Node } from 'web-tree-sitter';
+import type { Node, Parser } from 'web-tree-sitter';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import {
@@ -94,6 +94,8 @@ export class CommandParser {
   private constructor(private readonly parser: Parser) {}
 
   static async create(): Promise<CommandParser> {
+    // Loaded here, not at start-up: only a process that keys a command pays for the parser.
+    const { Language, Parser } = await import('web-tree-sitter');
     await Parser.init();
     const require = createRequire(import.meta.url);
     const language = await Language.load(require.resolve('tree-sitter-bash/tree-sitter-bash.wasm'));

@@ -1,12 +1,8 @@
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { isInside } from '../../manifest/paths.js';
-import { systemClock } from '../../permissions/session-allowlist.js';
-import { auditHeadPath, auditLogPath, JsonlAuditLog, verifyAuditLog } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { cliStateDir, openProject } from '../session.js';
 
 async function realpathOr(p: string): Promise<string> {
   // The head's folder may not exist yet: judge its nearest existing ancestor.
@@ -24,6 +20,11 @@ async function logAndHead(
   io: CliIO,
   file?: string,
 ): Promise<{ file: string; headFile?: string | undefined }> {
+  const [{ cliStateDir, openProject }, { auditHeadPath, auditLogPath }, { isInside }] = await Promise.all([
+    import('../session.js'),
+    import('../../permissions/audit-log.js'),
+    import('../../manifest/paths.js'),
+  ]);
   const { project } = await openProject(io);
   const projectLog = auditLogPath(project.root);
   const chosen = file !== undefined ? path.resolve(io.cwd, file) : projectLog;
@@ -56,6 +57,7 @@ export function registerAudit(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { file?: string; json?: boolean }) => {
         const { file, headFile } = await logAndHead(io, opts.file);
+        const { verifyAuditLog } = await import('../../permissions/audit-log.js');
         const result = await verifyAuditLog(file, { headFile });
         if (opts.json) {
           await write(io.stdout, json({ file, head: headFile ?? null, ...result }));
@@ -84,6 +86,10 @@ export function registerAudit(program: Command, io: CliIO): void {
     .action(
       action(io, async () => {
         const { file, headFile } = await logAndHead(io);
+        const [{ JsonlAuditLog, verifyAuditLog }, { systemClock }] = await Promise.all([
+          import('../../permissions/audit-log.js'),
+          import('../../permissions/session-allowlist.js'),
+        ]);
         const log = new JsonlAuditLog(file, systemClock(), { headFile });
         const before = await verifyAuditLog(file, { headFile });
         const why = before.ok ? 'the log verified' : `verify said: ${before.problem}`;

@@ -1,16 +1,12 @@
 import { access } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { renderJunit, type CheckOutcome } from '../../ci/junit.js';
-import { runChecks } from '../../ci/run-checks.js';
-import { writeFileAtomic } from '../../config/config-store.js';
+import type { CheckOutcome } from '../../ci/junit.js';
 import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession, projectRegistry } from '../session.js';
 import { parseEnvs } from './compare.js';
-import { userCacheDir } from '../../config/cache-dir.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',
@@ -58,6 +54,14 @@ export function registerCi(program: Command, io: CliIO): void {
           });
         }
       }
+      const [{ renderJunit }, { runChecks }, { writeFileAtomic }, { openSession, projectRegistry }] =
+        await Promise.all([
+          import('../../ci/junit.js'),
+          import('../../ci/run-checks.js'),
+          import('../../config/config-store.js'),
+          import('../session.js'),
+        ]);
+      const { userCacheDir } = await import('../../config/cache-dir.js');
       const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(

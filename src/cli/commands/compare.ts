@@ -1,17 +1,13 @@
 import { access, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { parseCases } from '../../checks/cases.js';
-import { compareCapability, type CompareInput } from '../../compare/compare.js';
-import { renderHtml, renderTable } from '../../compare/render.js';
-import { writeFileAtomic } from '../../config/config-store.js';
+import type { CompareInput } from '../../compare/compare.js';
 import { CapsuleError } from '../../errors.js';
-import { ENVIRONMENTS } from '../../manifest/schema.js';
+import { ENVIRONMENTS } from '../../manifest/environments.js';
 import type { Environment } from '../../manifest/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 
 /** compare's own exit code when a requested environment could not run but the others agree. */
 export const EXIT_INCOMPLETE = 2;
@@ -35,6 +31,7 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
     throw new CapsuleError('USAGE', 'Use either --input or --cases, not both.');
   if (opts.cases !== undefined) {
     const file = path.resolve(io.cwd, opts.cases);
+    const { parseCases } = await import('../../checks/cases.js');
     const text = await readFile(file, 'utf8').catch(() => {
       throw new CapsuleError('NOT_FOUND', `Cannot read --cases ${file}.`, { file });
     });
@@ -102,6 +99,13 @@ export function registerCompare(program: Command, io: CliIO): void {
             hint: 'Pass --force to overwrite it.',
           });
         }
+        const [{ compareCapability }, { renderHtml, renderTable }, { writeFileAtomic }, { openSession }] =
+          await Promise.all([
+            import('../../compare/compare.js'),
+            import('../../compare/render.js'),
+            import('../../config/config-store.js'),
+            import('../session.js'),
+          ]);
         const session = await openSession(io, {
           grants: opts.grant,
           noPrompt: !opts.prompt,

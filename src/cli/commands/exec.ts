@@ -1,12 +1,8 @@
 import type { Command } from 'commander';
-import { createCommandParser } from '../../permissions/command-parser.js';
-import { createRunCommandTool } from '../../permissions/run-command-tool.js';
-import { exitStatus } from '../../runners/host-process.js';
 import type { CapabilityContext } from '../../tools/context.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 import { commandLine } from './key.js';
 
 export function registerExec(program: Command, io: CliIO): void {
@@ -26,6 +22,13 @@ export function registerExec(program: Command, io: CliIO): void {
   ).action(
     action(io, async (words: string[], opts: GateFlags & { json?: boolean }) => {
       const command = commandLine(words);
+      const [{ createCommandParser }, { createRunCommandTool }, { openSession }, { exitStatus }] =
+        await Promise.all([
+          import('../../permissions/command-parser.js'),
+          import('../../permissions/run-command-tool.js'),
+          import('../session.js'),
+          import('../../runners/host-process.js'),
+        ]);
       const parser = await createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,

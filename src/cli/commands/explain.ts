@@ -1,14 +1,12 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { createCommandParser, type CommandParser } from '../../permissions/command-parser.js';
+import type { CommandParser } from '../../permissions/command-parser.js';
 import type { Explanation } from '../../permissions/engine.js';
 import { makeKey, RUN_CAPABILITY } from '../../permissions/keys.js';
-import { commandRequest } from '../../permissions/run-command-tool.js';
 import type { PermissionRequest } from '../../permissions/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 
 /** Pure: the human-readable explanation. */
 export function renderExplanation(request: PermissionRequest, x: Explanation, noPrompt: boolean): string {
@@ -52,8 +50,10 @@ export function registerExplain(program: Command, io: CliIO): void {
       if ((command === '') === (opts.capability === undefined)) {
         throw new CapsuleError('USAGE', 'Give either a command after -- or --capability NAME.');
       }
+      const { openSession } = await import('../session.js');
       let parser: CommandParser | undefined;
-      if (command !== '') parser = await createCommandParser();
+      if (command !== '')
+        parser = await (await import('../../permissions/command-parser.js')).createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
         noPrompt: !opts.prompt,
@@ -63,6 +63,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {
+          const { commandRequest } = await import('../../permissions/run-command-tool.js');
           request = commandRequest(parser, command, session.project.root);
         } else {
           const cap = await session.registry.get(opts.capability as string);

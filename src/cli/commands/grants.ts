@@ -1,12 +1,9 @@
 import type { Command } from 'commander';
-import { normalizeAllowlist, type AllowlistEntry } from '../../config/project-config.js';
-import { removeAllowlistEntry } from '../../config/config-store.js';
+import type { AllowlistEntry } from '../../config/project-config.js';
 import { CapsuleError } from '../../errors.js';
-import { defaultIsolation } from '../../executor/isolation.js';
 import { isWildcardGrant, RUN_CAPABILITY, RUN_COMMAND } from '../../permissions/keys.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject } from '../session.js';
 
 export type EntryFlag = 'ceiling' | 'over-broad' | 'stale' | 'unbound' | 'missing';
 
@@ -96,6 +93,11 @@ export function registerGrants(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {file, entries: [{key, level, contentHash?, flags, problems, problem?}]}')
     .action(
       action(io, async (opts: { json?: boolean }) => {
+        const [{ openProject }, { normalizeAllowlist }, { defaultIsolation }] = await Promise.all([
+          import('../session.js'),
+          import('../../config/project-config.js'),
+          import('../../executor/isolation.js'),
+        ]);
         const { project, registry } = await openProject(io);
         const scan = await registry.scan();
         const byName = new Map(scan.capabilities.map((c) => [c.name, c]));
@@ -141,6 +143,10 @@ export function registerGrants(program: Command, io: CliIO): void {
     .argument('<key>', 'the key exactly as listed, e.g. run_capability:hello')
     .action(
       action(io, async (key: string) => {
+        const [{ openProject }, { removeAllowlistEntry }] = await Promise.all([
+          import('../session.js'),
+          import('../../config/config-store.js'),
+        ]);
         const { project } = await openProject(io);
         if (!project.exists || !(await removeAllowlistEntry(project.file, key))) {
           throw new CapsuleError('NOT_FOUND', `${key} is not in the project allowlist of ${project.file}.`, {

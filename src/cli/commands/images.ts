@@ -1,11 +1,12 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { DockerodeEngine, engineMessage } from '../../runners/docker/dockerode-engine.js';
-import { IMAGE_RECIPES, ImageBuilder } from '../../runners/docker/images.js';
+import type { DockerodeEngine } from '../../runners/docker/dockerode-engine.js';
+import { IMAGE_RECIPES } from '../../runners/docker/image-recipes.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
 async function connect(io: CliIO): Promise<DockerodeEngine> {
+  const { DockerodeEngine, engineMessage } = await import('../../runners/docker/dockerode-engine.js');
   const engine = new DockerodeEngine({ env: io.env });
   try {
     await engine.ping(5000);
@@ -70,6 +71,7 @@ export function registerImages(program: Command, io: CliIO): void {
           });
         }
         const engine = await connect(io);
+        const { ImageBuilder } = await import('../../runners/docker/images.js');
         const builder = new ImageBuilder({ engine });
         for (const recipe of IMAGE_RECIPES) {
           if (tags.length > 0 && !tags.includes(recipe.tag)) continue;

@@ -1,6 +1,5 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { createCommandParser, keyCommand } from '../../permissions/command-parser.js';
 import { EXIT } from '../exit-codes.js';
 import { action, write, type CliIO } from '../output.js';
 
@@ -35,6 +34,7 @@ export function registerKey(program: Command, io: CliIO): void {
     .action(
       action(io, async (words: string[], opts: { json?: boolean }) => {
         const command = commandLine(words);
+        const { createCommandParser, keyCommand } = await import('../../permissions/command-parser.js');
         const parser = await createCommandParser();
         try {
           const analysis = parser.analyze(command);

@@ -1,6 +1,5 @@
 import type { Command } from 'commander';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject } from '../session.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerList(program: Command, io: CliIO): void {
@@ -10,6 +9,7 @@ export function registerList(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {capabilities, invalid, missingRoots}')
     .action(
       action(io, async (opts: { json?: boolean }) => {
+        const { openProject } = await import('../session.js');
         const { registry } = await openProject(io);
         const scan = await registry.scan();
         if (opts.json) {

@@ -1,10 +1,6 @@
 import type { Writable } from 'node:stream';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { Command } from 'commander';
 import type { PlanApproval } from '../../agent/agent-session.js';
-import { openAgentSession } from '../../agent/open-session.js';
-import { createNonInteractivePrompter } from '../../permissions/prompter.js';
-import { CapsuleMcpServer } from '../../mcp/server.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, write, type CliIO } from '../output.js';
@@ -30,6 +26,17 @@ export function registerMcp(program: Command, io: CliIO): void {
       ),
   ).action(
     action(io, async (opts: GateFlags & { profile?: string }) => {
+      const [
+        { StdioServerTransport },
+        { openAgentSession },
+        { createNonInteractivePrompter },
+        { CapsuleMcpServer },
+      ] = await Promise.all([
+        import('@modelcontextprotocol/sdk/server/stdio.js'),
+        import('../../agent/open-session.js'),
+        import('../../permissions/prompter.js'),
+        import('../../mcp/server.js'),
+      ]);
       const server = new CapsuleMcpServer({
         version: VERSION,
         openSession: (hooks) =>

@@ -1,11 +1,6 @@
 import type { Command } from 'commander';
-import { loadProjectConfig, projectConfigSchema } from '../../config/project-config.js';
-import { policyChange, policyViewOf, readProfileHashes } from '../../permissions/policy-diff.js';
-import { PolicySnapshotStore } from '../../permissions/policy-snapshot.js';
-import { askYesNo } from '../../permissions/prompter.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { cliStateDir } from '../session.js';
 
 export function registerReload(program: Command, io: CliIO): void {
   program
@@ -20,6 +15,19 @@ export function registerReload(program: Command, io: CliIO): void {
     .option('--no-prompt', 'never ask: show the difference and exit 77 if there is one')
     .action(
       action(io, async (opts: { json?: boolean; prompt: boolean }) => {
+        const [
+          { loadProjectConfig, projectConfigSchema },
+          { policyChange, policyViewOf, readProfileHashes },
+          { PolicySnapshotStore },
+          { askYesNo },
+          { cliStateDir },
+        ] = await Promise.all([
+          import('../../config/project-config.js'),
+          import('../../permissions/policy-diff.js'),
+          import('../../permissions/policy-snapshot.js'),
+          import('../../permissions/prompter.js'),
+          import('../session.js'),
+        ]);
         const project = await loadProjectConfig(io.cwd);
         const store = new PolicySnapshotStore({ stateDir: cliStateDir(io) });
         const snapshot = await store.read(project.root);

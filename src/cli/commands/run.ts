@@ -6,7 +6,6 @@ import type { RunResult } from '../../runners/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openSession } from '../session.js';
 
 /** capsule's exit code for a finished run: the capability's own, or what ended it. */
 export function exitCodeOf(result: RunResult): number {
@@ -72,6 +71,7 @@ export function registerRun(program: Command, io: CliIO): void {
       io,
       async (name: string, opts: GateFlags & { input?: string; inputFile?: string; json?: boolean }) => {
         const input = await readInput(opts);
+        const { openSession } = await import('../session.js');
         const session = await openSession(io, {
           grants: opts.grant,
           noPrompt: !opts.prompt,

@@ -1,8 +1,5 @@
 import type { Command } from 'commander';
-import { defaultIsolation } from '../../executor/isolation.js';
-import { probeHostConfinement } from '../../runners/host-process.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject } from '../session.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerShow(program: Command, io: CliIO): void {
@@ -13,6 +10,11 @@ export function registerShow(program: Command, io: CliIO): void {
     .option('--json', 'print JSON')
     .action(
       action(io, async (name: string, opts: { json?: boolean }) => {
+        const [{ openProject }, { defaultIsolation }, { probeHostConfinement }] = await Promise.all([
+          import('../session.js'),
+          import('../../executor/isolation.js'),
+          import('../../runners/host-process.js'),
+        ]);
         const { registry } = await openProject(io);
         const cap = await registry.get(name);
         // Measured here, not assumed: the shell runner's confinement comes from a probe run.

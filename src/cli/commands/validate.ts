@@ -2,14 +2,10 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { loadCapability } from '../../manifest/load.js';
-import { MANIFEST_FILE } from '../../manifest/schema.js';
+import { MANIFEST_FILE } from '../../manifest/environments.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
-import { protectedPaths } from '../../permissions/protected-state.js';
 import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { openProject, projectRegistry } from '../session.js';
-import { userCacheDir } from '../../config/cache-dir.js';
 import { EXIT } from '../exit-codes.js';
 
 /** PATH may be a capability folder, its capability.json, or a root holding capability folders. */
@@ -39,9 +35,14 @@ async function validatePath(
       await stat(path.join(target, MANIFEST_FILE));
     } catch {
       // No manifest here: treat it as a root of capability folders.
+      const { projectRegistry } = await import('../session.js');
       return projectRegistry(projectRoot, [target], registry.inputValidator, cacheDir).scan();
     }
   }
+  const [{ loadCapability }, { protectedPaths }] = await Promise.all([
+    import('../../manifest/load.js'),
+    import('../../permissions/protected-state.js'),
+  ]);
   const loaded = await loadCapability(folder, {
     root: await realpath(path.dirname(path.resolve(folder))),
     projectRoot: await realpath(projectRoot),
@@ -66,6 +67,10 @@ export function registerValidate(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {valid, invalid}')
     .action(
       action(io, async (target: string | undefined, opts: { json?: boolean }) => {
+        const [{ openProject }, { userCacheDir }] = await Promise.all([
+          import('../session.js'),
+          import('../../config/cache-dir.js'),
+        ]);
         const { project, registry } = await openProject(io);
         const result =
           target === undefined

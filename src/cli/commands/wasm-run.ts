@@ -2,8 +2,6 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { userCacheDir } from '../../config/cache-dir.js';
-import { WasmRunner } from '../../runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
 import { EXIT } from '../exit-codes.js';
 import { action, type CliIO } from '../output.js';
@@ -114,6 +112,10 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           memoryMb: Math.min(positiveInt(opts.memoryMb, '--memory-mb'), 4096),
           outputBytes: positiveInt(opts.outputBytes, '--output-bytes'),
         };
+        const [{ WasmRunner }, { userCacheDir }] = await Promise.all([
+          import('../../runners/wasm/wasm-runner.js'),
+          import('../../config/cache-dir.js'),
+        ]);
         const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();

@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
 import { CapsuleError } from '../../errors.js';
 import { OutputDemuxer } from './demux.js';
-import { engineMessage } from './dockerode-engine.js';
+import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
 import type { RunResult } from '../types.js';
 

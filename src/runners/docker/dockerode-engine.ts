@@ -9,6 +9,8 @@ import type {
   EngineInfo,
 } from './engine.js';
 
+export { engineMessage } from './engine.js';
+
 export interface DockerodeEngineOptions {
   /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock (dockerode's own lookup). */
   socketPath?: string | undefined;
@@ -20,13 +22,6 @@ export interface DockerodeEngineOptions {
 function statusOf(err: unknown): number | undefined {
   const code = (err as { statusCode?: unknown } | null)?.statusCode;
   return typeof code === 'number' ? code : undefined;
-}
-
-/** The engine's own message ("No such image", "executable file not found") instead of dockerode's wrapper text. */
-export function engineMessage(err: unknown): string {
-  const json = (err as { json?: { message?: unknown } } | null)?.json;
-  if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**

@@ -113,3 +113,10 @@ export interface DockerEngine {
   /** Remove an image; without force the engine refuses (rejects) while a container uses it. */
   removeImage(ref: string, options?: { force: boolean }): Promise<void>;
 }
+
+/** The engine's own message ("No such image", "executable file not found") instead of dockerode's wrapper text. */
+export function engineMessage(err: unknown): string {
+  const json = (err as { json?: { message?: unknown } } | null)?.json;
+  if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
+  return err instanceof Error ? err.message : String(err);
+}

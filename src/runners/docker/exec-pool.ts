@@ -11,7 +11,7 @@ import {
   type WatchdogTools,
 } from './call.js';
 import { OutputDemuxer } from './demux.js';
-import { engineMessage } from './dockerode-engine.js';
+import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
 import { ROLE_LABEL } from './labels.js';
 

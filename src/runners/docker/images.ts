@@ -19,26 +19,15 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
-import tar from 'tar-fs';
+import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
-import { engineMessage } from './dockerode-engine.js';
+import { engineMessage } from './engine.js';
 import type { DockerEngine } from './engine.js';
+import { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
+
+export { IMAGE_RECIPES, type ImageRecipe } from './image-recipes.js';
 
 const execFileAsync = promisify(execFile);
-
-/** An image capsule knows how to build offline from `runtimes/docker/<folder>/`. */
-export interface ImageRecipe {
-  tag: string;
-  /** Folder under runtimes/docker holding the Dockerfile. */
-  folder: string;
-  /** Also stage the host's node binary and its shared libraries. */
-  withNode: boolean;
-}
-
-export const IMAGE_RECIPES: readonly ImageRecipe[] = [
-  { tag: 'capsule/busybox:1', folder: 'busybox', withNode: false },
-  { tag: 'capsule/node:1', folder: 'node', withNode: true },
-];
 
 const INPUTS_LABEL = 'capsule.image.inputs';
 
@@ -193,7 +182,8 @@ export class ImageBuilder {
       onProgress(`${recipe.tag}: sending context to the engine`);
       // umask 0: keep /tmp at 1777 and executables executable exactly as staged.
       // (@types/tar-fs 2 lacks `umask`, tar-fs 3 reads it.)
-      const context = tar.pack(staging, { umask: 0 } as tar.PackOptions) as unknown as Readable;
+      const { default: tarFs } = await import('tar-fs');
+      const context = tarFs.pack(staging, { umask: 0 } as tar.PackOptions) as unknown as Readable;
       await this.engine.buildImage(
         context,
         {

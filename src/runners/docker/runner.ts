@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { lstat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import tar from 'tar-fs';
+import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
@@ -15,7 +15,8 @@ import {
   watchdogEntrypoint,
 } from './call.js';
 import type { CallOutcome } from './call.js';
-import { DockerodeEngine, engineMessage } from './dockerode-engine.js';
+import { DockerodeEngine } from './dockerode-engine.js';
+import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
 import { ExecPool } from './exec-pool.js';
 import { ImageBuilder } from './images.js';
@@ -549,7 +550,8 @@ export class DockerRunner implements Runner {
       });
       try {
         // Readable by the sandbox user whatever the host modes; symlinks stay symlinks (never followed).
-        const archive = tar.pack(capability.dir, {
+        const { default: tarFs } = await import('tar-fs');
+        const archive = tarFs.pack(capability.dir, {
           umask: 0o022,
           fmode: 0o444,
           dmode: 0o555,

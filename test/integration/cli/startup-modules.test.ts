@@ -1,0 +1,174 @@
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { BUILT_CLI, REPO_ROOT } from '../../helpers/cli.js';
+
+// What a command that does not use them must never load: each costs start-up time on every call.
+const DOCKER = ['dockerode', 'tar-fs'];
+const MCP = ['@modelcontextprotocol/sdk'];
+const COMPONENTS = ['@bytecodealliance/jco-transpile', 'componentize-qjs'];
+const BASH_PARSER = ['web-tree-sitter', 'tree-sitter-bash'];
+const HEAVY = [...DOCKER, ...MCP, ...COMPONENTS, ...BASH_PARSER];
+
+const HOOK = path.join(REPO_ROOT, 'test', 'helpers', 'module-log.mjs');
+
+/** The npm packages among the loaded modules (the package right after the last node_modules/). */
+function packagesOf(modules: readonly string[]): Set<string> {
+  const out = new Set<string>();
+  for (const m of modules) {
+    const match = /node_modules\/((?:@[^/]+\/)?[^/]+)\/(?!.*node_modules\/)/.exec(m);
+    if (match?.[1] !== undefined) out.add(match[1]);
+  }
+  return out;
+}
+
+describe('CLI start-up loads only what the command uses', () => {
+  let project: string;
+  let scratch: string;
+  let env: NodeJS.ProcessEnv;
+  let runs = 0;
+
+  /** Run the built CLI with every loaded module recorded; returns its result and the module list. */
+  async function loaded(
+    args: string[],
+    cwd = project,
+  ): Promise<{ code: number; stdout: string; stderr: string; modules: string[]; packages: Set<string> }> {
+    const log = path.join(scratch, `modules-${runs++}.txt`);
+    const r = await execa('node', ['--import', HOOK, BUILT_CLI, ...args], {
+      cwd,
+      env: { ...env, CAPSULE_MODULE_LOG: log },
+      reject: false,
+      input: '',
+      timeout: 60_000,
+    });
+    const modules = (await readFile(log, 'utf8')).split('\n').filter(Boolean);
+    return {
+      code: r.exitCode ?? -1,
+      stdout: r.stdout,
+      stderr: r.stderr,
+      modules,
+      packages: packagesOf(modules),
+    };
+  }
+
+  beforeAll(async () => {
+    const { root, capRoot } = await tempProject('capsule-startup-');
+    project = root;
+    scratch = await mkdtemp(path.join(tmpdir(), 'capsule-startup-log-'));
+    // Per-test cache and state: no run reads a component another process transpiled.
+    env = {
+      ...process.env,
+      XDG_CACHE_HOME: path.join(scratch, 'cache'),
+      XDG_STATE_HOME: path.join(scratch, 'state'),
+    };
+    await writeFile(path.join(root, 'capsule.json'), '{}\n');
+    // One capability of each environment, so listing them touches every runner's manifest handling.
+    await writeCapability(capRoot, 'greet', {}, { 'run.sh': 'cat >/dev/null; echo hi\n' });
+    const wasmDir = path.join(capRoot, 'hello');
+    await mkdir(wasmDir, { recursive: true });
+    for (const f of ['capability.json', 'hello.wasm', 'hello.js'])
+      await copyFile(path.join(REPO_ROOT, 'capabilities', 'hello', f), path.join(wasmDir, f));
+    await writeCapability(
+      capRoot,
+      'boxed',
+      { environment: 'docker', docker: { image: 'capsule/busybox:1' } },
+      { 'run.sh': 'echo boxed\n' },
+    );
+  });
+
+  afterAll(async () => {
+    await rm(project, { recursive: true, force: true });
+    await rm(scratch, { recursive: true, force: true });
+  });
+
+  it('the module log sees ES modules, CommonJS requires and lazily imported packages', async () => {
+    // The control: if the hook recorded nothing, every "not loaded" below would pass for nothing.
+    const r = await loaded(['key', '--', 'git status']);
+    expect(r.code).toBe(0);
+    expect(r.modules.some((m) => m.endsWith('/dist/cli/program.js'))).toBe(true);
+    expect(r.modules.some((m) => m.includes('commander/lib/command.js'))).toBe(true); // require()d by commander
+    expect(r.packages.has('web-tree-sitter')).toBe(true); // imported on first use by `key`
+  });
+
+  it('--version loads none of the heavy dependencies', async () => {
+    const r = await loaded(['--version']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('list (a project with shell, wasm and docker capabilities) loads none of them', async () => {
+    const r = await loaded(['list', '--json']);
+    expect(r.code).toBe(0);
+    const names = (JSON.parse(r.stdout) as { capabilities: { name: string }[] }).capabilities.map(
+      (c) => c.name,
+    );
+    expect(names.sort()).toEqual(['boxed', 'greet', 'hello']);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('--help and a command help load none of them, and still list every command and option', async () => {
+    const top = await loaded(['--help']);
+    expect(top.code).toBe(0);
+    for (const command of [
+      'list',
+      'show',
+      'validate',
+      'run',
+      'mcp',
+      'ci',
+      'compare',
+      'images',
+      'exec',
+      'key',
+    ])
+      expect(top.stdout).toMatch(new RegExp(`^\\s+${command}\\b`, 'm'));
+    for (const command of ['explain', 'grants', 'reload', 'audit', 'wasm'])
+      expect(top.stdout).toMatch(new RegExp(`^\\s+${command}\\b`, 'm'));
+    expect(HEAVY.filter((p) => top.packages.has(p))).toEqual([]);
+    const run = await loaded(['run', '--help']);
+    expect(run.code).toBe(0);
+    for (const option of ['--grant', '--no-prompt', '--mode', '--input', '--input-file', '--json'])
+      expect(run.stdout).toContain(option);
+    expect(HEAVY.filter((p) => run.packages.has(p))).toEqual([]);
+  });
+
+  it.each([
+    ['show', ['show', 'boxed', '--json']],
+    ['validate', ['validate', '--json']],
+    ['grants list', ['grants', 'list', '--json']],
+    ['explain --capability', ['explain', '--capability', 'hello', '--json']],
+    ['mcp --help', ['mcp', '--help']],
+    ['images build --help', ['images', 'build', '--help']],
+  ])('%s loads none of them', async (_label, args) => {
+    const r = await loaded(args);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('key loads the bash parser but not docker, MCP or the component toolchain', async () => {
+    const r = await loaded(['key', '--json', '--', 'git status && rm -rf /']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ tool: 'run_command', compound: true });
+    expect([...DOCKER, ...MCP, ...COMPONENTS].filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('running a shell capability loads neither docker, MCP, the component toolchain nor the bash parser', async () => {
+    const r = await loaded(['run', 'greet', '--grant', 'run_capability:greet', '--no-prompt']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('hi');
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('running a component loads neither docker, MCP nor the bash parser', async () => {
+    const r = await loaded(['run', 'hello', '--grant', 'run_capability:hello', '--input', '{"name":"x"}']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Hello, x!');
+    expect([...DOCKER, ...MCP, ...BASH_PARSER].filter((p) => r.packages.has(p))).toEqual([]);
+  });
+});
