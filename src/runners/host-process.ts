@@ -18,6 +18,7 @@ import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { execa } from 'execa';
 import { CappedOutput } from './capped-output.js';
+import type { RunResult } from './types.js';
 
 /**
  * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).
@@ -583,21 +584,12 @@ export interface HostProcessOptions {
   pids?: number | undefined;
 }
 
-export interface HostProcessResult {
-  exitCode: number | null;
-  signal: string | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-  canceled: boolean;
-  truncated: boolean;
-  /** The memory limit was hit (a process was OOM-killed); the run was stopped. */
-  oomKilled: boolean;
+/** A runner's result fields (one shape for every host path), plus what only a host process reports. */
+export interface HostProcessResult extends Omit<RunResult, 'environment' | 'pidsLimited'> {
   /** The pids limit refused a fork; the run was stopped. */
   pidsLimited: boolean;
   /** Whether this run had the pid namespace (see HostConfinement). */
   confined: boolean;
-  durationMs: number;
   /** The process could not be started at all (missing program, EACCES): not a run result. */
   startError?: string | undefined;
 }
