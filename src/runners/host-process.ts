@@ -13,10 +13,9 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { constants as osConstants, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
-import { execa } from 'execa';
 import { CappedOutput } from './capped-output.js';
 import type { RunResult } from './types.js';
 
@@ -552,15 +551,6 @@ export function killGroup(pid: number | undefined, signal: NodeJS.Signals): void
   }
 }
 
-/** A process's exit status as a shell reports it: the code, or 128 + the signal number. */
-export function exitStatus(exitCode: number | null, signal: string | null, fallback: number): number {
-  if (exitCode !== null) return exitCode;
-  if (signal !== null) {
-    const n = (osConstants.signals as Record<string, number | undefined>)[signal];
-    if (n !== undefined) return 128 + n;
-  }
-  return fallback;
-}
 
 export interface HostProcessOptions {
   file: string;
@@ -672,6 +662,8 @@ export class HostProcesses {
     group: RunCgroup | undefined,
   ): Promise<void> {
     const capture = options.output === 'capture';
+    // Loaded on the first host run: a process that starts none never pays for execa.
+    const { execa } = await import('execa');
     const child = execa(argv.file, argv.args, {
       cwd: options.cwd,
       env: options.env,

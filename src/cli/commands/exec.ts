@@ -27,7 +27,7 @@ export function registerExec(program: Command, io: CliIO): void {
           import('../../permissions/command-parser.js'),
           import('../../permissions/run-command-tool.js'),
           import('../session.js'),
-          import('../../runners/host-process.js'),
+          import('../../runners/exit-status.js'),
         ]);
       const parser = await createCommandParser();
       const session = await openSession(io, {

@@ -1,102 +1,6 @@
-import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { z } from 'zod';
-import { ProfileCatalog } from '../../agent/profile.js';
-import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../config/project-config.js';
-import { CapsuleError } from '../../errors.js';
-import { canonicalGrantKey, createCommandParser } from '../../permissions/command-parser.js';
-import {
-  checkRules,
-  translateClaudeRule,
-  type ForeignRule,
-  type RuleFinding,
-} from '../../permissions/rule-check.js';
-import { parseRule, type Rule } from '../../permissions/rules.js';
-import { EXIT } from '../exit-codes.js';
-import { action, json, write, type CliIO } from '../output.js';
-
-/** The `permissions` block of a Claude Code settings.json (other keys are ignored). */
-const claudeSettingsSchema = z.object({
-  permissions: z
-    .object({
-      allow: z
-        .array(z.string())
-        .default([])
-        .describe('Rules that run without asking, e.g. Bash(git diff:*).'),
-      deny: z.array(z.string()).default([]).describe('Rules that are always refused.'),
-      ask: z.array(z.string()).default([]).describe('Rules that always ask.'),
-    })
-    .describe('Claude Code permission rules.'),
-});
-
-interface RulesCheckOptions {
-  json?: boolean;
-  profile?: string;
-  grant: string[];
-  claudeSettings?: string;
-}
-
-async function readClaudeSettings(file: string): Promise<z.infer<typeof claudeSettingsSchema>> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new CapsuleError(
-      'NOT_FOUND',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      {
-        file,
-        field: '--claude-settings',
-      },
-      { cause: err },
-    );
-  }
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError(
-      'USAGE',
-      `${file} is not JSON: ${(err as Error).message}`,
-      {
-        file,
-        field: '--claude-settings',
-      },
-      { cause: err },
-    );
-  }
-  const parsed = claudeSettingsSchema.safeParse(doc);
-  if (!parsed.success) {
-    throw new CapsuleError('USAGE', `${file} has no valid "permissions" block: ${parsed.error.message}`, {
-      file,
-      field: 'permissions',
-      hint: 'Expected {"permissions":{"allow":["Bash(git diff:*)"],"deny":[...]}}.',
-    });
-  }
-  return parsed.data;
-}
-
-function render(findings: readonly RuleFinding[], foreign: readonly ForeignRule[]): string {
-  let out = '';
-  for (const f of findings) {
-    const mark = f.counterexamples.length === 0 ? 'ok ' : 'BAD';
-    out += `${mark} ${f.kind} ${f.text}  (${f.origin}; ${f.tried} candidates)\n`;
-    for (const c of f.counterexamples) {
-      const verb = f.kind === 'deny' ? 'misses' : 'admits';
-      out += `      ${verb} ${JSON.stringify(c.command)}: ${c.why}\n`;
-    }
-  }
-  if (foreign.length > 0) {
-    out += '\nClaude Code rules in capsule terms:\n';
-    for (const r of foreign) {
-      const as = r.capsule.length > 0 ? r.capsule.join(', ') : '(none)';
-      out += `  ${r.kind} ${r.text} → ${as}\n      ${r.note}\n`;
-    }
-  }
-  const bad = findings.reduce((n, f) => n + f.counterexamples.length, 0);
-  out += `\n${bad} counterexample(s) in ${findings.filter((f) => f.counterexamples.length > 0).length} of ${findings.length} run_command rule(s).\n`;
-  return out;
-}
+import { action, type CliIO } from '../output.js';
+import type { RulesCheckOptions } from './rules-check.js';
 
 export function registerRules(program: Command, io: CliIO): void {
   const rules = program.command('rules').description('Inspect permission rules.');
@@ -118,51 +22,8 @@ export function registerRules(program: Command, io: CliIO): void {
     .option('--claude-settings <file>', "also judge a Claude Code settings.json's permissions block")
     .action(
       action(io, async (opts: RulesCheckOptions) => {
-        const project = await loadProjectConfig(io.cwd);
-        const parser = await createCommandParser();
-        try {
-          const allow: Rule[] = [];
-          const deny: Rule[] = [];
-          const add = (origin: string, a: readonly string[] = [], d: readonly string[] = []): void => {
-            for (const r of a) allow.push(parseRule(r, origin));
-            for (const r of d) deny.push(parseRule(r, origin));
-          };
-          add(PROJECT_CONFIG_FILE, project.config.permissions.allow, project.config.permissions.deny);
-          const catalog = await ProfileCatalog.load({ projectRoot: project.root });
-          for (const name of opts.profile !== undefined ? [opts.profile] : catalog.names()) {
-            const profile = catalog.get(name);
-            add(`profile:${name} (${profile.source})`, profile.allow, profile.deny);
-          }
-          const grants = opts.grant.map((g) => ({
-            key: canonicalGrantKey(parser, g, project.root),
-            origin: '--grant',
-          }));
-          const foreign: ForeignRule[] = [];
-          if (opts.claudeSettings !== undefined) {
-            const settings = await readClaudeSettings(opts.claudeSettings);
-            const origin = `claude:${opts.claudeSettings}`;
-            for (const kind of ['allow', 'deny', 'ask'] as const) {
-              for (const text of settings.permissions[kind]) {
-                const r = translateClaudeRule(parser, kind, text, project.root);
-                foreign.push(r);
-                // An ask rule only asks: nothing to search for.
-                if (kind === 'allow') add(origin, r.capsule);
-                if (kind === 'deny') add(origin, [], r.capsule);
-              }
-            }
-          }
-          const findings = checkRules(parser, { allow, deny, grants, cwd: project.root });
-          const counterexamples = findings.reduce((n, f) => n + f.counterexamples.length, 0);
-          await write(
-            io.stdout,
-            opts.json === true
-              ? json({ findings, claude: foreign, counterexamples })
-              : render(findings, foreign),
-          );
-          return counterexamples > 0 ? EXIT.FAILURE : EXIT.OK;
-        } finally {
-          parser.close();
-        }
+        const { rulesCheck } = await import('./rules-check.js');
+        return rulesCheck(io, opts);
       }),
     );
 }

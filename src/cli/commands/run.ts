@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { exitStatus } from '../../runners/host-process.js';
+import { exitStatus } from '../../runners/exit-status.js';
 import type { RunResult } from '../../runners/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';

@@ -98,6 +98,8 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(r.code).toBe(0);
     expect(r.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
     expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+    // Nothing that starts processes or reads manifests is needed to print a version.
+    expect(['execa', 'zod', 'ajv'].filter((p) => r.packages.has(p))).toEqual([]);
   });
 
   it('list (a project with shell, wasm and docker capabilities) loads none of them', async () => {
