@@ -6,6 +6,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../helpers/cli.js';
+import type * as AuditLogModule from '../../../src/permissions/audit-log.js';
 
 const DIST = path.join(REPO_ROOT, 'dist', 'permissions');
 
@@ -88,10 +89,9 @@ describe('audit log under a kill (write before acting)', () => {
       await writeFile(script, CHILD);
       const { auditHeadPath, verifyAuditLog } = (await import(
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
-      )) as typeof import('../../../src/permissions/audit-log.js');
+      )) as typeof AuditLogModule;
       const headFile = await auditHeadPath(state, root);
       const log = path.join(root, '.capsule', 'audit.jsonl');
-      const verdicts: string[] = [];
       let acted = 0;
       // Several kills, each at a random point, each followed by a new process on the same log
       // (which repairs what the kill left, if anything, before it appends).
@@ -104,14 +104,13 @@ describe('audit log under a kill (write before acting)', () => {
         const missing = done.filter((name) => !keys.has(`run_capability:${name}`));
         expect(missing).toEqual([]);
         const verdict = await verifyAuditLog(log, { headFile });
-        verdicts.push(verdict.ok ? 'ok' : verdict.kind);
         expect(verdict.ok || verdict.kind === 'torn', verdict.ok ? '' : verdict.problem).toBe(true);
       }
       expect(acted).toBeGreaterThan(0);
       // A last writer takes over whatever the final kill left and the chain verifies whole.
       const { JsonlAuditLog } = (await import(
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
-      )) as typeof import('../../../src/permissions/audit-log.js');
+      )) as typeof AuditLogModule;
       await new JsonlAuditLog(log, { now: () => Date.now() }, { headFile }).append({
         tool: 'run_capability',
         key: 'run_capability:after',
