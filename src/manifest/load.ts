@@ -19,6 +19,11 @@ export interface LoadOptions {
    */
   protectedPaths: readonly string[];
   inputValidator: InputValidator;
+  /**
+   * How the content hash is computed (default: read and hash every file). A registry scan passes its
+   * index here; a load that something will run from never does.
+   */
+  hashFolder?: ((dir: string, files: readonly string[]) => Promise<string>) | undefined;
 }
 
 export type LoadResult = { ok: true; capability: Capability } | { ok: false; invalid: InvalidCapability };
@@ -139,7 +144,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
 
   let contentHash: string;
   try {
-    contentHash = await hashFiles(dir, contentFiles(walk.files, manifest));
+    contentHash = await (options.hashFolder ?? hashFiles)(dir, contentFiles(walk.files, manifest));
   } catch (err) {
     return fail([{ file: dir, message: `cannot be hashed: ${(err as Error).message}` }]);
   }

@@ -1,0 +1,107 @@
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { Executor } from '../../../src/executor/executor.js';
+import { hashFiles } from '../../../src/manifest/hash.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { PermissionEngine } from '../../../src/permissions/engine.js';
+import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
+import { Registry } from '../../../src/registry/registry.js';
+import { ScanIndex } from '../../../src/registry/scan-index.js';
+import { ShellRunner } from '../../../src/runners/shell-runner.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
+
+async function indexed(): Promise<{
+  root: string;
+  capRoot: string;
+  indexFile: string;
+  registry: () => Registry;
+}> {
+  const { root, capRoot } = await tempProject('capsule-scan-index-');
+  const state = await mkdtemp(path.join(tmpdir(), 'capsule-scan-index-state-'));
+  const indexFile = path.join(state, 'registry-index', 'p.json');
+  // settleMs 0: remember folders at once (the default waits for files to stop changing).
+  const registry = (): Registry =>
+    new Registry({
+      roots: ['capabilities'],
+      projectRoot: root,
+      protectedPaths: [path.join(root, 'capsule.json'), path.join(root, '.capsule')],
+      index: new ScanIndex(indexFile, { settleMs: 0 }),
+    });
+  return { root, capRoot, indexFile, registry };
+}
+
+/** What someone who can write the per-user state does: record a hash of their choice for a folder. */
+async function tamper(indexFile: string, dir: string, contentHash: string): Promise<void> {
+  const doc = JSON.parse(await readFile(indexFile, 'utf8')) as {
+    folders: Record<string, { contentHash: string }>;
+  };
+  const entry = doc.folders[dir];
+  if (entry === undefined) throw new Error(`no entry for ${dir}`);
+  entry.contentHash = contentHash;
+  await writeFile(indexFile, JSON.stringify(doc));
+}
+
+describe('registry scan index (per-user state)', () => {
+  it('a scan after a change hashes the changed folder again (the index follows the files)', async () => {
+    const { capRoot, registry } = await indexed();
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });
+    const first = (await registry().scan()).capabilities[0]?.contentHash;
+    await writeFile(path.join(dir, 'run.sh'), 'echo two\n');
+    const second = (await registry().scan()).capabilities[0]?.contentHash;
+    expect(second).not.toBe(first);
+    expect(second).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+  });
+
+  it('a tampered index never makes changed content run under the grant of what was approved', async () => {
+    const { root, capRoot, indexFile, registry } = await indexed();
+    const marker = path.join(root, 'pwned');
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo approved\n' });
+    const reg = registry();
+    const approved = (await reg.scan()).capabilities[0]?.contentHash as string;
+    // A person approves this content for the session (the grant is bound to its hash), and it runs.
+    const prompter = createScriptedPrompter(['AlwaysThisSession']);
+    const gate = await PermissionEngine.create({ projectRoot: root, prompter, audit: new MemoryAuditSink() });
+    const executor = new Executor({ registry: reg, gate, runners: [new ShellRunner()] });
+    try {
+      const ran = await executor.run('tool', {});
+      expect(ran.result.stdout).toBe('approved\n');
+
+      // The capability is rewritten, scanned (the index learns its new stamps), and the index is
+      // edited to say the new files still hash to the approved content.
+      await writeFile(path.join(dir, 'run.sh'), `touch ${marker}\necho changed\n`);
+      await reg.scan();
+      await tamper(indexFile, dir, approved);
+      const lied = registry();
+      // The run path hashes the bytes: it names what is on disk, not what the index says.
+      const resolved = await lied.get('tool');
+      expect(resolved.contentHash).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+      expect(resolved.contentHash).not.toBe(approved);
+
+      const second = new Executor({ registry: lied, gate, runners: [new ShellRunner()] });
+      try {
+        await lied.scan();
+        const outcome = await second.run('tool', {}).catch((err: unknown) => err);
+        // Asked again (the grant covered the approved bytes only) and refused: nothing ran.
+        expect(prompter.asked.length).toBe(2);
+        expect(outcome).toMatchObject({ code: 'PERMISSION_DENIED' });
+        expect(existsSync(marker)).toBe(false);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await executor.close();
+    }
+  });
+
+  it('an index that is not an index is ignored: every folder is hashed from its bytes', async () => {
+    const { capRoot, indexFile, registry } = await indexed();
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });
+    await registry().scan();
+    await writeFile(indexFile, '{"schemaVersion": 1, "folders": {}, "folders": {"x": 1}}');
+    const scan = await registry().scan();
+    expect(scan.capabilities[0]?.contentHash).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+  });
+});
