@@ -1,13 +1,25 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
-import { mkdir, open, readFile, realpath, rename, stat, truncate, unlink } from 'node:fs/promises';
+import {
+  closeSync,
+  constants,
+  fdatasync as fdatasyncCallback,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
+import { mkdir, open, readFile, realpath, rename, truncate, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
 import { STATE_DIR } from '../config/config-store.js';
 import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
+
+const fdatasync = promisify(fdatasyncCallback);
 
 export const AUDIT_FILE = 'audit.jsonl';
 export const GENESIS_HASH = '0'.repeat(64);
@@ -559,7 +571,7 @@ export class JsonlAuditLog implements AuditSink {
     // The lock below creates the folder too; this is only for a log this instance has not written yet.
     if (this.tail === undefined) await mkdir(path.dirname(this.file), { recursive: true });
     await this.lock(async () => {
-      const size = await fileSize(this.file);
+      const size = fileSize(this.file);
       const notes: AuditEvent[] = [];
       let last = this.tail !== undefined && this.tail.size === size ? this.tail : undefined;
       if (last === undefined) last = await this.establishTail(size, notes);
@@ -771,16 +783,15 @@ export class JsonlAuditLog implements AuditSink {
  * append() promises to its caller is on disk, not only in the page cache.
  */
 async function appendDurably(file: string, bytes: Buffer): Promise<void> {
-  const handle = await open(file, APPEND_FLAGS, 0o600);
+  // The write into the page cache is synchronous (microseconds); the fsync, which waits for the
+  // disk, goes through the thread pool so the process keeps serving (and queueing) meanwhile.
+  const fd = openSync(file, APPEND_FLAGS, 0o600);
   try {
     let done = 0;
-    while (done < bytes.length) {
-      const { bytesWritten } = await handle.write(bytes, done, bytes.length - done);
-      done += bytesWritten;
-    }
-    await handle.datasync();
+    while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done);
+    await fdatasync(fd);
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }
 
@@ -845,9 +856,9 @@ async function readTail(file: string, size: number): Promise<Tail> {
   }
 }
 
-async function fileSize(file: string): Promise<number> {
+function fileSize(file: string): number {
   try {
-    return (await stat(file)).size;
+    return statSync(file).size;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
     throw err;
@@ -870,20 +881,22 @@ async function writeHeadFile(file: string, text: string, checkSize: boolean): Pr
   const bytes = Buffer.alloc(HEAD_BYTES, 0x20);
   bytes.write(page, 0, 'utf8');
   bytes[HEAD_BYTES - 1] = 0x0a;
-  let handle;
+  // Synchronous: a page into the page cache takes microseconds, less than a trip through the thread
+  // pool, and it is done twice per batch while every waiting decision waits for it.
+  let fd: number;
   try {
-    handle = await open(file, 'r+');
+    fd = openSync(file, 'r+');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return replaceFile(file, bytes.toString('utf8'));
     throw err;
   }
   try {
-    const { bytesWritten } = await handle.write(bytes, 0, HEAD_BYTES, 0);
+    const bytesWritten = writeSync(fd, bytes, 0, HEAD_BYTES, 0);
     if (bytesWritten !== HEAD_BYTES) throw new Error(`short write to ${file}`);
     // A longer head from before (written by rename) would leave bytes after the page.
-    if (checkSize && (await handle.stat()).size !== HEAD_BYTES) await handle.truncate(HEAD_BYTES);
+    if (checkSize && fstatSync(fd).size !== HEAD_BYTES) ftruncateSync(fd, HEAD_BYTES);
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }
 
