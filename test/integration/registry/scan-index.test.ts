@@ -1,5 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -103,5 +104,17 @@ describe('registry scan index (per-user state)', () => {
     await writeFile(indexFile, '{"schemaVersion": 1, "folders": {}, "folders": {"x": 1}}');
     const scan = await registry().scan();
     expect(scan.capabilities[0]?.contentHash).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+  });
+});
+
+describe('registry scan of a hostile repository', () => {
+  it('a capability.json that is a FIFO is reported invalid, and the scan does not hang on it', async () => {
+    const { root, capRoot } = await tempProject('capsule-scan-fifo-');
+    await writeCapability(capRoot, 'good', {}, { 'run.sh': 'echo ok\n' });
+    await mkdir(path.join(capRoot, 'trap'));
+    expect(spawnSync('mkfifo', [path.join(capRoot, 'trap', 'capability.json')]).status).toBe(0);
+    const scan = await new Registry({ roots: ['capabilities'], projectRoot: root }).scan();
+    expect(scan.capabilities.map((c) => c.name)).toEqual(['good']);
+    expect(scan.invalid.map((i) => i.folder)).toEqual(['trap']);
   });
 });
