@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -13,6 +13,7 @@ import { Registry } from '../../../src/registry/registry.js';
 import { ScanIndex } from '../../../src/registry/scan-index.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { cli } from '../../helpers/cli.js';
 
 async function indexed(): Promise<{
   root: string;
@@ -116,5 +117,27 @@ describe('registry scan of a hostile repository', () => {
     const scan = await new Registry({ roots: ['capabilities'], projectRoot: root }).scan();
     expect(scan.capabilities.map((c) => c.name)).toEqual(['good']);
     expect(scan.invalid.map((i) => i.folder)).toEqual(['trap']);
+  });
+});
+
+describe('the index capsule keeps', () => {
+  it('capsule list keeps it in the per-user state folder, and nothing of it in the project', async () => {
+    const { root, capRoot } = await tempProject('capsule-scan-list-');
+    await writeFile(path.join(root, 'capsule.json'), '{"schemaVersion": 1}');
+    await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo ok\n' });
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-scan-list-state-'));
+    const env = { ...process.env, XDG_STATE_HOME: state, CAPSULE_STATE_DIR: undefined };
+    // Files written in the last two seconds are not remembered: let them settle first.
+    await new Promise((r) => setTimeout(r, 2100));
+    expect((await cli(['list', '--json'], { cwd: root, env })).code).toBe(0);
+    const indexDir = path.join(state, 'capsule', 'registry-index');
+    const files = await readdir(indexDir);
+    expect(files).toHaveLength(1);
+    const doc = JSON.parse(await readFile(path.join(indexDir, files[0] as string), 'utf8')) as {
+      folders: Record<string, unknown>;
+    };
+    expect(Object.keys(doc.folders)).toEqual([path.join(capRoot, 'tool')]);
+    expect(await readdir(root)).toEqual(expect.not.arrayContaining(['registry-index']));
+    expect(existsSync(path.join(root, '.capsule', 'registry-index'))).toBe(false);
   });
 });
