@@ -98,6 +98,22 @@ describe('registry scan index (per-user state)', () => {
     }
   });
 
+  it('a folder whose files changed in the last moments is hashed but not remembered', async () => {
+    const { root, capRoot } = await tempProject('capsule-scan-settle-');
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-scan-settle-state-'));
+    const indexFile = path.join(state, 'index.json');
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });
+    const registry = new Registry({
+      roots: ['capabilities'],
+      projectRoot: root,
+      index: new ScanIndex(indexFile),
+    });
+    const scan = await registry.scan();
+    expect(scan.capabilities[0]?.contentHash).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+    // Just written: a second write in the same timestamp tick would not move its stamp.
+    expect(existsSync(indexFile)).toBe(false);
+  });
+
   it('an index that is not an index is ignored: every folder is hashed from its bytes', async () => {
     const { capRoot, indexFile, registry } = await indexed();
     const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });

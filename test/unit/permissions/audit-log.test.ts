@@ -202,7 +202,7 @@ describe('the head outside the project', () => {
     expect(await verifyAuditLog(file)).toMatchObject({ ok: true, records: 3, anchored: false });
   });
 
-  it('a kill between the append and the head update is reported (extra) and not extended', async () => {
+  it('records after the head that it never announced are reported (extra) and not extended', async () => {
     const { file, headFile, log } = await anchored();
     for (let i = 0; i < 3; i++) await log.append(event(i));
     const headBefore = await readFile(headFile);
