@@ -68,6 +68,22 @@ async function actAndKill(script: string, args: string[], markers: string): Prom
   await exited;
 }
 
+/** Start the acting process; resolves once it is deciding. */
+async function startActing(script: string, args: string[]): Promise<{ kill: () => Promise<void> }> {
+  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`the acting process exited early (${code})`)));
+  });
+  return {
+    kill: async () => {
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
 /** Keys of the complete records of the log (a torn final fragment is not a record). */
 async function recordedKeys(log: string): Promise<Set<string>> {
   const text = await readFile(log, 'utf8');
@@ -120,6 +136,40 @@ describe('audit log under a kill (write before acting)', () => {
         mode: 'default',
       });
       expect(await verifyAuditLog(log, { headFile })).toMatchObject({ ok: true, anchored: true });
+    } finally {
+      await rm(root, { recursive: true, force: true });
+      await rm(state, { recursive: true, force: true });
+    }
+  });
+
+  it('two processes on one log, one killed while the other goes on: nothing acted on is lost', async () => {
+    const root = await mkdtemp(path.join(tmpdir(), 'capsule-audit-crash2-'));
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-audit-crash2-state-'));
+    try {
+      await mkdir(path.join(root, '.capsule'), { recursive: true });
+      const script = path.join(state, 'act.mjs');
+      await writeFile(script, CHILD);
+      const { auditHeadPath, verifyAuditLog } = (await import(
+        pathToFileURL(path.join(DIST, 'audit-log.js')).href
+      )) as typeof AuditLogModule;
+      const headFile = await auditHeadPath(state, root);
+      const log = path.join(root, '.capsule', 'audit.jsonl');
+      for (let round = 0; round < 3; round++) {
+        const markersA = path.join(root, `a-${round}`);
+        const markersB = path.join(root, `b-${round}`);
+        const a = await startActing(script, [root, headFile, markersA, `a${round}`]);
+        const b = await startActing(script, [root, headFile, markersB, `b${round}`]);
+        await new Promise((r) => setTimeout(r, randomBetween(50, 400)));
+        await a.kill();
+        // The survivor takes the lock the dead one may have held and repairs what it left.
+        await new Promise((r) => setTimeout(r, randomBetween(1200, 1600)));
+        await b.kill();
+        const done = [...(await readdir(markersA)), ...(await readdir(markersB))];
+        const keys = await recordedKeys(log);
+        expect(done.filter((name) => !keys.has(`run_capability:${name}`))).toEqual([]);
+        const verdict = await verifyAuditLog(log, { headFile });
+        expect(verdict.ok || verdict.kind === 'torn', verdict.ok ? '' : verdict.problem).toBe(true);
+      }
     } finally {
       await rm(root, { recursive: true, force: true });
       await rm(state, { recursive: true, force: true });
