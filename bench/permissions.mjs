@@ -1,5 +1,7 @@
 // Permission engine throughput: command keying (a real bash parse per command) and gate decisions
-// (engine.check: rules → mode → allowlists), without and with the hash-chained audit log (and its head) on disk.
+// (engine.check: rules → mode → allowlists), without and with the hash-chained audit log (and its head) on
+// disk. With the log, a decision returns only once its record is fsynced: one caller at a time pays a whole
+// lock + write + fsync per decision; concurrent callers share them (group commit).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,6 +17,8 @@ const COMMANDS = [
   'npm run build',
 ];
 
+const CALLERS = 64;
+
 async function rate(fn, { seconds = 1.5 } = {}) {
   for (let i = 0; i < 200; i++) await fn(i); // warm up
   let n = 0;
@@ -26,11 +30,27 @@ async function rate(fn, { seconds = 1.5 } = {}) {
   return { n, median: elapsed / n, p95: undefined, perSecond: (n / elapsed) * 1000 };
 }
 
+/** `callers` loops deciding at once for `seconds`; median is wall time per decision. */
+async function concurrentRate(fn, { callers, seconds = 1.5 }) {
+  let n = 0;
+  await Promise.all(Array.from({ length: callers }, () => fn(n++))); // warm up
+  n = 0;
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  // The clock is read in the loop: a decision without I/O never yields to timers.
+  const loop = async () => {
+    while (performance.now() < end) await fn(n++);
+  };
+  await Promise.all(Array.from({ length: callers }, loop));
+  const elapsed = performance.now() - started;
+  return { n, median: elapsed / n, p95: undefined, perSecond: (n / elapsed) * 1000 };
+}
+
 export async function benchPermissions() {
   const { createCommandParser, keyCommand } = await import('../dist/permissions/command-parser.js');
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
-  const { JsonlAuditLog } = await import('../dist/permissions/audit-log.js');
+  const { JsonlAuditLog, verifyAuditLog } = await import('../dist/permissions/audit-log.js');
   const parser = await createCommandParser();
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-perm-'));
   try {
@@ -52,6 +72,7 @@ export async function benchPermissions() {
       projectRoot: root,
       config: {
         schemaVersion: 1,
+        mode: 'default',
         roots: ['capabilities'],
         allowlist: {},
         permissions: { allow: [], deny: ['run_command(rm *)'] },
@@ -66,20 +87,24 @@ export async function benchPermissions() {
     };
     const bare = await PermissionEngine.create({ ...options, audit: false });
     const decisions = await rate((i) => bare.check(request(i)));
+    const bareConcurrent = await concurrentRate((i) => bare.check(request(i)), { callers: CALLERS });
+    // With its head (count + last hash) in the state folder, as capsule runs it.
+    const logFile = path.join(root, '.capsule', 'audit.jsonl');
+    const headFile = path.join(root, 'state', 'audit-heads', 'bench.json');
     const audited = await PermissionEngine.create({
       ...options,
-      // With its head (count + last hash) replaced after every append, as capsule runs it.
-      audit: new JsonlAuditLog(
-        path.join(root, '.capsule', 'audit.jsonl'),
-        { now: () => Date.now() },
-        { headFile: path.join(root, 'state', 'audit-heads', 'bench.json') },
-      ),
+      audit: new JsonlAuditLog(logFile, { now: () => Date.now() }, { headFile }),
     });
     const auditedDecisions = await rate((i) => audited.check(request(i)), { seconds: 1 });
+    const auditedConcurrent = await concurrentRate((i) => audited.check(request(i)), { callers: CALLERS });
+    const verdict = await verifyAuditLog(logFile, { headFile });
+    if (!verdict.ok) throw new Error(`the benchmark's audit log does not verify: ${verdict.problem}`);
     return [
       { name: 'permissions: command keying (bash parse)', ...keying },
-      { name: 'permissions: gate decisions, no audit', ...decisions },
-      { name: 'permissions: gate decisions + audit log', ...auditedDecisions },
+      { name: 'permissions: gate decisions, no audit (floor)', ...decisions },
+      { name: `permissions: gate decisions, no audit, ${CALLERS} callers (floor)`, ...bareConcurrent },
+      { name: 'permissions: gate decisions + audit log, 1 caller', ...auditedDecisions },
+      { name: `permissions: gate decisions + audit log, ${CALLERS} callers`, ...auditedConcurrent },
     ];
   } finally {
     parser.close?.();

@@ -57,11 +57,23 @@ export async function withFileLock<T>(
   }
 }
 
+/**
+ * A holder writes its pid right after creating the lock; an empty or unreadable lock older than this
+ * was left by a holder killed in between.
+ */
+const HALF_WRITTEN_MS = 1000;
+
 async function isStale(lockPath: string, staleMs: number): Promise<boolean> {
   try {
     const [text, st] = await Promise.all([readFile(lockPath, 'utf8'), stat(lockPath)]);
-    if (Date.now() - st.mtimeMs > staleMs) return true;
-    const pid = (JSON.parse(text) as { pid?: unknown }).pid;
+    const age = Date.now() - st.mtimeMs;
+    if (age > staleMs) return true;
+    let pid: unknown;
+    try {
+      pid = (JSON.parse(text) as { pid?: unknown }).pid;
+    } catch {
+      return age > HALF_WRITTEN_MS;
+    }
     if (typeof pid !== 'number' || pid === process.pid) return false;
     try {
       process.kill(pid, 0);
@@ -70,7 +82,7 @@ async function isStale(lockPath: string, staleMs: number): Promise<boolean> {
       return (err as NodeJS.ErrnoException).code === 'ESRCH';
     }
   } catch {
-    // Unreadable or half-written by a holder that is just starting: not stale yet.
+    // Gone (released meanwhile) or unreadable: not stale.
     return false;
   }
 }

@@ -1,4 +1,5 @@
-import { readFile, realpath, stat } from 'node:fs/promises';
+import { readFileSync, statSync } from 'node:fs';
+import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
 import { describeHit, findProtectedState, findReservedEntry } from '../permissions/protected-state.js';
@@ -19,6 +20,11 @@ export interface LoadOptions {
    */
   protectedPaths: readonly string[];
   inputValidator: InputValidator;
+  /**
+   * How the content hash is computed (default: read and hash every file). A registry scan passes its
+   * index here; a load that something will run from never does.
+   */
+  hashFolder?: ((dir: string, files: readonly string[]) => Promise<string>) | undefined;
 }
 
 export type LoadResult = { ok: true; capability: Capability } | { ok: false; invalid: InvalidCapability };
@@ -54,9 +60,13 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
 
   let text: string;
   try {
-    const st = await stat(manifestPath);
+    // Synchronous: a manifest is a few hundred bytes, read in microseconds, and a scan reads
+    // thousands — each a round trip through the thread pool otherwise.
+    const st = statSync(manifestPath);
+    // A FIFO or device would block the read (and with it the process): only a regular file is read.
+    if (!st.isFile()) return fail([{ file: manifestPath, message: 'is not a regular file' }]);
     if (st.size > 1024 * 1024) return fail([{ file: manifestPath, message: 'is larger than 1 MiB' }]);
-    text = await readFile(manifestPath, 'utf8');
+    text = readFileSync(manifestPath, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return fail([
@@ -83,8 +93,13 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
   const entry = await resolveInside(dir, manifest.entry, dir);
   if (!entry.ok)
     issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} ${entry.message}` });
-  else if (!(await stat(entry.realPath)).isFile()) {
-    issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} is not a regular file` });
+  else {
+    // Gone since it was resolved (a folder being removed during a scan) is an issue, not a crash.
+    const st = statSync(entry.realPath, { throwIfNoEntry: false });
+    if (st === undefined)
+      issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} disappeared` });
+    else if (!st.isFile())
+      issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} is not a regular file` });
   }
 
   if (manifest.source !== undefined) {
@@ -139,7 +154,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
 
   let contentHash: string;
   try {
-    contentHash = await hashFiles(dir, contentFiles(walk.files, manifest));
+    contentHash = await (options.hashFolder ?? hashFiles)(dir, contentFiles(walk.files, manifest));
   } catch (err) {
     return fail([{ file: dir, message: `cannot be hashed: ${(err as Error).message}` }]);
   }

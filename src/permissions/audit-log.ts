@@ -1,23 +1,25 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
 import {
-  appendFile,
-  mkdir,
-  open,
-  readFile,
-  realpath,
-  rename,
-  stat,
-  truncate,
-  unlink,
-} from 'node:fs/promises';
+  closeSync,
+  constants,
+  fdatasync as fdatasyncCallback,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
+import { mkdir, open, readFile, realpath, rename, truncate, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
 import { STATE_DIR } from '../config/config-store.js';
 import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
+
+const fdatasync = promisify(fdatasyncCallback);
 
 export const AUDIT_FILE = 'audit.jsonl';
 export const GENESIS_HASH = '0'.repeat(64);
@@ -59,6 +61,9 @@ export interface AuditEvent {
 
 const HEX64 = /^[0-9a-f]{64}$/;
 
+/** A write interrupted by a kill stops at a page boundary of the file. */
+const PAGE_BYTES = 4096;
+
 const auditRecordSchema = z
   .strictObject({
     seq: z.int().min(0),
@@ -90,6 +95,17 @@ const auditHeadSchema = z
     records: z.int().min(0).describe('How many records the log held after the last append.'),
     lastHash: z.string().regex(HEX64).describe('The hash of its last record (GENESIS_HASH when empty).'),
     updated: z.string(),
+    pending: z
+      .strictObject({
+        from: z.int().min(0).describe('Size of the log in bytes before the batch.'),
+        to: z.int().min(0).describe('Size of the log in bytes once the whole batch is written.'),
+        records: z.int().min(0).describe('Records in the log once the whole batch is written.'),
+        lastHash: z.string().regex(HEX64).describe('The hash of the last record of the batch.'),
+      })
+      .optional()
+      .describe(
+        'A batch being written: announced before its write and cleared after it, so a process killed in between is told apart from records capsule did not write.',
+      ),
   })
   .describe('The head of an audit log: kept outside the project so a cut, deleted or rewritten log shows.');
 
@@ -231,8 +247,8 @@ export interface VerifyOptions {
 interface Walk {
   records: number;
   lastHash: string;
-  /** Hash after each record count, on request (the record the head names). */
-  hashAt?: string | undefined;
+  /** Hash after each requested record count (the records the head names). */
+  hashAt: Map<number, string>;
   failure?: Extract<AuditVerification, { ok: false }> | undefined;
   /** Byte offset where a torn final fragment starts, and its length. */
   torn?: { offset: number; bytes: Buffer } | undefined;
@@ -242,10 +258,11 @@ interface Walk {
   restarted?: { seq: number; reason: string } | undefined;
 }
 
-function walkChain(buf: Buffer, hashAtCount?: number): Walk {
+function walkChain(buf: Buffer, hashAtCounts: readonly number[] = []): Walk {
   let prev = GENESIS_HASH;
   let records = 0;
-  let hashAt = hashAtCount === 0 ? GENESIS_HASH : undefined;
+  const hashAt = new Map<number, string>();
+  if (hashAtCounts.includes(0)) hashAt.set(0, GENESIS_HASH);
   let start = 0;
   let anchoredFrom = 0;
   let restarted: Walk['restarted'];
@@ -281,15 +298,40 @@ function walkChain(buf: Buffer, hashAtCount?: number): Walk {
     if (r.tool === AUDIT_TOOL && r.key === RESTART_KEY) restarted = { seq: r.seq, reason: r.reason };
     prev = r.hash;
     records++;
-    if (hashAtCount === records) hashAt = prev;
+    if (hashAtCounts.includes(records)) hashAt.set(records, prev);
     start = nl + 1;
   }
   return { records, lastHash: prev, hashAt, anchoredFrom, restarted };
 }
 
-/** Compare a walked chain with its head. */
-function againstHead(walk: Walk, head: AuditHead, headFile: string): AuditVerification {
+/** Compare a walked chain (of a log of `size` bytes) with its head. */
+function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number): AuditVerification {
   const { records, lastHash } = walk;
+  const batch = head.pending;
+  if (batch !== undefined && walk.failure === undefined) {
+    // The announced batch is in the log whole: the kill came before the head could say so.
+    if (records === batch.records && size === batch.to && walk.hashAt.get(records) === batch.lastHash) {
+      const { pending: _landed, ...rest } = head;
+      return againstHead(walk, { ...rest, records, lastHash }, headFile, size);
+    }
+    // Part of it, cut at a page boundary by a kill (a write interrupted between pages stops there).
+    if (
+      records > head.records &&
+      records < batch.records &&
+      size > batch.from &&
+      size < batch.to &&
+      size % PAGE_BYTES === 0 &&
+      walk.hashAt.get(head.records) === head.lastHash
+    ) {
+      return {
+        ok: false,
+        records,
+        line: records + 1,
+        kind: 'torn',
+        problem: `a batch of ${batch.records - head.records} record(s) was cut short after ${records - head.records} by a crash during its write (none of its decisions had been returned); the records before it match the head`,
+      };
+    }
+  }
   const said = `its head (${headFile}) says ${head.records} record(s)`;
   if (walk.failure !== undefined && walk.failure.kind !== 'torn') return walk.failure;
   if (walk.torn !== undefined) {
@@ -310,7 +352,7 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string): AuditVerifi
       problem: `the log has ${records} record(s) but ${said}: its tail was cut, or it was emptied, deleted or replaced`,
     };
   }
-  if (walk.hashAt !== head.lastHash) {
+  if (walk.hashAt.get(head.records) !== head.lastHash) {
     return {
       ok: false,
       records,
@@ -388,8 +430,9 @@ export async function verifyAuditLog(file: string, options: VerifyOptions = {}):
     }
     if (read.found) head = read.head;
   }
-  const walk = walkChain(buf, head?.records);
-  if (head !== undefined && headFile !== undefined) return againstHead(walk, head, headFile);
+  const counts = head === undefined ? [] : [head.records, ...(head.pending ? [head.pending.records] : [])];
+  const walk = walkChain(buf, counts);
+  if (head !== undefined && headFile !== undefined) return againstHead(walk, head, headFile, buf.length);
   if (walk.failure !== undefined) return walk.failure;
   if (headFile !== undefined && walk.records > 0) {
     return {
@@ -430,15 +473,31 @@ export interface JsonlAuditLogOptions {
   projectRoot?: string | undefined;
 }
 
+/** At most this many records in one write (a burst larger than this is written in several batches). */
+const MAX_BATCH = 2048;
+
+interface Waiting {
+  event: AuditEvent;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
 /**
  * Append-only JSONL log, each line hash-chained to the previous one: hash = sha256 of the line's own
  * bytes without its `hash` field, and those bytes hold `prev` (the previous hash) and `seq` (its
- * index). After every append the head (record count and last hash) is replaced atomically in a file
- * outside the project, so a cut, emptied or rewritten log no longer matches it.
- * Appends are serialized inside the process (a promise queue) and across processes (a lock file).
+ * index). The head (record count and last hash) is kept in a file outside the project, so a cut,
+ * emptied or rewritten log no longer matches it.
+ *
+ * Group commit: appends made while a write is in flight wait and are written together by the next
+ * one — under one lock (across processes), one write, one fsync and one head update. append()
+ * resolves only once its record is on disk, so a caller that acts after it never acts on a decision
+ * the log could lose: write before acting.
  */
 export class JsonlAuditLog implements AuditSink {
-  private queue: Promise<unknown> = Promise.resolve();
+  /** Batches and resets, one at a time in this process (the lock file orders processes). */
+  private chain: Promise<unknown> = Promise.resolve();
+  private waiting: Waiting[] = [];
+  private flushQueued = false;
   /** What we last wrote: trusted only while the log's size is what we left it at. */
   private tail: { size: number; seq: number; hash: string } | undefined;
   private headDirReady = false;
@@ -451,51 +510,92 @@ export class JsonlAuditLog implements AuditSink {
     private readonly options: JsonlAuditLogOptions = {},
   ) {}
 
-  /** Fails closed: a decision that cannot be recorded is an error (AUDIT_BROKEN), not a silent gap. */
+  /**
+   * Resolves once the record is durable (written and fsynced). Fails closed: a decision that cannot
+   * be recorded is an error (AUDIT_BROKEN), not a silent gap.
+   */
   append(event: AuditEvent): Promise<void> {
-    const run = this.queue.then(() =>
-      this.appendNow(event).catch((err: unknown) => {
-        if (err instanceof CapsuleError) throw err;
-        const code = (err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message : 'error');
-        throw new CapsuleError(
-          'AUDIT_BROKEN',
-          `Cannot append to the audit log ${this.file} (${code}).`,
-          {
-            file: this.file,
-            hint: 'capsule records every permission decision there: make the .capsule folder writable.',
-          },
-          { cause: err },
-        );
-      }),
-    );
-    this.queue = run.catch(() => undefined);
+    return new Promise<void>((resolve, reject) => {
+      this.waiting.push({ event, resolve, reject });
+      this.queueFlush();
+    });
+  }
+
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn);
+    this.chain = run.catch(() => undefined);
     return run;
+  }
+
+  private queueFlush(): void {
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    void this.exclusive(() => this.flush());
+  }
+
+  /** Write everything that is waiting now; what arrives meanwhile waits for the next flush. */
+  private async flush(): Promise<void> {
+    this.flushQueued = false;
+    const batch = this.waiting.splice(0, MAX_BATCH);
+    if (this.waiting.length > 0) this.queueFlush();
+    if (batch.length === 0) return;
+    try {
+      await this.appendBatch(batch.map((w) => w.event));
+    } catch (err) {
+      const failure = this.failure(err);
+      for (const w of batch) w.reject(failure);
+      return;
+    }
+    for (const w of batch) w.resolve();
+  }
+
+  private failure(err: unknown): CapsuleError {
+    if (err instanceof CapsuleError) return err;
+    const code = (err as NodeJS.ErrnoException).code ?? (err instanceof Error ? err.message : 'error');
+    return new CapsuleError(
+      'AUDIT_BROKEN',
+      `Cannot append to the audit log ${this.file} (${code}).`,
+      {
+        file: this.file,
+        hint: 'capsule records every permission decision there: make the .capsule folder writable.',
+      },
+      { cause: err },
+    );
   }
 
   private lock<T>(fn: () => Promise<T>): Promise<T> {
     return withFileLock(`${this.file}.lock`, fn);
   }
 
-  private async appendNow(event: AuditEvent): Promise<void> {
+  private async appendBatch(events: readonly AuditEvent[]): Promise<void> {
     // The lock below creates the folder too; this is only for a log this instance has not written yet.
     if (this.tail === undefined) await mkdir(path.dirname(this.file), { recursive: true });
     await this.lock(async () => {
-      const size = await fileSize(this.file);
+      const size = fileSize(this.file);
       const notes: AuditEvent[] = [];
       let last = this.tail !== undefined && this.tail.size === size ? this.tail : undefined;
       if (last === undefined) last = await this.establishTail(size, notes);
       let seq = last.seq;
       let prev = last.hash;
       let out = '';
-      for (const e of [...notes, event]) {
+      for (const e of [...notes, ...events]) {
         seq++;
         const { line, hash } = lineFor(this.body(e, seq, prev));
         out += `${line}\n`;
         prev = hash;
       }
-      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
+      const bytes = Buffer.from(out, 'utf8');
+      // Announce the batch, write it, then say it is there: a kill at any point leaves a log that
+      // verifies (before, or after, the batch) or ends in a torn batch the next append removes.
+      await this.writeHead(last.seq + 1, last.hash, {
+        from: last.size,
+        to: last.size + bytes.length,
+        records: seq + 1,
+        lastHash: prev,
+      });
+      await appendDurably(this.file, bytes);
       await this.writeHead(seq + 1, prev);
-      this.tail = { size: last.size + Buffer.byteLength(out), seq, hash: prev };
+      this.tail = { size: last.size + bytes.length, seq, hash: prev };
     });
   }
 
@@ -533,6 +633,39 @@ export class JsonlAuditLog implements AuditSink {
     // Only the end of the log is read: its last record must be the one the head names. Whatever is
     // wrong further up is for `verify` to find; it is never hidden by extending the chain.
     const tail = await readTail(this.file, size);
+    const batch = head?.pending;
+    if (head !== undefined && batch !== undefined) {
+      const landed =
+        tail.problem === undefined &&
+        tail.torn === undefined &&
+        size === batch.to &&
+        tail.records === batch.records &&
+        tail.lastHash === batch.lastHash;
+      // A writer was killed after writing its batch whole: the head written next says it is there.
+      if (landed) return { size, seq: tail.records - 1, hash: tail.lastHash };
+      const atHead = tail.records === head.records && tail.lastHash === head.lastHash;
+      if (!atHead && size > batch.from && size < batch.to) {
+        // Killed during the write: part of the batch reached the file. None of its decisions was
+        // returned (append resolves after the write), so it is cut back to where it began — if the
+        // record there is the one the head names — and the cut is recorded with what it removed.
+        const before = await readTail(this.file, batch.from);
+        if (
+          before.problem === undefined &&
+          before.torn === undefined &&
+          before.records === head.records &&
+          before.lastHash === head.lastHash
+        ) {
+          const cut = await readRange(this.file, batch.from, Math.min(size - batch.from, 200));
+          await truncate(this.file, batch.from);
+          notes.push(
+            auditNote(
+              `a batch of ${batch.records - head.records} record(s) cut short by a crash during its write was removed from the log (${size - batch.from} of its ${batch.to - batch.from} byte(s) had been written; none of its decisions had been returned): ${JSON.stringify(cut.toString('utf8'))}${size - batch.from > 200 ? ' …' : ''}`,
+            ),
+          );
+          return { size: batch.from, seq: head.records - 1, hash: head.lastHash };
+        }
+      }
+    }
     if (tail.problem !== undefined) throw this.broken(tail.problem);
     if (head === undefined) {
       if (tail.torn !== undefined) throw this.broken('its last line is torn (no newline) and it has no head');
@@ -583,7 +716,7 @@ export class JsonlAuditLog implements AuditSink {
     });
   }
 
-  private async writeHead(records: number, lastHash: string): Promise<void> {
+  private async writeHead(records: number, lastHash: string, pending?: AuditHead['pending']): Promise<void> {
     const headFile = this.options.headFile;
     if (headFile === undefined) return;
     if (!this.headDirReady) {
@@ -597,6 +730,7 @@ export class JsonlAuditLog implements AuditSink {
       records,
       lastHash,
       updated: new Date(this.clock.now()).toISOString(),
+      ...(pending !== undefined ? { pending } : {}),
     };
     await writeHeadFile(headFile, JSON.stringify(head), !this.headSized);
     this.headSized = true;
@@ -606,10 +740,13 @@ export class JsonlAuditLog implements AuditSink {
    * A person's fresh start (`capsule audit reset`): the current log, if any, is moved aside (never
    * deleted), and a new chain begins with a record saying so and what the old one looked like.
    */
-  async reset(reason: string): Promise<{ movedTo?: string | undefined }> {
+  reset(reason: string): Promise<{ movedTo?: string | undefined }> {
+    return this.exclusive(() => this.resetNow(reason));
+  }
+
+  private async resetNow(reason: string): Promise<{ movedTo?: string | undefined }> {
     await mkdir(path.dirname(this.file), { recursive: true });
     let movedTo: string | undefined;
-    await this.queue;
     await this.lock(async () => {
       const stamp = new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-');
       if ((await readLog(this.file)) !== undefined) {
@@ -631,12 +768,41 @@ export class JsonlAuditLog implements AuditSink {
           GENESIS_HASH,
         ),
       );
-      const out = `${line}\n`;
-      await appendFile(this.file, out, { encoding: 'utf8', mode: 0o600, flag: APPEND_FLAGS });
+      const out = Buffer.from(`${line}\n`, 'utf8');
+      await this.writeHead(0, GENESIS_HASH, { from: 0, to: out.length, records: 1, lastHash: hash });
+      await appendDurably(this.file, out);
       await this.writeHead(1, hash);
-      this.tail = { size: Buffer.byteLength(out), seq: 0, hash };
+      this.tail = { size: out.length, seq: 0, hash };
     });
     return { movedTo };
+  }
+}
+
+/**
+ * Append `bytes` with one write (looping only on a short write) and fsync before returning: what
+ * append() promises to its caller is on disk, not only in the page cache.
+ */
+async function appendDurably(file: string, bytes: Buffer): Promise<void> {
+  // The write into the page cache is synchronous (microseconds); the fsync, which waits for the
+  // disk, goes through the thread pool so the process keeps serving (and queueing) meanwhile.
+  const fd = openSync(file, APPEND_FLAGS, 0o600);
+  try {
+    let done = 0;
+    while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done);
+    await fdatasync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function readRange(file: string, start: number, length: number): Promise<Buffer> {
+  const handle = await open(file, 'r');
+  try {
+    const buf = Buffer.alloc(length);
+    const { bytesRead } = await handle.read(buf, 0, length, start);
+    return buf.subarray(0, bytesRead);
+  } finally {
+    await handle.close();
   }
 }
 
@@ -690,9 +856,9 @@ async function readTail(file: string, size: number): Promise<Tail> {
   }
 }
 
-async function fileSize(file: string): Promise<number> {
+function fileSize(file: string): number {
   try {
-    return (await stat(file)).size;
+    return statSync(file).size;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
     throw err;
@@ -715,27 +881,29 @@ async function writeHeadFile(file: string, text: string, checkSize: boolean): Pr
   const bytes = Buffer.alloc(HEAD_BYTES, 0x20);
   bytes.write(page, 0, 'utf8');
   bytes[HEAD_BYTES - 1] = 0x0a;
-  let handle;
+  // Synchronous: a page into the page cache takes microseconds, less than a trip through the thread
+  // pool, and it is done twice per batch while every waiting decision waits for it.
+  let fd: number;
   try {
-    handle = await open(file, 'r+');
+    fd = openSync(file, 'r+');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return replaceFile(file, bytes.toString('utf8'));
     throw err;
   }
   try {
-    const { bytesWritten } = await handle.write(bytes, 0, HEAD_BYTES, 0);
+    const bytesWritten = writeSync(fd, bytes, 0, HEAD_BYTES, 0);
     if (bytesWritten !== HEAD_BYTES) throw new Error(`short write to ${file}`);
     // A longer head from before (written by rename) would leave bytes after the page.
-    if (checkSize && (await handle.stat()).size !== HEAD_BYTES) await handle.truncate(HEAD_BYTES);
+    if (checkSize && fstatSync(fd).size !== HEAD_BYTES) ftruncateSync(fd, HEAD_BYTES);
   } finally {
-    await handle.close();
+    closeSync(fd);
   }
 }
 
 /**
  * Replace a small file by writing a sibling and renaming it over: a reader (or a crash) sees the old
- * head or the new one, never half of one. Not fsynced, like the log itself: what is promised holds
- * against a killed process, not against a power cut.
+ * head or the new one, never half of one. Not fsynced (the log is): after a power cut the head may
+ * be behind the log, which verify reports.
  */
 async function replaceFile(file: string, text: string): Promise<void> {
   const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;

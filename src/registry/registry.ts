@@ -5,8 +5,10 @@ import { InputValidator } from '../manifest/input.js';
 import { loadCapability } from '../manifest/load.js';
 import { CAPABILITY_NAME } from '../manifest/schema.js';
 import type { Capability, InvalidCapability } from '../manifest/types.js';
+import type { ScanIndex } from './scan-index.js';
 
-const SCAN_CONCURRENCY = 16;
+/** Folders loaded at once (each load is a chain of small file operations). */
+const SCAN_CONCURRENCY = 32;
 
 /** Map with at most `limit` promises in flight; results in input order. */
 async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
@@ -30,6 +32,11 @@ export interface RegistryOptions {
   /** Paths no capability may be granted write access to (capsule.json, audit log, profiles). */
   protectedPaths?: readonly string[];
   inputValidator?: InputValidator;
+  /**
+   * Hashes of the last scans (per-user state): scan() re-reads only folders whose files changed.
+   * get() never uses it.
+   */
+  index?: ScanIndex | undefined;
 }
 
 export interface ScanResult {
@@ -40,13 +47,18 @@ export interface ScanResult {
 }
 
 /**
- * Finds capabilities under its roots. `scan()` reads everything afresh (a server calls it on
+ * Finds capabilities under its roots. `scan()` reads every manifest afresh (a server calls it on
  * `reload`); one bad folder never stops the scan: it is reported in `invalid` with file/field/reason.
+ * With an index, scan() takes a folder's content hash from it while its files are unchanged: scan
+ * results are for listing and validation. `get()` — what the executor resolves a run with — always
+ * hashes the bytes on disk.
  */
 export class Registry {
   readonly inputValidator: InputValidator;
   private readonly options: RegistryOptions;
   private last: ScanResult | undefined;
+  /** Scans one at a time: they share the index. */
+  private scanning: Promise<unknown> = Promise.resolve();
 
   constructor(options: RegistryOptions) {
     this.options = options;
@@ -57,35 +69,55 @@ export class Registry {
     return this.options.roots.map((r) => path.resolve(this.options.projectRoot, r));
   }
 
-  async scan(): Promise<ScanResult> {
+  scan(): Promise<ScanResult> {
+    const run = this.scanning.then(() => this.scanNow());
+    this.scanning = run.catch(() => undefined);
+    return run;
+  }
+
+  private async scanNow(): Promise<ScanResult> {
     const projectRoot = await realpath(this.options.projectRoot);
     const protectedPaths = this.options.protectedPaths ?? [];
+    const index = this.options.index;
+    await index?.begin();
+    const hashFolder = index !== undefined ? index.hash.bind(index) : undefined;
     const result: ScanResult = { capabilities: [], invalid: [], missingRoots: [] };
     const seen = new Map<string, string>();
 
-    for (const rootPath of this.roots) {
-      let root: string;
-      let entries;
-      try {
-        root = await realpath(rootPath);
-        entries = await readdir(root, { withFileTypes: true });
-      } catch {
+    // Roots are read concurrently, then recorded in root order so results (and duplicates) are stable.
+    const perRoot = await Promise.all(
+      this.roots.map(async (rootPath) => {
+        let root: string;
+        let entries;
+        try {
+          root = await realpath(rootPath);
+          entries = await readdir(root, { withFileTypes: true });
+        } catch {
+          return undefined;
+        }
+        entries.sort((a, b) => a.name.localeCompare(b.name));
+        const folders = entries.filter(
+          (e) => !e.name.startsWith('.') && (e.isDirectory() || e.isSymbolicLink()),
+        );
+        const loaded = await mapLimit(folders, SCAN_CONCURRENCY, (entry) =>
+          loadCapability(path.join(root, entry.name), {
+            root,
+            projectRoot,
+            protectedPaths,
+            inputValidator: this.inputValidator,
+            hashFolder,
+          }),
+        );
+        return { folders, loaded };
+      }),
+    );
+    for (const [r, rootPath] of this.roots.entries()) {
+      const scanned = perRoot[r];
+      if (scanned === undefined) {
         result.missingRoots.push(rootPath);
         continue;
       }
-      entries.sort((a, b) => a.name.localeCompare(b.name));
-      const folders = entries.filter(
-        (e) => !e.name.startsWith('.') && (e.isDirectory() || e.isSymbolicLink()),
-      );
-      // Load folders concurrently (I/O bound), then record them in folder order so results are stable.
-      const loaded = await mapLimit(folders, SCAN_CONCURRENCY, (entry) =>
-        loadCapability(path.join(root, entry.name), {
-          root,
-          projectRoot,
-          protectedPaths,
-          inputValidator: this.inputValidator,
-        }),
-      );
+      const { folders, loaded } = scanned;
       for (const [i, entry] of folders.entries()) {
         const one = loaded[i] as Awaited<ReturnType<typeof loadCapability>>;
         if (!one.ok) {
@@ -115,6 +147,7 @@ export class Registry {
         result.capabilities.push(cap);
       }
     }
+    await index?.save();
     this.last = result;
     return result;
   }

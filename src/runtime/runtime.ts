@@ -30,6 +30,7 @@ import type { RuleSource } from '../permissions/rules.js';
 import { confinedPaths, protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
+import { ScanIndex, scanIndexPath } from '../registry/scan-index.js';
 import type { Runner } from '../runners/types.js';
 
 export interface RuntimeOptions {
@@ -144,12 +145,16 @@ export function projectRegistry(
   roots: readonly string[],
   inputValidator?: InputValidator,
   cacheDir?: string,
+  userStateDir?: string,
 ): Registry {
   return new Registry({
     roots,
     projectRoot,
     protectedPaths: protectedPaths(projectRoot, cacheDir).all,
     inputValidator,
+    // Listing and validation only: a run resolves with registry.get(), which hashes the bytes.
+    index:
+      userStateDir !== undefined ? new ScanIndex(scanIndexPath(userStateDir, projectRoot, roots)) : undefined,
   });
 }
 
@@ -198,7 +203,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
   const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
-    projectRegistry(root, roots, inputValidator, cacheDir);
+    projectRegistry(root, roots, inputValidator, cacheDir, options.stateDir === false ? undefined : stateDir);
   const runners =
     options.runners ??
     createDefaultRunners({

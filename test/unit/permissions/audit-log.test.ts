@@ -202,7 +202,7 @@ describe('the head outside the project', () => {
     expect(await verifyAuditLog(file)).toMatchObject({ ok: true, records: 3, anchored: false });
   });
 
-  it('a kill between the append and the head update is reported (extra) and not extended', async () => {
+  it('records after the head that it never announced are reported (extra) and not extended', async () => {
     const { file, headFile, log } = await anchored();
     for (let i = 0; i < 3; i++) await log.append(event(i));
     const headBefore = await readFile(headFile);
@@ -234,5 +234,99 @@ describe('the head outside the project', () => {
     const fresh = new JsonlAuditLog(file, fakeClock(), { headFile });
     await fresh.append(event(51));
     expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 52 });
+  });
+
+  async function recordsOf(file: string): Promise<Array<{ key: string; reason: string }>> {
+    return (await readFile(file, 'utf8'))
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { key: string; reason: string });
+  }
+
+  /** What a writer killed during a batch leaves: the head announcing the batch, and some of it on disk. */
+  async function killedDuringBatch(): Promise<{
+    file: string;
+    headFile: string;
+    before: Buffer;
+    after: Buffer;
+  }> {
+    const { file, headFile, log } = await anchored();
+    for (let i = 0; i < 3; i++) await log.append(event(i));
+    const before = await readFile(file);
+    const committed = JSON.parse(await readFile(headFile, 'utf8')) as Record<string, unknown>;
+    for (let i = 3; i < 7; i++) await log.append(event(i));
+    const after = await readFile(file);
+    const done = JSON.parse(await readFile(headFile, 'utf8')) as { lastHash: string };
+    const pending = { from: before.length, to: after.length, records: 7, lastHash: done.lastHash };
+    await writeFile(headFile, JSON.stringify({ ...committed, pending }));
+    return { file, headFile, before, after };
+  }
+
+  it('group commit: concurrent appends share writes, and every one is in one chain that matches the head', async () => {
+    const { file, headFile, log } = await anchored();
+    await Promise.all(Array.from({ length: 300 }, (_, i) => log.append(event(i))));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({
+      ok: true,
+      records: 300,
+      anchored: true,
+    });
+    const head = JSON.parse(await readFile(headFile, 'utf8')) as { records: number; pending?: unknown };
+    expect(head).toMatchObject({ records: 300 });
+    expect(head.pending).toBeUndefined();
+  });
+
+  it('a kill after a batch was written whole but before the head said so verifies, and is extended', async () => {
+    const { file, headFile, after } = await killedDuringBatch();
+    await writeFile(file, after);
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 7 });
+    await new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(7));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 8 });
+  });
+
+  it('a kill in the middle of a batch is torn; the next append cuts the batch back and says so', async () => {
+    const { file, headFile, before, after } = await killedDuringBatch();
+    // Two whole records of the batch and part of a third.
+    const lines = after.subarray(before.length).toString('utf8').split('\n');
+    const part = `${lines[0]}\n${lines[1]}\n${(lines[2] ?? '').slice(0, 50)}`;
+    await writeFile(file, Buffer.concat([before, Buffer.from(part)]));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false, kind: 'torn' });
+    await new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(9));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 5 });
+    const records = await recordsOf(file);
+    expect(records.map((r) => r.key)).toEqual([
+      'run_capability:c0',
+      'run_capability:c1',
+      'run_capability:c2',
+      'audit:log',
+      'run_capability:c9',
+    ]);
+    expect(records[3]?.reason).toContain('cut short by a crash');
+  });
+
+  it('records appended after the head that are not the batch it announced are not adopted', async () => {
+    const { file, headFile, before } = await killedDuringBatch();
+    // Someone else's self-consistent records where the batch should be (the same length as one would be).
+    const forger = await anchored();
+    for (let i = 0; i < 3; i++) await forger.log.append(event(i));
+    for (let i = 3; i < 7; i++) await forger.log.append({ ...event(i), decision: 'allow', reason: 'forged' });
+    const forged = (await readFile(forger.file)).subarray(before.length);
+    await writeFile(file, Buffer.concat([before, forged]));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false });
+    // Shorter than the batch: removed as a cut batch, and the removal is on record.
+    await new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(9));
+    const records = await recordsOf(file);
+    expect(records.filter((r) => r.reason === 'forged')).toEqual([]);
+    expect(records.at(-2)?.reason).toContain('cut short by a crash');
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: true, records: 5 });
+  });
+
+  it('records past the end of the batch the head announced are not adopted', async () => {
+    const { file, headFile, after } = await killedDuringBatch();
+    const extra = after.subarray(after.lastIndexOf(10, after.length - 2) + 1);
+    await writeFile(file, Buffer.concat([after, extra]));
+    expect(await verifyAuditLog(file, { headFile })).toMatchObject({ ok: false });
+    await expect(new JsonlAuditLog(file, fakeClock(), { headFile }).append(event(9))).rejects.toMatchObject({
+      code: 'AUDIT_BROKEN',
+    });
   });
 });

@@ -1,0 +1,150 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { statSync } from 'node:fs';
+import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import { parseStrictJson } from '../config/strict-json.js';
+import { hashFiles } from '../manifest/hash.js';
+
+/**
+ * A file changed within this long before it was looked at may change again without its stamp moving
+ * (timestamps are coarse on some filesystems): such a folder is hashed but not remembered.
+ */
+const DEFAULT_SETTLE_MS = 2000;
+
+const folderEntrySchema = z
+  .strictObject({
+    files: z.array(z.string()).describe('The hashed files, in hash order (relative paths).'),
+    stamps: z.array(z.string()).describe('size:mtime:ctime:inode:mode of each file, in the same order.'),
+    contentHash: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  })
+  .describe('One capability folder: its content hash when every file still has these stamps.');
+
+const scanIndexSchema = z
+  .strictObject({
+    schemaVersion: z.literal(1),
+    folders: z.record(z.string(), folderEntrySchema).describe('Keyed by the real path of the folder.'),
+  })
+  .describe(
+    'What the last registry scans hashed. An optimisation for listing and validation only: nothing runs on its say-so.',
+  );
+
+type FolderEntry = z.infer<typeof folderEntrySchema>;
+
+/** Where the index of a registry (a project and its roots) lives in the per-user state folder. */
+export function scanIndexPath(userStateDir: string, projectRoot: string, roots: readonly string[]): string {
+  const id = createHash('sha256')
+    .update([projectRoot, ...roots].join('\0'))
+    .digest('hex')
+    .slice(0, 32);
+  return path.join(userStateDir, 'registry-index', `${id}.json`);
+}
+
+export interface ScanIndexOptions {
+  /** Don't remember a folder a file of which changed this recently (default 2 s). */
+  settleMs?: number | undefined;
+}
+
+// ctime is in the stamp because no writer can set it back: any write, chmod or rename moves it.
+const stampOf = (st: { size: bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; mode: bigint }): string =>
+  `${st.size}:${st.mtimeNs}:${st.ctimeNs}:${st.ino}:${st.mode}`;
+
+/**
+ * Content hashes of capability folders keyed by the stamps of their files, so a scan re-reads only
+ * what changed since the last one. Kept in capsule's per-user state, outside every project.
+ *
+ * Trust: none for a run. A scan's contentHash is for listing and validation; `registry.get()` (what
+ * the executor and the gate use) always hashes the bytes, and the executor stages the bytes it ran
+ * and checks them against that hash. An index that cannot be read, or lies, costs a re-hash or a
+ * wrong line in a listing, never a run.
+ */
+export class ScanIndex {
+  readonly file: string;
+  readonly #settleMs: number;
+  #loaded: Map<string, FolderEntry> | undefined;
+  /** Entries found or made by the current scan: what is kept. */
+  #next = new Map<string, FolderEntry>();
+  #dirty = false;
+
+  constructor(file: string, options: ScanIndexOptions = {}) {
+    this.file = file;
+    this.#settleMs = options.settleMs ?? DEFAULT_SETTLE_MS;
+  }
+
+  /** Start a scan: entries not used by it are dropped when it is saved. */
+  async begin(): Promise<void> {
+    this.#loaded ??= await this.#read();
+    this.#next = new Map();
+    this.#dirty = false;
+  }
+
+  /**
+   * The content hash of `files` of `dir` (as hashFiles computes it): from the index when every file
+   * has the stamp recorded, otherwise read and hashed (and remembered once the files have settled).
+   */
+  async hash(dir: string, files: readonly string[]): Promise<string> {
+    const before = Date.now();
+    // One stat per file, synchronously: microseconds each, where a round trip through the thread
+    // pool costs more than the call (a scan makes thousands).
+    const stats = files.map((f) => statSync(path.join(dir, f), { bigint: true }));
+    const stamps = stats.map(stampOf);
+    const known = this.#loaded?.get(dir);
+    if (known !== undefined && sameList(known.files, files) && sameList(known.stamps, stamps)) {
+      this.#next.set(dir, known);
+      return known.contentHash;
+    }
+    // Stamps first, bytes after: a write during the read moves a stamp, so it is not hidden next time.
+    const contentHash = await hashFiles(dir, files);
+    const newest = stats.reduce((m, s) => (s.ctimeNs > m ? s.ctimeNs : m), 0n);
+    if (Number(newest / 1_000_000n) < before - this.#settleMs) {
+      this.#next.set(dir, { files: [...files], stamps, contentHash });
+      this.#dirty = true;
+    }
+    return contentHash;
+  }
+
+  /** Keep what this scan used; best effort (a failure to write costs the next scan a re-hash). */
+  async save(): Promise<void> {
+    const dropped = this.#loaded !== undefined && this.#loaded.size !== this.#next.size;
+    this.#loaded = this.#next;
+    if (!this.#dirty && !dropped) return;
+    const doc = { schemaVersion: 1 as const, folders: Object.fromEntries(this.#next) };
+    await replaceFile(this.file, JSON.stringify(doc)).catch(() => undefined);
+  }
+
+  async #read(): Promise<Map<string, FolderEntry>> {
+    let text: string;
+    try {
+      text = await readFile(this.file, 'utf8');
+    } catch {
+      return new Map();
+    }
+    const json = parseStrictJson(text);
+    const parsed = json.ok ? scanIndexSchema.safeParse(json.value) : undefined;
+    // Unreadable or not an index: start over (it only ever saves work).
+    if (parsed?.success !== true) return new Map();
+    return new Map(Object.entries(parsed.data.folders));
+  }
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** Write beside and rename over: a reader sees the old index or the new one, never half of one. */
+async function replaceFile(file: string, text: string): Promise<void> {
+  await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  try {
+    const handle = await open(tmp, 'wx', 0o600);
+    try {
+      await handle.writeFile(text, 'utf8');
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await unlink(tmp).catch(() => undefined);
+    throw err;
+  }
+}
