@@ -130,6 +130,7 @@ export class DockerodeEngine implements DockerEngine {
           Target: m.target,
           ReadOnly: m.readOnly,
         })),
+        ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
         LogConfig: { Type: spec.logDriver, Config: {} },
         AutoRemove: false,
       },

@@ -43,6 +43,8 @@ export interface ContainerSpec {
   ulimits: Array<{ name: string; soft: number; hard: number }>;
   tmpfs: Record<string, string>;
   mounts: Mount[];
+  /** Namespaced kernel parameters of the container (IPC ones only: the container has its own IPC namespace). */
+  sysctls?: Record<string, string> | undefined;
   /** Logging driver; `none` keeps an output flood from being written to the engine's disk. */
   logDriver: string;
 }

@@ -4,7 +4,6 @@ import type { Capability } from '../../manifest/types.js';
 import {
   WATCHDOG_GRACE_MS,
   finishedOutcome,
-  seconds,
   watchdogCommand,
   type CallOutcome,
   type KilledBy,
@@ -18,16 +17,80 @@ import { ROLE_LABEL } from './labels.js';
 /**
  * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
  * stdin open, and at most its lifetime: EOF (capsule's attach connection is gone, e.g. capsule was killed) or
- * the timeout ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
+ * the deadline ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
+ * A `reset` line from capsule kills every other process of the container (`kill -9 -1` spares only PID 1 and
+ * the caller, atomically with respect to fork), then reaps the orphans (each external command it waits for
+ * collects the zombies ahead of it) until PID 1 is alone, and acknowledges. The acknowledgement only says
+ * when to look: the reset is judged by a separate exec (RESET_CHECK), never by this stream, which any process
+ * of the container can write to through /proc/1/fd/1.
  */
-const KEEPALIVE_SCRIPT = 'trap "exit 137" USR1 TERM; read -r -t "$1" _; exit 0';
-/** A warm container is retired after this many calls, bounding how much state can pile up. */
+const KEEPALIVE_SCRIPT = [
+  'trap "exit 137" USR1 TERM',
+  'bb=$2',
+  'end=$(( $($bb date +%s) + $1 ))',
+  'while :; do',
+  '  left=$(( end - $($bb date +%s) ))',
+  '  [ "$left" -gt 0 ] || exit 0',
+  '  read -r -t "$left" line || exit 0',
+  '  [ "$line" = reset ] || continue',
+  '  kill -9 -1 2>/dev/null',
+  '  n=0',
+  '  while [ "$n" -lt 500 ]; do',
+  '    alone=1',
+  '    for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || alone=; done',
+  '    [ -n "$alone" ] && break',
+  '    n=$((n+1))',
+  '    $bb usleep 2000',
+  '  done',
+  '  echo capsule-reset-done',
+  'done',
+].join('\n');
+
+/**
+ * Run by exec after the keep-alive's reset, as the sandbox user: wipes every place the sandbox user can write
+ * (the tmpfs /tmp, /dev/shm for POSIX shm, /dev/mqueue for POSIX message queues), then checks that nothing of
+ * the previous call is left: no process but PID 1 and itself, those folders empty, no SysV shm segment,
+ * semaphore set or message queue. Only exit 0 with exactly CLEAN_LINE passes; anything else discards the
+ * container. Argument: the busybox prefix.
+ */
+const RESET_CHECK = [
+  'bb=$1 self=$$',
+  'procs() { for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = "$self" ] || { [ -e "$d" ] && { echo "process $p left"; exit 3; }; }; done; }',
+  'procs',
+  'for dir in /tmp /dev/shm /dev/mqueue; do',
+  '  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
+  '    if [ -e "$f" ] || [ -L "$f" ]; then [ -L "$f" ] || $bb chmod -R u+rwX "$f" 2>/dev/null; $bb rm -rf "$f" 2>/dev/null; fi',
+  '  done',
+  '  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
+  '    if [ -e "$f" ] || [ -L "$f" ]; then echo "$f left"; exit 3; fi',
+  '  done',
+  'done',
+  'for t in shm sem msg; do',
+  '  [ -r /proc/sysvipc/$t ] || { echo "no /proc/sysvipc/$t to check"; exit 3; }',
+  '  { read -r _; if read -r _; then echo "SysV $t left"; exit 3; fi; } < /proc/sysvipc/$t',
+  'done',
+  'procs',
+  'echo capsule-clean',
+].join('\n');
+const CLEAN_LINE = 'capsule-clean\n';
+/** A warm container is retired after this many calls, bounding how long one container serves. */
 const MAX_USES = 50;
 const STREAM_DRAIN_MS = 2000;
-/** Idle warm containers kept per capability configuration (more only exist while calls overlap). */
-const MAX_IDLE = 2;
 /** No call starts in a warm container with less lifetime left than its timeout plus this. */
 const LIFE_MARGIN_MS = 2000;
+/** How long the keep-alive and the check may take before the reset counts as failed. */
+const RESET_TIMEOUT_MS = 5000;
+/** What the keep-alive may write over a container's life before it is treated as tampered with. */
+const KEEPALIVE_OUTPUT_BYTES = 64 * 1024;
+
+export interface ExecPoolOptions {
+  /** How long a warm container lives at most (its own deadline, held inside it). Default 300000. */
+  lifeMs?: number | undefined;
+  /** Containers per configuration at most: calls in flight, resetting, starting and idle. Default 8. */
+  maxPerKey?: number | undefined;
+  /** An idle container unused this long is removed (the pool shrinks back when calls stop). Default 15000. */
+  idleMs?: number | undefined;
+}
 
 interface Warm {
   id: string;
@@ -37,27 +100,65 @@ interface Warm {
   lifeMs: number;
   /** Held open for the container's life: closing it (or capsule dying) ends the container. */
   stdin: Duplex;
+  /** The keep-alive's own output (reset acknowledgements). */
+  output: OutputDemuxer;
   dead: boolean;
+  /** Removes it when it stays idle too long. */
+  idleTimer?: NodeJS.Timeout | undefined;
 }
 
+interface Waiter {
+  timeoutMs: number;
+  resolve: (warm: Warm) => void;
+  reject: (err: unknown) => void;
+}
+
+interface KeyState {
+  spec: ContainerSpec;
+  tools: WatchdogTools;
+  idle: Warm[];
+  waiters: Waiter[];
+  /** Containers being started or reset for this key: each becomes available (or fails) soon. */
+  coming: number;
+  busy: number;
+  /** How many to keep ready: grows when a call finds none ready, shrinks when they sit idle. */
+  target: number;
+}
+
+/** Why a call did not get a container: it was canceled while it waited. */
+class WaitCanceled extends Error {}
+
 /**
- * Opt-in for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
- * instead of starting a fresh one (~4x faster). STATE LEAKS between calls of the same capability:
- * files in /tmp, background processes, memory use all persist (documented in docs/runners.md).
- * The hardening (no network, read-only rootfs, caps dropped, limits) is the same as for fresh containers;
- * limits apply to the container as a whole. A timed-out, canceled, flooding or OOM-killed call retires it.
+ * Warm containers for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
+ * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (RESET_CHECK):
+ * every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped, SysV IPC empty (the container's
+ * private IPC namespace has kernel.shm_rmid_forced, so a segment goes with its last process); its environment
+ * and working directory come from the spec on every exec. A container whose reset cannot be verified is
+ * removed, never reused (fail closed). The hardening (no network, read-only rootfs, caps dropped, limits) is
+ * the same as for fresh containers; a timed-out, canceled, flooding or OOM-killed call retires its container.
+ * Containers are started ahead as demand shows (a call that finds none ready raises the count kept ready,
+ * bounded by maxPerKey) and removed again when they sit idle; resets run after the result is returned.
  */
 export class ExecPool {
   private readonly engine: DockerEngine;
-  private readonly idle = new Map<string, Warm[]>();
+  private readonly keys = new Map<string, KeyState>();
   private readonly busy = new Set<string>();
+  private readonly pending = new Set<Promise<unknown>>();
   private readonly lifeMs: number;
+  private readonly maxPerKey: number;
+  private readonly idleMs: number;
   private closed = false;
 
-  /** `lifeMs`: how long a warm container lives at most (its own deadline, held inside it). */
-  constructor(engine: DockerEngine, lifeMs = 300_000) {
+  constructor(engine: DockerEngine, options: ExecPoolOptions = {}) {
     this.engine = engine;
-    this.lifeMs = lifeMs;
+    this.lifeMs = options.lifeMs ?? 300_000;
+    this.maxPerKey = Math.max(1, options.maxPerKey ?? 8);
+    this.idleMs = options.idleMs ?? 15_000;
+  }
+
+  /** Whether a spec can be reset at all: kill -9 -1 and the IPC check need the container's own namespaces. */
+  static resettable(spec: ContainerSpec): boolean {
+    return spec.pidMode !== 'host' && spec.ipcMode !== 'host';
   }
 
   async run(
@@ -69,21 +170,27 @@ export class ExecPool {
     tools: WatchdogTools,
   ): Promise<CallOutcome> {
     const limits = capability.manifest.limits;
-    if (signal?.aborted === true) {
-      return {
-        exitCode: null,
-        signal: null,
-        stdout: '',
-        stderr: '',
-        timedOut: false,
-        canceled: true,
-        truncated: false,
-        oomKilled: false,
-        started: false,
-      };
+    const canceled: CallOutcome = {
+      exitCode: null,
+      signal: null,
+      stdout: '',
+      stderr: '',
+      timedOut: false,
+      canceled: true,
+      truncated: false,
+      oomKilled: false,
+      started: false,
+    };
+    if (signal?.aborted === true) return canceled;
+    let warm: Warm;
+    try {
+      warm = await this.take(key, spec, tools, limits.timeoutMs, signal);
+    } catch (err) {
+      if (err instanceof WaitCanceled) return canceled;
+      throw err;
     }
-    const warm =
-      this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec, tools, limits.timeoutMs));
+    // Counted busy from its handover on (take/offer), so supply() never sees it missing.
+    const state = this.stateFor(key, spec, tools);
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
@@ -122,12 +229,7 @@ export class ExecPool {
       stream.on('data', (chunk: Buffer) => demux.push(chunk));
       stream.end(input);
       await ended;
-      let code: number | null = null;
-      const deadline = Date.now() + STREAM_DRAIN_MS;
-      while (code === null && Date.now() < deadline) {
-        code = await this.engine.execExitCode(execId).catch(() => -1);
-        if (code === null) await new Promise((r) => setTimeout(r, 10));
-      }
+      const code = await this.exitCode(execId);
       let oomKilled = false;
       if (killedBy === undefined && code === 137) {
         // The engine sets State.OOMKilled only when a container exits, not for one exec'd process, so
@@ -141,31 +243,239 @@ export class ExecPool {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
       this.busy.delete(warm.id);
+      state.busy--;
       warm.uses++;
-      if (
-        retire ||
-        this.closed ||
-        warm.dead ||
-        warm.uses >= MAX_USES ||
-        (this.idle.get(key)?.length ?? 0) >= MAX_IDLE
-      ) {
-        warm.stdin.destroy();
-        await this.engine.remove(warm.id).catch(() => {});
+      if (retire || this.closed || warm.dead || warm.uses >= MAX_USES) {
+        this.discard(warm);
+        this.supply(state);
       } else {
-        const list = this.idle.get(key) ?? [];
-        list.push(warm);
-        this.idle.set(key, list);
+        // Off the result's path: the next call takes another ready container meanwhile, or waits for this one.
+        state.coming++;
+        this.track(
+          this.reset(warm, spec, tools).then((clean) => {
+            state.coming--;
+            if (clean) this.offer(state, warm);
+            else {
+              this.discard(warm);
+              this.supply(state);
+            }
+          }),
+        );
       }
     }
   }
 
+  /** Containers per configuration right now, by state (for tests and the bench). */
+  counts(key: string): { idle: number; coming: number; busy: number; target: number } {
+    const s = this.keys.get(key);
+    return { idle: s?.idle.length ?? 0, coming: s?.coming ?? 0, busy: s?.busy ?? 0, target: s?.target ?? 0 };
+  }
+
+  /**
+   * Reset a used container and verify it (see KEEPALIVE_SCRIPT and RESET_CHECK). True only when the check
+   * exec exited 0 with exactly the clean line; any failure, timeout or tampering means false.
+   */
+  private async reset(warm: Warm, spec: ContainerSpec, tools: WatchdogTools): Promise<boolean> {
+    if (warm.dead || this.closed) return false;
+    const acks = (): number => warm.output.stdout().split('capsule-reset-done\n').length - 1;
+    const before = acks();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const acked = new Promise<boolean>((resolve) => {
+        const onData = (): void => {
+          if (acks() > before) done(true);
+        };
+        const done = (ok: boolean): void => {
+          warm.stdin.off('data', onData);
+          warm.stdin.off('close', onClose);
+          resolve(ok);
+        };
+        const onClose = (): void => done(false);
+        warm.stdin.on('data', onData);
+        warm.stdin.once('close', onClose);
+        timer = setTimeout(() => done(false), RESET_TIMEOUT_MS);
+      });
+      warm.stdin.write('reset\n');
+      if (!(await acked) || warm.dead || warm.output.truncated) return false;
+      const { stream, execId } = await this.engine.exec(warm.id, {
+        cmd: [...tools.sh, '-c', RESET_CHECK, 'capsule-reset', tools.bb],
+        user: spec.user,
+        workingDir: '/',
+        env: [],
+      });
+      const out = new OutputDemuxer(4096, () => {});
+      stream.on('error', () => {});
+      stream.on('data', (chunk: Buffer) => out.push(chunk));
+      const ended = new Promise<boolean>((resolve) => {
+        stream.once('end', () => resolve(true));
+        stream.once('close', () => resolve(true));
+        clearTimeout(timer);
+        timer = setTimeout(() => resolve(false), RESET_TIMEOUT_MS);
+        stream.end();
+      });
+      if (!(await ended)) {
+        stream.destroy();
+        return false;
+      }
+      const code = await this.exitCode(execId);
+      return code === 0 && out.stdout() === CLEAN_LINE && !out.truncated && !warm.dead;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async exitCode(execId: string): Promise<number | null> {
+    let code: number | null = null;
+    const deadline = Date.now() + STREAM_DRAIN_MS;
+    while (code === null && Date.now() < deadline) {
+      code = await this.engine.execExitCode(execId).catch(() => -1);
+      if (code === null) await new Promise((r) => setTimeout(r, 5));
+    }
+    return code;
+  }
+
+  private stateFor(key: string, spec: ContainerSpec, tools: WatchdogTools): KeyState {
+    let state = this.keys.get(key);
+    if (state === undefined) {
+      state = { spec, tools, idle: [], waiters: [], coming: 0, busy: 0, target: 1 };
+      this.keys.set(key, state);
+    }
+    return state;
+  }
+
+  /** A clean container with lifetime enough for the call: ready now, or the next one reset or started. */
+  private take(
+    key: string,
+    spec: ContainerSpec,
+    tools: WatchdogTools,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Warm> {
+    if (this.closed) return Promise.reject(new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed'));
+    const state = this.stateFor(key, spec, tools);
+    for (let warm = state.idle.pop(); warm !== undefined; warm = state.idle.pop()) {
+      clearTimeout(warm.idleTimer);
+      if (this.lifeLeft(warm, timeoutMs)) {
+        state.busy++;
+        // Keep one more ready than is in use when calls come back to back.
+        this.supply(state);
+        return Promise.resolve(warm);
+      }
+      this.discard(warm);
+    }
+    // None ready: demand is higher than what is kept ready.
+    state.target = Math.min(this.maxPerKey, state.target + 1);
+    return new Promise<Warm>((resolve, reject) => {
+      const waiter: Waiter = {
+        timeoutMs,
+        resolve: (warm) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(warm);
+        },
+        reject: (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      };
+      const onAbort = (): void => {
+        const at = state.waiters.indexOf(waiter);
+        if (at >= 0) state.waiters.splice(at, 1);
+        reject(new WaitCanceled());
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      state.waiters.push(waiter);
+      this.supply(state);
+    });
+  }
+
+  /** Start containers until every waiter has one coming and `target` are ready or coming, within the bound. */
+  private supply(state: KeyState): void {
+    if (this.closed) return;
+    const total = (): number => state.idle.length + state.coming + state.busy;
+    while (
+      (state.waiters.length > state.coming || state.idle.length + state.coming < state.target) &&
+      total() < this.maxPerKey
+    ) {
+      state.coming++;
+      const timeoutMs = Math.max(0, ...state.waiters.map((w) => w.timeoutMs));
+      this.track(
+        this.startWarm(state, timeoutMs).then(
+          (warm) => {
+            state.coming--;
+            this.offer(state, warm);
+          },
+          (err: unknown) => {
+            state.coming--;
+            // Only a call that has nothing else coming learns of the failure.
+            if (state.waiters.length > state.coming) state.waiters.shift()?.reject(err);
+          },
+        ),
+      );
+    }
+  }
+
+  /** A clean container: to the longest-waiting call it can serve, else ready (or removed past the bound). */
+  private offer(state: KeyState, warm: Warm): void {
+    if (this.closed || warm.dead) {
+      this.discard(warm);
+      this.supply(state);
+      return;
+    }
+    const waiter = state.waiters.shift();
+    if (waiter !== undefined) {
+      if (this.lifeLeft(warm, waiter.timeoutMs)) {
+        state.busy++;
+        waiter.resolve(warm);
+        return;
+      }
+      state.waiters.unshift(waiter);
+      this.discard(warm);
+      this.supply(state);
+      return;
+    }
+    state.idle.push(warm);
+    warm.idleTimer = setTimeout(() => {
+      const at = state.idle.indexOf(warm);
+      if (at < 0) return;
+      state.idle.splice(at, 1);
+      state.target = Math.max(1, state.target - 1);
+      this.discard(warm);
+    }, this.idleMs);
+    warm.idleTimer.unref();
+  }
+
+  private lifeLeft(warm: Warm, timeoutMs: number): boolean {
+    const left = warm.lifeMs - (performance.now() - warm.startedAt);
+    return !warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS;
+  }
+
+  private discard(warm: Warm): void {
+    clearTimeout(warm.idleTimer);
+    warm.dead = true;
+    warm.stdin.destroy();
+    this.track(this.engine.remove(warm.id).catch(() => {}));
+  }
+
+  private track(job: Promise<unknown>): void {
+    const tracked = job.catch(() => {}).finally(() => this.pending.delete(tracked));
+    this.pending.add(tracked);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
-    const warm = [...this.idle.values()].flat();
-    for (const w of warm) w.stdin.destroy();
-    const all = warm.map((w) => w.id);
-    this.idle.clear();
-    await Promise.all([...all, ...this.busy].map((id) => this.engine.remove(id).catch(() => {})));
+    const closedError = new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    for (const state of this.keys.values()) {
+      for (const w of state.waiters.splice(0)) w.reject(closedError);
+    }
+    const busy = [...this.busy];
+    await Promise.all(busy.map((id) => this.engine.remove(id).catch(() => {})));
+    // Starts and resets in flight end in discard() now that the pool is closed.
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    for (const state of this.keys.values()) for (const w of state.idle.splice(0)) this.discard(w);
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    this.keys.clear();
   }
 
   private async oomKills(id: string, spec: ContainerSpec, tools: WatchdogTools): Promise<number> {
@@ -195,27 +505,26 @@ export class ExecPool {
     }
   }
 
-  /** An idle warm container with enough lifetime left for a call of `timeoutMs`; expired ones are removed. */
-  private takeIdle(key: string, timeoutMs: number): Warm | undefined {
-    const list = this.idle.get(key);
-    for (let warm = list?.pop(); warm !== undefined; warm = list?.pop()) {
-      const left = warm.lifeMs - (performance.now() - warm.startedAt);
-      if (!warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS) return warm;
-      warm.stdin.destroy();
-      void this.engine.remove(warm.id).catch(() => {});
-    }
-    return undefined;
-  }
-
-  private async startWarm(spec: ContainerSpec, tools: WatchdogTools, timeoutMs: number): Promise<Warm> {
+  private async startWarm(state: KeyState, timeoutMs: number): Promise<Warm> {
+    const { spec, tools } = state;
     // Long enough for at least this call, whatever its timeout.
     const lifeMs = Math.max(this.lifeMs, timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS);
     const id = await this.engine.createContainer({
       ...spec,
-      entrypoint: [...tools.sh, '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(lifeMs)],
+      // Whole seconds: the keep-alive counts its deadline with shell arithmetic.
+      entrypoint: [
+        ...tools.sh,
+        '-c',
+        KEEPALIVE_SCRIPT,
+        'capsule-keepalive',
+        String(Math.ceil(lifeMs / 1000)),
+        tools.bb,
+      ],
       cmd: [],
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
+      // A SysV shm segment goes away with its last user instead of outliving the call that made it.
+      sysctls: { ...spec.sysctls, 'kernel.shm_rmid_forced': '1' },
     });
     let stdin: Duplex | undefined;
     try {
@@ -229,14 +538,27 @@ export class ExecPool {
         hint: 'check the image and the engine (docker info); the keep-alive is busybox sh, from the image or mounted in by capsule',
       });
     }
-    const warm: Warm = { id, uses: 0, startedAt: performance.now(), lifeMs, stdin, dead: false };
+    const warm: Warm = {
+      id,
+      uses: 0,
+      startedAt: performance.now(),
+      lifeMs,
+      stdin,
+      output: new OutputDemuxer(KEEPALIVE_OUTPUT_BYTES, () => {
+        warm.dead = true;
+      }),
+      dead: false,
+    };
     const gone = (): void => {
       warm.dead = true;
     };
     stdin.once('end', gone);
     stdin.once('close', gone);
-    // The keep-alive writes nothing; drain whatever arrives so the stream can end.
-    stdin.resume();
+    stdin.on('data', (chunk: Buffer) => warm.output.push(chunk));
+    if (this.closed) {
+      this.discard(warm);
+      throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    }
     return warm;
   }
 }
