@@ -132,8 +132,20 @@ export async function benchDocker({ root, iterations = 30 }) {
       const perCall = wall / each.length;
       const latency = stats(each);
       loadRows.push(
-        { name: `docker: ${label}, wall per call`, n: each.length, median: perCall, p95: latency.p95, floor: BARE },
-        { name: `docker: ${label}, calls/s`, n: each.length, median: perCall, p95: undefined, perSecond: 1000 / perCall },
+        {
+          name: `docker: ${label}, wall per call`,
+          n: each.length,
+          median: perCall,
+          p95: latency.p95,
+          floor: BARE,
+        },
+        {
+          name: `docker: ${label}, calls/s`,
+          n: each.length,
+          median: perCall,
+          p95: undefined,
+          perSecond: 1000 / perCall,
+        },
         { name: `docker: ${label}, latency per call`, ...latency, floor: BARE },
       );
     } finally {
@@ -170,7 +182,11 @@ export async function benchDocker({ root, iterations = 30 }) {
     });
   }
   return [
-    { name: 'docker: bare dockerode hardened create+attach+start+wait+remove', isFloor: true, ...stats(samples.bare) },
+    {
+      name: 'docker: bare dockerode hardened create+attach+start+wait+remove',
+      isFloor: true,
+      ...stats(samples.bare),
+    },
     {
       name: 'docker: capsule default (fresh container, prewarmed)',
       ...stats(samples.fresh),
@@ -195,9 +211,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const byName = new Map(rows.map((r) => [r.name, r]));
   for (const r of rows) {
     const floor = r.floor === undefined ? undefined : byName.get(r.floor);
-    const tail = r.perSecond !== undefined
-      ? `${r.perSecond.toFixed(1)} calls/s`
-      : `median ${r.median.toFixed(0)} ms  p95 ${r.p95 === undefined ? '-' : r.p95.toFixed(0)} ms${floor ? `  ${(r.median / floor.median).toFixed(2)}x bare` : ''}`;
+    const tail =
+      r.perSecond !== undefined
+        ? `${r.perSecond.toFixed(1)} calls/s`
+        : `median ${r.median.toFixed(0)} ms  p95 ${r.p95 === undefined ? '-' : r.p95.toFixed(0)} ms${floor ? `  ${(r.median / floor.median).toFixed(2)}x bare` : ''}`;
     process.stdout.write(`${r.name.padEnd(72)} ${tail}\n`);
   }
 }

@@ -17,6 +17,8 @@ export interface PreparedContainer {
   parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
+  /** Removes it when it stays unused (PrewarmPool). */
+  idleTimer?: NodeJS.Timeout | undefined;
   /** Output that arrived while parked (only the watchdog's own lines): handed to the call, once. */
   takeEarly?: (() => Buffer[]) | undefined;
 }

@@ -353,7 +353,8 @@ export class ExecPool {
     timeoutMs: number,
     signal: AbortSignal | undefined,
   ): Promise<Warm> {
-    if (this.closed) return Promise.reject(new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed'));
+    if (this.closed)
+      return Promise.reject(new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed'));
     const state = this.stateFor(key, spec, tools);
     for (let warm = state.idle.pop(); warm !== undefined; warm = state.idle.pop()) {
       clearTimeout(warm.idleTimer);

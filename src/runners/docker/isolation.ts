@@ -104,7 +104,9 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
   // The reset kills with `kill -9 -1` and checks SysV IPC: only inside the container's own PID and IPC
   // namespaces. With either shared with the host, calls get fresh containers instead.
   const mode: DockerMode =
-    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host' ? 'reset-reusable' : 'fresh-container';
+    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host'
+      ? 'reset-reusable'
+      : 'fresh-container';
   const summary = sandboxed
     ? `docker ${runtime}, hardened: ${HARDENED}; ${MODE_TEXT[mode]}`
     : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}; ${MODE_TEXT[mode]}`;

@@ -129,7 +129,11 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
     ({ engine } = await dockerForTests());
     const made = await tempCapability(
       'reset-probe',
-      { entry: 'run.sh', docker: { image: 'capsule/busybox:1', reusable: true }, limits: { timeoutMs: 10000 } },
+      {
+        entry: 'run.sh',
+        docker: { image: 'capsule/busybox:1', reusable: true },
+        limits: { timeoutMs: 10000 },
+      },
       { 'run.sh': RUN_SH, 'ipc.c': IPC_HELPER, lockfile: '' },
     );
     cleanup = made.cleanup;
@@ -216,8 +220,9 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
           else expectUntouched(parseProbe(r.stdout), baseline, { lock: false });
         }
         expect(
-          (await engine.listContainers([mine, 'capsule.capability=reset-probe'])).filter((c) => c.state === 'running')
-            .length,
+          (await engine.listContainers([mine, 'capsule.capability=reset-probe'])).filter(
+            (c) => c.state === 'running',
+          ).length,
         ).toBeLessThanOrEqual(3);
       }
       expectUntouched(await probe(runner), baseline);
