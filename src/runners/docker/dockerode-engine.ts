@@ -159,6 +159,16 @@ export class DockerodeEngine implements DockerEngine {
     return { running: info.State.Running, exitCode: info.State.ExitCode, oomKilled: info.State.OOMKilled };
   }
 
+  async processes(id: string): Promise<number[]> {
+    const top = (await this.docker.getContainer(id).top({ ps_args: '-o pid' })) as {
+      Titles?: string[];
+      Processes?: string[][];
+    };
+    const at = (top.Titles ?? []).indexOf('PID');
+    if (at < 0) throw new Error('the engine listed the container processes without a PID column');
+    return (top.Processes ?? []).map((row) => Number(row[at]));
+  }
+
   async kill(id: string): Promise<void> {
     try {
       await this.docker.getContainer(id).kill({ signal: 'SIGKILL' });

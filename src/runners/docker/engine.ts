@@ -85,6 +85,11 @@ export interface DockerEngine {
   /** Resolves with the exit code once the container is not running. */
   wait(id: string): Promise<number>;
   inspect(id: string): Promise<ContainerState>;
+  /**
+   * Host pids of every process in the container (zombies included), as the engine sees them from outside:
+   * nothing inside the container can change this answer.
+   */
+  processes(id: string): Promise<number[]>;
   kill(id: string): Promise<void>;
   remove(id: string): Promise<void>;
   listContainers(labelFilters: string[]): Promise<ContainerSummary[]>;

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
@@ -18,61 +19,49 @@ import { ROLE_LABEL } from './labels.js';
  * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
  * stdin open, and at most its lifetime: EOF (capsule's attach connection is gone, e.g. capsule was killed) or
  * the deadline ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
- * A `reset` line from capsule kills every other process of the container (`kill -9 -1` spares only PID 1 and
- * the caller, atomically with respect to fork), then reaps the orphans (each external command it waits for
- * collects the zombies ahead of it) until PID 1 is alone, and acknowledges. The acknowledgement only says
- * when to look: the reset is judged by a separate exec (RESET_CHECK), never by this stream, which any process
- * of the container can write to through /proc/1/fd/1.
+ * Between calls capsule resets it in two steps (see ExecPool.reset):
+ * - `reset`: kill every other process of the container (`kill -9 -1` spares only PID 1, atomically with
+ *   respect to fork), then reap the orphans (each external command it waits for collects the zombies ahead of
+ *   it) until PID 1 is alone, and say so. That line is only a hint: any process of the container can write to
+ *   /proc/1/fd/1, so capsule then asks the engine, from outside, which processes the container has.
+ * - `check NONCE`, sent only once the engine shows PID 1 alone (so nothing else can read the nonce): wipe every
+ *   place the sandbox user can write (the tmpfs /tmp, /dev/shm for POSIX shm, /dev/mqueue for POSIX message
+ *   queues), then check that no process but PID 1 (and its own helpers) exists, those folders are empty, and
+ *   no SysV shm segment, semaphore set or message queue is left. Only the line `capsule-clean NONCE` passes.
  */
 const KEEPALIVE_SCRIPT = [
   'trap "exit 137" USR1 TERM',
   'bb=$2',
   'end=$(( $($bb date +%s) + $1 ))',
+  'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
+  'clean() {',
+  '  for dir in /tmp /dev/shm /dev/mqueue; do',
+  '    for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
+  '      if [ -e "$f" ] || [ -L "$f" ]; then [ -L "$f" ] || $bb chmod -R u+rwX "$f" 2>/dev/null; $bb rm -rf "$f" 2>/dev/null; fi',
+  '    done',
+  '    for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 1; fi; done',
+  '  done',
+  '  for t in shm sem msg; do',
+  '    [ -r /proc/sysvipc/$t ] || return 1',
+  '    { read -r _; if read -r _; then return 1; fi; } < /proc/sysvipc/$t',
+  '  done',
+  '  alone',
+  '}',
   'while :; do',
   '  left=$(( end - $($bb date +%s) ))',
   '  [ "$left" -gt 0 ] || exit 0',
-  '  read -r -t "$left" line || exit 0',
-  '  [ "$line" = reset ] || continue',
-  '  kill -9 -1 2>/dev/null',
-  '  n=0',
-  '  while [ "$n" -lt 500 ]; do',
-  '    alone=1',
-  '    for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || alone=; done',
-  '    [ -n "$alone" ] && break',
-  '    n=$((n+1))',
-  '    $bb usleep 2000',
-  '  done',
-  '  echo capsule-reset-done',
+  '  read -r -t "$left" cmd arg || exit 0',
+  '  case "$cmd" in',
+  '  reset)',
+  '    kill -9 -1 2>/dev/null',
+  '    n=0',
+  '    until alone || [ "$n" -ge 500 ]; do n=$((n+1)); $bb usleep 2000; done',
+  '    echo capsule-reset-done ;;',
+  '  check)',
+  '    if clean; then echo "capsule-clean $arg"; else echo "capsule-dirty $arg"; fi ;;',
+  '  esac',
   'done',
 ].join('\n');
-
-/**
- * Run by exec after the keep-alive's reset, as the sandbox user: wipes every place the sandbox user can write
- * (the tmpfs /tmp, /dev/shm for POSIX shm, /dev/mqueue for POSIX message queues), then checks that nothing of
- * the previous call is left: no process but PID 1 and itself, those folders empty, no SysV shm segment,
- * semaphore set or message queue. Only exit 0 with exactly CLEAN_LINE passes; anything else discards the
- * container. Argument: the busybox prefix.
- */
-const RESET_CHECK = [
-  'bb=$1 self=$$',
-  'procs() { for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = "$self" ] || { [ -e "$d" ] && { echo "process $p left"; exit 3; }; }; done; }',
-  'procs',
-  'for dir in /tmp /dev/shm /dev/mqueue; do',
-  '  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
-  '    if [ -e "$f" ] || [ -L "$f" ]; then [ -L "$f" ] || $bb chmod -R u+rwX "$f" 2>/dev/null; $bb rm -rf "$f" 2>/dev/null; fi',
-  '  done',
-  '  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
-  '    if [ -e "$f" ] || [ -L "$f" ]; then echo "$f left"; exit 3; fi',
-  '  done',
-  'done',
-  'for t in shm sem msg; do',
-  '  [ -r /proc/sysvipc/$t ] || { echo "no /proc/sysvipc/$t to check"; exit 3; }',
-  '  { read -r _; if read -r _; then echo "SysV $t left"; exit 3; fi; } < /proc/sysvipc/$t',
-  'done',
-  'procs',
-  'echo capsule-clean',
-].join('\n');
-const CLEAN_LINE = 'capsule-clean\n';
 /** A warm container is retired after this many calls, bounding how long one container serves. */
 const MAX_USES = 50;
 const STREAM_DRAIN_MS = 2000;
@@ -80,6 +69,11 @@ const STREAM_DRAIN_MS = 2000;
 const LIFE_MARGIN_MS = 2000;
 /** How long the keep-alive and the check may take before the reset counts as failed. */
 const RESET_TIMEOUT_MS = 5000;
+/** Lines of `text` that are exactly `line`. */
+function lineCount(text: string, line: string): number {
+  return text.split('\n').filter((l) => l === line).length;
+}
+
 /** What the keep-alive may write over a container's life before it is treated as tampered with. */
 const KEEPALIVE_OUTPUT_BYTES = 64 * 1024;
 
@@ -94,6 +88,8 @@ export interface ExecPoolOptions {
 
 interface Warm {
   id: string;
+  /** Host pid of its PID 1 (the keep-alive), as the engine listed it right after the start. */
+  initPid: number;
   uses: number;
   startedAt: number;
   /** Its own lifetime (held inside it by the keep-alive). */
@@ -130,7 +126,7 @@ class WaitCanceled extends Error {}
 
 /**
  * Warm containers for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
- * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (RESET_CHECK):
+ * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (KEEPALIVE_SCRIPT):
  * every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped, SysV IPC empty (the container's
  * private IPC namespace has kernel.shm_rmid_forced, so a segment goes with its last process); its environment
  * and working directory come from the spec on every exec. A container whose reset cannot be verified is
@@ -252,7 +248,7 @@ export class ExecPool {
         // Off the result's path: the next call takes another ready container meanwhile, or waits for this one.
         state.coming++;
         this.track(
-          this.reset(warm, spec, tools).then((clean) => {
+          this.reset(warm).then((clean) => {
             state.coming--;
             if (clean) this.offer(state, warm);
             else {
@@ -272,58 +268,56 @@ export class ExecPool {
   }
 
   /**
-   * Reset a used container and verify it (see KEEPALIVE_SCRIPT and RESET_CHECK). True only when the check
-   * exec exited 0 with exactly the clean line; any failure, timeout or tampering means false.
+   * Reset a used container and verify it (see KEEPALIVE_SCRIPT): true only when, after the reset, the engine
+   * lists PID 1 as the container's only process, and PID 1 then answers the check with the fresh nonce.
+   * Any failure, timeout or tampering means false: the container is discarded.
    */
-  private async reset(warm: Warm, spec: ContainerSpec, tools: WatchdogTools): Promise<boolean> {
+  private async reset(warm: Warm): Promise<boolean> {
     if (warm.dead || this.closed) return false;
-    const acks = (): number => warm.output.stdout().split('capsule-reset-done\n').length - 1;
-    const before = acks();
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const acked = new Promise<boolean>((resolve) => {
-        const onData = (): void => {
-          if (acks() > before) done(true);
-        };
-        const done = (ok: boolean): void => {
-          warm.stdin.off('data', onData);
-          warm.stdin.off('close', onClose);
-          resolve(ok);
-        };
-        const onClose = (): void => done(false);
-        warm.stdin.on('data', onData);
-        warm.stdin.once('close', onClose);
-        timer = setTimeout(() => done(false), RESET_TIMEOUT_MS);
-      });
+      const before = lineCount(warm.output.stdout(), 'capsule-reset-done');
       warm.stdin.write('reset\n');
-      if (!(await acked) || warm.dead || warm.output.truncated) return false;
-      const { stream, execId } = await this.engine.exec(warm.id, {
-        cmd: [...tools.sh, '-c', RESET_CHECK, 'capsule-reset', tools.bb],
-        user: spec.user,
-        workingDir: '/',
-        env: [],
-      });
-      const out = new OutputDemuxer(4096, () => {});
-      stream.on('error', () => {});
-      stream.on('data', (chunk: Buffer) => out.push(chunk));
-      const ended = new Promise<boolean>((resolve) => {
-        stream.once('end', () => resolve(true));
-        stream.once('close', () => resolve(true));
-        clearTimeout(timer);
-        timer = setTimeout(() => resolve(false), RESET_TIMEOUT_MS);
-        stream.end();
-      });
-      if (!(await ended)) {
-        stream.destroy();
+      if (!(await this.outputUntil(warm, (out) => lineCount(out, 'capsule-reset-done') > before)))
         return false;
-      }
-      const code = await this.exitCode(execId);
-      return code === 0 && out.stdout() === CLEAN_LINE && !out.truncated && !warm.dead;
+      // The hint may be forged; the engine's process list is not.
+      const pids = await this.engine.processes(warm.id);
+      if (pids.length !== 1 || pids[0] !== warm.initPid) return false;
+      const nonce = randomBytes(16).toString('hex');
+      warm.stdin.write(`check ${nonce}\n`);
+      let verdict: boolean | undefined;
+      const answered = await this.outputUntil(warm, (out) => {
+        const lines = out.split('\n');
+        if (lines.includes(`capsule-clean ${nonce}`)) verdict = true;
+        else if (lines.some((l) => l.endsWith(` ${nonce}`))) verdict = false;
+        return verdict !== undefined;
+      });
+      return answered && verdict === true && !warm.dead && !warm.output.truncated;
     } catch {
       return false;
-    } finally {
-      clearTimeout(timer);
     }
+  }
+
+  /** Wait until the keep-alive's output satisfies `done` (false on timeout, tampering or the container's end). */
+  private outputUntil(warm: Warm, done: (out: string) => boolean): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const check = (): void => {
+        if (warm.dead || warm.output.truncated) finish(false);
+        else if (done(warm.output.stdout())) finish(true);
+      };
+      const finish = (ok: boolean): void => {
+        clearTimeout(timer);
+        warm.stdin.off('data', onData);
+        warm.stdin.off('close', onClose);
+        resolve(ok);
+      };
+      // Listeners run in order: startWarm's, which pushes the chunk into warm.output, comes first.
+      const onData = (): void => check();
+      const onClose = (): void => finish(false);
+      const timer = setTimeout(() => finish(false), RESET_TIMEOUT_MS);
+      warm.stdin.on('data', onData);
+      warm.stdin.once('close', onClose);
+      check();
+    });
   }
 
   private async exitCode(execId: string): Promise<number | null> {
@@ -528,10 +522,15 @@ export class ExecPool {
       sysctls: { ...spec.sysctls, 'kernel.shm_rmid_forced': '1' },
     });
     let stdin: Duplex | undefined;
+    let initPid: number;
     try {
       stdin = await this.engine.attach(id);
       stdin.on('error', () => {});
       await this.engine.start(id);
+      // Nothing but the keep-alive has run in it yet: its only process is PID 1.
+      const pids = await this.engine.processes(id);
+      if (pids.length !== 1 || pids[0] === undefined) throw new Error(`${pids.length} processes at start`);
+      initPid = pids[0];
     } catch (err) {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
@@ -541,6 +540,7 @@ export class ExecPool {
     }
     const warm: Warm = {
       id,
+      initPid,
       uses: 0,
       startedAt: performance.now(),
       lifeMs,

@@ -53,7 +53,8 @@ export class PrewarmPool {
   async take(key: string, spec: ContainerSpec): Promise<PreparedContainer> {
     const ready = this.takeIdle(key, spec);
     if (ready !== undefined) return ready;
-    if (this.options.perKey > 0) {
+    // Only a configuration the pool already prepares for shows demand (not a one-shot process's first call).
+    if (this.options.perKey > 0 && this.target.has(key)) {
       // None ready: calls come faster than the pool is refilled.
       this.target.set(key, Math.min(this.maxPerKey, this.targetOf(key) + 1));
       const waiting = this.waiters.get(key) ?? [];
@@ -71,6 +72,7 @@ export class PrewarmPool {
   /** Top the key up to its current count of idle containers in the background, prepared in parallel. */
   refill(key: string, spec: ContainerSpec): void {
     if (this.closed || this.options.perKey <= 0) return;
+    if (!this.target.has(key)) this.target.set(key, this.options.perKey);
     const have = (this.idle.get(key)?.length ?? 0) + (this.filling.get(key) ?? 0);
     for (let i = have; i < this.targetOf(key); i++) {
       this.filling.set(key, (this.filling.get(key) ?? 0) + 1);

@@ -44,8 +44,11 @@ describe('PrewarmPool', () => {
   it('grows when calls find it empty (prepared in parallel, bounded) and shrinks back when unused', async () => {
     const { engine, live } = fakeEngine();
     const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 3, maxKeys: 4, idleMs: 40 });
+    // A configuration the pool prepares for; then calls come faster than it is refilled.
+    pool.refill('k', spec('a'));
+    await settle();
     const taken = [];
-    for (let i = 0; i < 5; i++) taken.push(await pool.take('k', spec('a')));
+    for (let i = 0; i < 6; i++) taken.push(await pool.take('k', spec('a')));
     pool.refill('k', spec('a'));
     await settle();
     // Five calls found it empty; the count grew to its bound, not past it.
