@@ -113,12 +113,15 @@ export async function benchDocker({ root, iterations = 30 }) {
   // (total / calls), against the same bare floor; the calls/s rows are the same runs as throughput.
   const loadRows = [];
   const BARE = 'docker: bare dockerode hardened create+attach+start+wait+remove';
-  const calls = Math.max(8, iterations);
+  const calls = Math.max(16, iterations * 2);
   async function load(label, capability, callers) {
     const runner = new DockerRunner({ engine });
     try {
-      // Warm-up: the pool has seen this configuration and sized itself once.
-      for (let i = 0; i < 4; i++) check(await runner.run({ capability, input }));
+      // Warm-up at the same concurrency: the pool has seen this configuration and sized itself to the demand.
+      for (let i = 0; i < 3; i++)
+        await Promise.all(
+          Array.from({ length: callers }, async () => check(await runner.run({ capability, input }))),
+        );
       await new Promise((r) => setTimeout(r, 300));
       const each = [];
       const t0 = performance.now();

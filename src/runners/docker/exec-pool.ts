@@ -34,12 +34,16 @@ const KEEPALIVE_SCRIPT = [
   'bb=$2',
   'end=$(( $($bb date +%s) + $1 ))',
   'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
+  'left() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 0; fi; done; return 1; }',
   'clean() {',
   '  for dir in /tmp /dev/shm /dev/mqueue; do',
-  '    for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do',
-  '      if [ -e "$f" ] || [ -L "$f" ]; then [ -L "$f" ] || $bb chmod -R u+rwX "$f" 2>/dev/null; $bb rm -rf "$f" 2>/dev/null; fi',
-  '    done',
-  '    for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 1; fi; done',
+  '    left "$dir" || continue',
+  // One rm for the usual leftovers; folders the call made unreadable get their modes back first.
+  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    left "$dir" || continue',
+  '    $bb chmod -R u+rwX -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    left "$dir" && return 1',
   '  done',
   '  for t in shm sem msg; do',
   '    [ -r /proc/sysvipc/$t ] || return 1',
@@ -119,6 +123,8 @@ interface KeyState {
   busy: number;
   /** How many to keep ready: grows when a call finds none ready, shrinks when they sit idle. */
   target: number;
+  /** Calls that got a container so far. */
+  served: number;
 }
 
 /** Why a call did not get a container: it was canceled while it waited. */
@@ -333,7 +339,7 @@ export class ExecPool {
   private stateFor(key: string, spec: ContainerSpec, tools: WatchdogTools): KeyState {
     let state = this.keys.get(key);
     if (state === undefined) {
-      state = { spec, tools, idle: [], waiters: [], coming: 0, busy: 0, target: 1 };
+      state = { spec, tools, idle: [], waiters: [], coming: 0, busy: 0, target: 0, served: 0 };
       this.keys.set(key, state);
     }
     return state;
@@ -354,14 +360,17 @@ export class ExecPool {
       clearTimeout(warm.idleTimer);
       if (this.lifeLeft(warm, timeoutMs)) {
         state.busy++;
+        state.served++;
         // Keep one more ready than is in use when calls come back to back.
         this.supply(state);
         return Promise.resolve(warm);
       }
       this.discard(warm);
     }
-    // None ready: demand is higher than what is kept ready.
-    state.target = Math.min(this.maxPerKey, state.target + 1);
+    // None ready for a configuration that has run before: demand is higher than what is kept ready. (Not
+    // on its first call, so a one-shot process never starts a container it will not use.)
+    if (state.served > 0) state.target = Math.min(this.maxPerKey, state.target + 1);
+    state.served++;
     return new Promise<Warm>((resolve, reject) => {
       const waiter: Waiter = {
         timeoutMs,
@@ -435,7 +444,7 @@ export class ExecPool {
       const at = state.idle.indexOf(warm);
       if (at < 0) return;
       state.idle.splice(at, 1);
-      state.target = Math.max(1, state.target - 1);
+      state.target = Math.max(0, state.target - 1);
       this.discard(warm);
     }, this.idleMs);
     warm.idleTimer.unref();
