@@ -5,7 +5,7 @@ import type { Capability } from '../../manifest/types.js';
 import {
   WATCHDOG_GRACE_MS,
   finishedOutcome,
-  watchdogCommand,
+  seconds,
   type CallOutcome,
   type KilledBy,
   type WatchdogTools,
@@ -31,8 +31,9 @@ import { ROLE_LABEL } from './labels.js';
  */
 const KEEPALIVE_SCRIPT = [
   'trap "exit 137" USR1 TERM',
-  'bb=$2',
-  'end=$(( $($bb date +%s) + $1 ))',
+  'bb=$2 end=$1',
+  'shift 2',
+  'end=$(( $($bb date +%s) + end ))',
   'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
   'left() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 0; fi; done; return 1; }',
   'clean() {',
@@ -54,8 +55,21 @@ const KEEPALIVE_SCRIPT = [
   'while :; do',
   '  left=$(( end - $($bb date +%s) ))',
   '  [ "$left" -gt 0 ] || exit 0',
-  '  read -r -t "$left" cmd arg || exit 0',
+  '  read -r -t "$left" cmd arg n run || exit 0',
   '  case "$cmd" in',
+  '  run)',
+  // One call: its input is the next $n bytes of stdin, its deadline is PID 1's own `read -t` on a private fifo
+  // (as in call.ts's watchdog); its exit status comes back on the fifo and goes out after its output.
+  '    f=/tmp/.capsule-run-$arg',
+  '    $bb mkfifo -m 600 "$f" "$f.in" && exec 4<>"$f" || { echo "capsule-end $arg 125"; continue; }',
+  // The input goes through its own fifo, so the call's status never waits for input it did not read.
+  '    exec 3<&0',
+  '    $bb head -c "$n" <&3 >"$f.in" 3<&- 4>&- &',
+  '    { "$@" <"$f.in" 3<&- 4>&-; echo "$?" >&4; } &',
+  '    exec 3<&-',
+  '    read -r -t "$run" s <&4 || exit 137',
+  '    exec 4>&-',
+  '    echo "capsule-end $arg $s" ;;',
   '  reset)',
   '    kill -9 -1 2>/dev/null',
   '    n=0',
@@ -68,11 +82,33 @@ const KEEPALIVE_SCRIPT = [
 ].join('\n');
 /** A warm container is retired after this many calls, bounding how long one container serves. */
 const MAX_USES = 50;
-const STREAM_DRAIN_MS = 2000;
 /** No call starts in a warm container with less lifetime left than its timeout plus this. */
 const LIFE_MARGIN_MS = 2000;
 /** How long the keep-alive and the check may take before the reset counts as failed. */
 const RESET_TIMEOUT_MS = 5000;
+/** One multiplexed frame of the Engine API's attach stream (see demux.ts). */
+function frame(type: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(8);
+  header[0] = type;
+  header.writeUInt32BE(payload.length, 4);
+  return Buffer.concat([header, payload]);
+}
+
+/** Splits the attach stream into whole frames, so each can go to whoever reads the container now. */
+class FrameSplitter {
+  private pending: Buffer = Buffer.alloc(0);
+
+  push(chunk: Buffer, emit: (type: number, payload: Buffer) => void): void {
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    while (this.pending.length >= 8) {
+      const size = this.pending.readUInt32BE(4);
+      if (this.pending.length < 8 + size) return;
+      emit(this.pending[0] ?? 1, this.pending.subarray(8, 8 + size));
+      this.pending = this.pending.subarray(8 + size);
+    }
+  }
+}
+
 /** Lines of `text` that are exactly `line`. */
 function lineCount(text: string, line: string): number {
   return text.split('\n').filter((l) => l === line).length;
@@ -100,8 +136,10 @@ interface Warm {
   lifeMs: number;
   /** Held open for the container's life: closing it (or capsule dying) ends the container. */
   stdin: Duplex;
-  /** The keep-alive's own output (reset acknowledgements). */
+  /** The keep-alive's own output (reset acknowledgements), and anything written between calls. */
   output: OutputDemuxer;
+  /** The call in progress: receives every frame of the container's output while it runs. */
+  sink?: ((type: number, payload: Buffer) => void) | undefined;
   dead: boolean;
   /** Removes it when it stays idle too long. */
   idleTimer?: NodeJS.Timeout | undefined;
@@ -208,33 +246,12 @@ export class ExecPool {
     const onAbort = (): void => kill('abort');
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      let exec;
-      try {
-        exec = await this.engine.exec(warm.id, {
-          cmd: watchdogCommand(limits.timeoutMs + WATCHDOG_GRACE_MS, spec.cmd, tools),
-          user: spec.user,
-          workingDir: spec.workingDir,
-          env: spec.env,
-        });
-      } catch (err) {
-        retire = true;
-        throw new CapsuleError('RUNNER_FAILED', `exec in the warm container failed: ${engineMessage(err)}`, {
-          file: capability.manifestPath,
-        });
-      }
-      const { stream, execId } = exec;
-      stream.on('error', () => {});
-      const ended = new Promise<void>((resolve) => {
-        stream.once('end', resolve);
-        stream.once('close', resolve);
-      });
-      stream.on('data', (chunk: Buffer) => demux.push(chunk));
-      stream.end(input);
-      await ended;
-      const code = await this.exitCode(execId);
+      const code = await this.runInKeepalive(warm, input, limits.timeoutMs + WATCHDOG_GRACE_MS, demux);
+      // Killed by us, or the container ended: it is not reused either way.
+      if (code === null) retire = true;
       let oomKilled = false;
       if (killedBy === undefined && code === 137) {
-        // The engine sets State.OOMKilled only when a container exits, not for one exec'd process, so
+        // The engine sets State.OOMKilled only when a container exits, not for one process in it, so
         // ask the container's memory cgroup (v1 memory.oom_control, v2 memory.events) for its OOM kills.
         // A warm container is retired after any OOM, so a non-zero count is this call's.
         oomKilled = (await this.oomKills(warm.id, spec, tools)) > 0;
@@ -265,6 +282,64 @@ export class ExecPool {
         );
       }
     }
+  }
+
+  /**
+   * Run one call through the keep-alive (no exec: a fork in the container instead of a runtime exec). The call
+   * is named by a fresh nonce, sent only once the container is verified alone with PID 1; its output is what
+   * arrives until PID 1's `capsule-end NONCE STATUS` (held back from the call's stdout). Null when the container
+   * ended first (killed, deadline, engine).
+   */
+  private runInKeepalive(
+    warm: Warm,
+    input: string,
+    runMs: number,
+    demux: OutputDemuxer,
+  ): Promise<number | null> {
+    const nonce = randomBytes(16).toString('hex');
+    const marker = Buffer.from(`capsule-end ${nonce} `);
+    const bytes = Buffer.from(input);
+    return new Promise<number | null>((resolve) => {
+      let held: Buffer = Buffer.alloc(0);
+      const finish = (code: number | null): void => {
+        warm.sink = undefined;
+        warm.stdin.off('close', onClose);
+        resolve(code);
+      };
+      const onClose = (): void => {
+        if (held.length > 0) demux.push(frame(1, held));
+        finish(null);
+      };
+      warm.sink = (type, payload) => {
+        if (type !== 1) {
+          demux.push(frame(type, payload));
+          return;
+        }
+        held = Buffer.concat([held, payload]);
+        const at = held.indexOf(marker);
+        if (at >= 0) {
+          const end = held.indexOf(0x0a, at);
+          if (end < 0) return;
+          if (at > 0) demux.push(frame(1, held.subarray(0, at)));
+          const status = held.subarray(at + marker.length, end).toString();
+          finish(/^\d{1,3}$/.test(status) ? Number(status) : null);
+          return;
+        }
+        // Keep only what could be the start of the marker; the rest is the call's output.
+        const keep = marker.length + 8;
+        if (held.length > keep) {
+          demux.push(frame(1, held.subarray(0, held.length - keep)));
+          held = Buffer.from(held.subarray(held.length - keep));
+        }
+      };
+      warm.stdin.once('close', onClose);
+      if (warm.dead) {
+        onClose();
+        return;
+      }
+      warm.stdin.write(`run ${nonce} ${bytes.length} ${seconds(runMs)}\n`);
+      warm.stdin.write(bytes);
+    });
   }
 
   /** Containers per configuration right now, by state (for tests and the bench). */
@@ -324,16 +399,6 @@ export class ExecPool {
       warm.stdin.once('close', onClose);
       check();
     });
-  }
-
-  private async exitCode(execId: string): Promise<number | null> {
-    let code: number | null = null;
-    const deadline = Date.now() + STREAM_DRAIN_MS;
-    while (code === null && Date.now() < deadline) {
-      code = await this.engine.execExitCode(execId).catch(() => -1);
-      if (code === null) await new Promise((r) => setTimeout(r, 5));
-    }
-    return code;
   }
 
   private stateFor(key: string, spec: ContainerSpec, tools: WatchdogTools): KeyState {
@@ -524,7 +589,8 @@ export class ExecPool {
         String(Math.ceil(lifeMs / 1000)),
         tools.bb,
       ],
-      cmd: [],
+      // The capability's command: what the keep-alive runs for each call.
+      cmd: spec.cmd,
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
       // A SysV shm segment goes away with its last user instead of outliving the call that made it.
@@ -564,7 +630,13 @@ export class ExecPool {
     };
     stdin.once('end', gone);
     stdin.once('close', gone);
-    stdin.on('data', (chunk: Buffer) => warm.output.push(chunk));
+    const frames = new FrameSplitter();
+    stdin.on('data', (chunk: Buffer) =>
+      frames.push(chunk, (type, payload) => {
+        if (warm.sink !== undefined) warm.sink(type, payload);
+        else warm.output.push(frame(type, payload));
+      }),
+    );
     if (this.closed) {
       this.discard(warm);
       throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');

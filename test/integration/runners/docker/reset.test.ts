@@ -52,7 +52,7 @@ leave)
   echo secret > /tmp/leak-file; echo secret > /tmp/.leak-dot; echo secret > /tmp/..leak-dotdot
   echo 'export LEAK=1' > /tmp/.profile; ln -s /capability/run.sh /tmp/leak-link
   mkfifo /tmp/leak-fifo; echo secret > /dev/shm/leak-posix-shm; echo secret > /dev/mqueue/leak-mq
-  touch /tmp/.capsule-watchdog-999999
+  touch /tmp/.capsule-watchdog-999999 /tmp/.capsule-run-00000000000000000000000000000000
   export LEAK=1
   ./ipc shm; ./ipc lock-hold /capability/lockfile
   (setsid sh -c 'while :; do echo alive > /tmp/leak-bg; sleep 0.05; done' </dev/null >/dev/null 2>&1 &)
@@ -69,7 +69,7 @@ probe)
   sleep 0.2
   echo "host:$(hostname)"
   echo "files:$(ls -A /tmp /dev/shm /dev/mqueue | grep -v '^/' | grep -v '^$' | tr '\\n' ' ')"
-  echo "procs:$(ps -o pid,args | grep -v '^ *1 ' | grep -e '[1]001' -e '[1]002' -e '[l]eak-bg' -e '[f]d/0' -e '[c]apsule-reset-done' | tr '\\n' ' ')"
+  echo "procs:$(ps -o pid,args | grep -v 'exit 137' | grep -e '[1]001' -e '[1]002' -e '[l]eak-bg' -e '[f]d/0' -e '[c]apsule-reset-done' | tr '\\n' ' ')"
   echo "env:$(env | grep -v -e '^PWD=' -e '^HOSTNAME=' -e '^SHLVL=' -e '^_=' -e '^OLDPWD=' | sort | tr '\\n' ' ')"
   ./ipc probe; ./ipc lock-probe /capability/lockfile
   echo "cwd:$(pwd) $(ls -A | tr '\\n' ' ')"
@@ -107,10 +107,14 @@ function parseProbe(stdout: string): Probe {
   };
 }
 
-/** What a fresh call sees: only its own watchdog's fifo in /tmp, nothing else anywhere writable. */
+/** What a fresh call sees: only its own deadline fifo (made by PID 1) in /tmp, nothing else anywhere writable. */
 function expectUntouched(p: Probe, baseline: Probe, { lock = true } = {}): void {
-  expect(p.files).toHaveLength(1);
-  expect(p.files[0]).toMatch(/^\.capsule-watchdog-\d+$/);
+  // Its own deadline fifo and input fifo, made by PID 1 for this call.
+  expect(p.files).toHaveLength(2);
+  expect(p.files.sort()).toEqual([
+    expect.stringMatching(/^\.capsule-run-[0-9a-f]{32}$/),
+    expect.stringMatching(/^\.capsule-run-[0-9a-f]{32}\.in$/),
+  ]);
   expect(p.procs).toBe('');
   expect(p.env).toBe(baseline.env);
   expect(p.env).not.toContain('LEAK');
@@ -197,7 +201,9 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
       const baseline = await probe(runner);
       for (let round = 0; round < 3; round++) {
         const left = await runner.run({ capability, input: 'steal\n' });
-        expect(left.stdout).toBe('left\n');
+        // What it forged on PID 1's output while it ran is its own output; the call ended normally.
+        expect(left).toMatchObject({ exitCode: 0, timedOut: false });
+        expect(left.stdout).toMatch(/^left$/m);
         expectUntouched(await probe(runner), baseline);
       }
     } finally {
