@@ -1,6 +1,6 @@
 // Docker runner latency: a bare, hardened dockerode create→attach→start→wait→remove (the naive floor)
-// vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs the
-// opt-in warm exec pool (docker.reusable). Measured alternately in one process so noise hits all three.
+// vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs
+// reset-reusable containers (docker.reusable). Measured alternately in one process so noise hits all three.
 import Docker from 'dockerode';
 import { PassThrough } from 'node:stream';
 import { stats } from './stats.mjs';
@@ -196,7 +196,7 @@ export async function benchDocker({ root, iterations = 30 }) {
       floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
     },
     {
-      name: 'docker: capsule exec pool (docker.reusable, state leaks)',
+      name: 'docker: capsule reset-reusable (docker.reusable, reset and verified between calls)',
       ...stats(samples.warm),
       floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
     },
