@@ -102,9 +102,10 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
   const runtime = docker.runtime === 'runsc' ? 'gVisor (runsc)' : 'runc';
   const sandboxed = reasons.length === 0;
   // The reset kills with `kill -9 -1` and checks SysV IPC: only inside the container's own PID and IPC
-  // namespaces. With either shared with the host, calls get fresh containers instead.
+  // namespaces, and only where /proc/sysvipc exists (gVisor has none, so every check would fail). Otherwise
+  // calls get fresh containers instead.
   const mode: DockerMode =
-    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host'
+    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host' && docker.runtime !== 'runsc'
       ? 'reset-reusable'
       : 'fresh-container';
   const summary = sandboxed

@@ -30,7 +30,7 @@ describe('dockerIsolation', () => {
     expect(reused.summary).toMatch(/reset-reusable: .*reset and verified between them/);
   });
 
-  it.each([[{ pidMode: 'host' }], [{ ipcMode: 'host' }]])(
+  it.each([[{ pidMode: 'host' }], [{ ipcMode: 'host' }], [{ runtime: 'runsc' }]])(
     "reusable with %j gets fresh containers: the reset needs the container's own namespaces",
     (docker) => {
       const r = dockerIsolation(cap({ reusable: true, ...docker }));
