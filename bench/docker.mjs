@@ -118,7 +118,7 @@ export async function benchDocker({ root, iterations = 30 }) {
     const runner = new DockerRunner({ engine });
     try {
       // Warm-up at the same concurrency: the pool has seen this configuration and sized itself to the demand.
-      for (let i = 0; i < 3; i++)
+      for (let i = 0; i < 8; i++)
         await Promise.all(
           Array.from({ length: callers }, async () => check(await runner.run({ capability, input }))),
         );
