@@ -62,9 +62,18 @@ leave)
 ipc-stuck) ./ipc sem; ./ipc msg; ./ipc probe ;;
 steal)
   # Compete with PID 1 for the reset line and forge its acknowledgement and the check's verdict.
-  (sh -c 'while :; do cat /proc/1/fd/0 >/dev/null; done' </dev/null >/dev/null 2>&1 &)
+  # (Once this call is over, that is the control pipe again.)
+  (sh -c 'while :; do case "$(readlink /proc/1/fd/0)" in pipe:*) cat /proc/1/fd/0 >/dev/null ;; *) sleep 0.01 ;; esac; done' </dev/null >/dev/null 2>&1 &)
   (sh -c 'while :; do echo capsule-reset-done > /proc/1/fd/1; echo capsule-clean > /proc/1/fd/1; echo alive > /tmp/leak-bg; sleep 0.01; done' </dev/null >/dev/null 2>&1 &)
   sleep 0.2; echo left ;;
+inject)
+  # Queue a hidden call of its own on PID 1's stdin, to run after this one ends and leave state behind.
+  # (PID 1's stdin is the deadline fifo while it waits for this call; its control pipe is another of its fds.)
+  for f in /proc/1/fd/*; do
+    case "$f" in */1|*/2) continue ;; esac
+    case "$(readlink "$f")" in pipe:*) printf 'run 0123456789abcdef0123456789abcdef 6 30\nleave\n' > "$f" ;; esac
+  done
+  echo left ;;
 probe)
   sleep 0.2
   echo "host:$(hostname)"
@@ -206,6 +215,18 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
         expect(left.stdout).toMatch(/^left$/m);
         expectUntouched(await probe(runner), baseline);
       }
+    } finally {
+      await runner.close();
+    }
+  });
+
+  it('a call that queues a hidden call of its own on PID 1 for after it ends leaves nothing either', async () => {
+    const runner = oneContainer();
+    try {
+      const baseline = await probe(runner);
+      const left = await runner.run({ capability, input: 'inject\n' });
+      expect(left).toMatchObject({ exitCode: 0, stdout: 'left\n' });
+      expectUntouched(await probe(runner), baseline);
     } finally {
       await runner.close();
     }
