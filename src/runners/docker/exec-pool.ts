@@ -60,6 +60,9 @@ const KEEPALIVE_SCRIPT = [
   '  run)',
   // One call: its input is the next $n bytes of stdin, its deadline is PID 1's own `read -t` on a private fifo
   // (as in call.ts's watchdog); its exit status comes back on the fifo and goes out after its output.
+  // Never past the container's own lifetime, whoever wrote the line (a call can write to this pipe too).
+  '    case "$run" in ""|*[!0-9.]*) run=1 ;; esac',
+  '    [ "${run%.*}" -lt "$left" ] 2>/dev/null || run=$left',
   '    f=/tmp/.capsule-run-$arg',
   '    $bb mkfifo -m 600 "$f" "$f.in" && exec 4<>"$f" || { echo "capsule-end $arg 125"; continue; }',
   // The input goes through its own fifo, so the call's status never waits for input it did not read.
@@ -85,7 +88,7 @@ const MAX_USES = 50;
 /** No call starts in a warm container with less lifetime left than its timeout plus this. */
 const LIFE_MARGIN_MS = 2000;
 /** How long the keep-alive and the check may take before the reset counts as failed. */
-const RESET_TIMEOUT_MS = 5000;
+const RESET_TIMEOUT_MS = 2000;
 /** One multiplexed frame of the Engine API's attach stream (see demux.ts). */
 function frame(type: number, payload: Buffer): Buffer {
   const header = Buffer.alloc(8);
