@@ -1,6 +1,6 @@
 // Docker runner latency: a bare, hardened dockerode create→attach→start→wait→remove (the naive floor)
-// vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs the
-// opt-in warm exec pool (docker.reusable). Measured alternately in one process so noise hits all three.
+// vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs
+// reset-reusable containers (docker.reusable). Measured alternately in one process so noise hits all three.
 import Docker from 'dockerode';
 import { PassThrough } from 'node:stream';
 import { stats } from './stats.mjs';
@@ -108,6 +108,58 @@ export async function benchDocker({ root, iterations = 30 }) {
     await fresh.close();
     await warm.close();
   }
+  // Under load: calls back to back (no pause for the pool to refill) and 4 callers at once, on the default
+  // path and on reset-reusable containers (docker.reusable). Each row's median is wall time per call
+  // (total / calls), against the same bare floor; the calls/s rows are the same runs as throughput.
+  const loadRows = [];
+  const BARE = 'docker: bare dockerode hardened create+attach+start+wait+remove';
+  const calls = Math.max(16, iterations * 2);
+  async function load(label, capability, callers) {
+    const runner = new DockerRunner({ engine });
+    try {
+      // Warm-up at the same concurrency: the pool has seen this configuration and sized itself to the demand.
+      for (let i = 0; i < 8; i++)
+        await Promise.all(
+          Array.from({ length: callers }, async () => check(await runner.run({ capability, input }))),
+        );
+      await new Promise((r) => setTimeout(r, 300));
+      const each = [];
+      const t0 = performance.now();
+      await Promise.all(
+        Array.from({ length: callers }, async () => {
+          for (let i = 0; i < Math.ceil(calls / callers); i++)
+            each.push(await timed(async () => check(await runner.run({ capability, input }))));
+        }),
+      );
+      const wall = performance.now() - t0;
+      const perCall = wall / each.length;
+      const latency = stats(each);
+      loadRows.push(
+        {
+          name: `docker: ${label}, wall per call`,
+          n: each.length,
+          median: perCall,
+          p95: latency.p95,
+          floor: BARE,
+        },
+        {
+          name: `docker: ${label}, calls/s`,
+          n: each.length,
+          median: perCall,
+          p95: undefined,
+          perSecond: 1000 / perCall,
+        },
+        { name: `docker: ${label}, latency per call`, ...latency, floor: BARE },
+      );
+    } finally {
+      await runner.close();
+    }
+  }
+  await load('default, back-to-back', base, 1);
+  await load('default, 4 concurrent callers', base, 4);
+  await load('reset-reusable, back-to-back', reusable, 1);
+  await load('reset-reusable, 4 concurrent callers', reusable, 4);
+
   // gVisor, when the engine has it: the same default path under runsc (fewer rounds: it is slower).
   const gvisorRows = [];
   if ((await engine.info()).runtimes.includes('runsc')) {
@@ -133,17 +185,22 @@ export async function benchDocker({ root, iterations = 30 }) {
     });
   }
   return [
-    { name: 'docker: bare dockerode hardened create+attach+start+wait+remove', isFloor: true, ...stats(samples.bare) },
+    {
+      name: 'docker: bare dockerode hardened create+attach+start+wait+remove',
+      isFloor: true,
+      ...stats(samples.bare),
+    },
     {
       name: 'docker: capsule default (fresh container, prewarmed)',
       ...stats(samples.fresh),
       floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
     },
     {
-      name: 'docker: capsule exec pool (docker.reusable, state leaks)',
+      name: 'docker: capsule reset-reusable (docker.reusable, reset and verified between calls)',
       ...stats(samples.warm),
       floor: 'docker: bare dockerode hardened create+attach+start+wait+remove',
     },
+    ...loadRows,
     ...gvisorRows,
   ];
 }
@@ -154,8 +211,13 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const path = await import('node:path');
   const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
   const rows = await benchDocker({ root, iterations: Number(process.env.ITERATIONS ?? 30) });
-  for (const r of rows)
-    process.stdout.write(
-      `${r.name.padEnd(72)} median ${r.median.toFixed(0)} ms  p95 ${r.p95.toFixed(0)} ms\n`,
-    );
+  const byName = new Map(rows.map((r) => [r.name, r]));
+  for (const r of rows) {
+    const floor = r.floor === undefined ? undefined : byName.get(r.floor);
+    const tail =
+      r.perSecond !== undefined
+        ? `${r.perSecond.toFixed(1)} calls/s`
+        : `median ${r.median.toFixed(0)} ms  p95 ${r.p95 === undefined ? '-' : r.p95.toFixed(0)} ms${floor ? `  ${(r.median / floor.median).toFixed(2)}x bare` : ''}`;
+    process.stdout.write(`${r.name.padEnd(72)} ${tail}\n`);
+  }
 }

@@ -17,6 +17,8 @@ export interface PreparedContainer {
   parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
+  /** Removes it when it stays unused (PrewarmPool). */
+  idleTimer?: NodeJS.Timeout | undefined;
   /** Output that arrived while parked (only the watchdog's own lines): handed to the call, once. */
   takeEarly?: (() => Buffer[]) | undefined;
 }
@@ -33,8 +35,8 @@ export interface PreparedContainer {
  *   the shell's own poll, not a process the capability (same user) could kill. The child's exit status
  *   arrives on the fifo and becomes the container's; at the deadline PID 1 exits, and the kernel kills every
  *   process of the container with it. Anything the capability does to the fifo can only end it sooner.
- * - Exec'd into a warm container (exec-pool.ts), it is not PID 1: at the deadline it asks PID 1 to end the
- *   container instead.
+ * - Run anywhere but as PID 1, at the deadline it asks PID 1 to end the container instead. (Reset-reusable
+ *   containers, exec-pool.ts, hold each call's deadline in their own PID 1.)
  */
 const WATCHDOG_SCRIPT = [
   'run=$1 idle=$2 bb=$3; shift 3',
@@ -47,7 +49,7 @@ const WATCHDOG_SCRIPT = [
   '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
   'exec 3<&-',
   'read -r -t "$run" s <&4 && exit "$s"',
-  // Run by exec in a warm container (not PID 1): its PID 1 ends the container on USR1 (see exec-pool.ts).
+  // Not PID 1 (run by exec): PID 1 ends the container on USR1 (see exec-pool.ts).
   '[ "$$" = 1 ] || kill -USR1 1 2>/dev/null',
   'exit 137',
 ].join('\n');
@@ -88,11 +90,6 @@ export function watchdogEntrypoint(
     parkedIdleMs === undefined ? '0' : seconds(parkedIdleMs),
     tools.bb,
   ];
-}
-
-/** The command of one exec in a warm container, under the same deadline. */
-export function watchdogCommand(runMs: number, cmd: readonly string[], tools: WatchdogTools): string[] {
-  return [...watchdogEntrypoint(runMs, undefined, tools), ...cmd];
 }
 
 /** Milliseconds as the decimal seconds busybox `read -t` takes. */

@@ -125,6 +125,7 @@ export class DockerodeEngine implements DockerEngine {
           Target: m.target,
           ReadOnly: m.readOnly,
         })),
+        ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
         LogConfig: { Type: spec.logDriver, Config: {} },
         AutoRemove: false,
       },
@@ -151,6 +152,16 @@ export class DockerodeEngine implements DockerEngine {
   async inspect(id: string): Promise<ContainerState> {
     const info = await this.docker.getContainer(id).inspect();
     return { running: info.State.Running, exitCode: info.State.ExitCode, oomKilled: info.State.OOMKilled };
+  }
+
+  async processes(id: string): Promise<number[]> {
+    const top = (await this.docker.getContainer(id).top({ ps_args: '-o pid' })) as {
+      Titles?: string[];
+      Processes?: string[][];
+    };
+    const at = (top.Titles ?? []).indexOf('PID');
+    if (at < 0) throw new Error('the engine listed the container processes without a PID column');
+    return (top.Processes ?? []).map((row) => Number(row[at]));
   }
 
   async kill(id: string): Promise<void> {

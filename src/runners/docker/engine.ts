@@ -43,6 +43,8 @@ export interface ContainerSpec {
   ulimits: Array<{ name: string; soft: number; hard: number }>;
   tmpfs: Record<string, string>;
   mounts: Mount[];
+  /** Namespaced kernel parameters of the container (IPC ones only: the container has its own IPC namespace). */
+  sysctls?: Record<string, string> | undefined;
   /** Logging driver; `none` keeps an output flood from being written to the engine's disk. */
   logDriver: string;
 }
@@ -83,6 +85,11 @@ export interface DockerEngine {
   /** Resolves with the exit code once the container is not running. */
   wait(id: string): Promise<number>;
   inspect(id: string): Promise<ContainerState>;
+  /**
+   * Host pids of every process in the container (zombies included), as the engine sees them from outside:
+   * nothing inside the container can change this answer.
+   */
+  processes(id: string): Promise<number[]>;
   kill(id: string): Promise<void>;
   remove(id: string): Promise<void>;
   listContainers(labelFilters: string[]): Promise<ContainerSummary[]>;

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
@@ -5,7 +6,6 @@ import {
   WATCHDOG_GRACE_MS,
   finishedOutcome,
   seconds,
-  watchdogCommand,
   type CallOutcome,
   type KilledBy,
   type WatchdogTools,
@@ -18,46 +18,190 @@ import { ROLE_LABEL } from './labels.js';
 /**
  * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
  * stdin open, and at most its lifetime: EOF (capsule's attach connection is gone, e.g. capsule was killed) or
- * the timeout ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
+ * the deadline ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
+ * Between calls capsule resets it in two steps (see ExecPool.reset):
+ * - `reset`: kill every other process of the container (`kill -9 -1` spares only PID 1, atomically with
+ *   respect to fork), then reap the orphans (each external command it waits for collects the zombies ahead of
+ *   it) until PID 1 is alone, and say so. That line is only a hint: any process of the container can write to
+ *   /proc/1/fd/1, so capsule then asks the engine, from outside, which processes the container has.
+ * - `check NONCE`, sent only once the engine shows PID 1 alone (so nothing else can read the nonce): wipe every
+ *   place the sandbox user can write (the tmpfs /tmp, /dev/shm for POSIX shm, /dev/mqueue for POSIX message
+ *   queues), then check that no process but PID 1 (and its own helpers) exists, those folders are empty, and
+ *   no SysV shm segment, semaphore set or message queue is left. Only the line `capsule-clean NONCE` passes.
  */
-const KEEPALIVE_SCRIPT = 'trap "exit 137" USR1 TERM; read -r -t "$1" _; exit 0';
-/** A warm container is retired after this many calls, bounding how much state can pile up. */
+const KEEPALIVE_SCRIPT = [
+  'trap "exit 137" USR1 TERM',
+  'bb=$2 end=$1',
+  'shift 2',
+  'end=$(( $($bb date +%s) + end ))',
+  'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
+  'left() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 0; fi; done; return 1; }',
+  'clean() {',
+  '  for dir in /tmp /dev/shm /dev/mqueue; do',
+  '    left "$dir" || continue',
+  // One rm for the usual leftovers; folders the call made unreadable get their modes back first.
+  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    left "$dir" || continue',
+  '    $bb chmod -R u+rwX -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
+  '    left "$dir" && return 1',
+  '  done',
+  '  for t in shm sem msg; do',
+  '    [ -r /proc/sysvipc/$t ] || return 1',
+  '    { read -r _; if read -r _; then return 1; fi; } < /proc/sysvipc/$t',
+  '  done',
+  '  alone',
+  '}',
+  'while :; do',
+  '  left=$(( end - $($bb date +%s) ))',
+  '  [ "$left" -gt 0 ] || exit 0',
+  '  read -r -t "$left" cmd arg n run || exit 0',
+  '  case "$cmd" in',
+  '  run)',
+  // One call: its input is the next $n bytes of stdin, its deadline is PID 1's own `read -t` on a private fifo
+  // (as in call.ts's watchdog); its exit status comes back on the fifo and goes out after its output.
+  // Never past the container's own lifetime, whoever wrote the line (a call can write to this pipe too).
+  '    case "$run" in ""|*[!0-9.]*) run=1 ;; esac',
+  '    [ "${run%.*}" -lt "$left" ] 2>/dev/null || run=$left',
+  '    f=/tmp/.capsule-run-$arg',
+  '    $bb mkfifo -m 600 "$f" "$f.in" && exec 4<>"$f" || { echo "capsule-end $arg 125"; continue; }',
+  // The input goes through its own fifo, so the call's status never waits for input it did not read.
+  '    exec 3<&0',
+  '    $bb head -c "$n" <&3 >"$f.in" 3<&- 4>&- &',
+  '    { "$@" <"$f.in" 3<&- 4>&-; echo "$?" >&4; } &',
+  '    exec 3<&-',
+  '    read -r -t "$run" s <&4 || exit 137',
+  '    exec 4>&-',
+  '    echo "capsule-end $arg $s" ;;',
+  '  reset)',
+  '    kill -9 -1 2>/dev/null',
+  '    n=0',
+  '    until alone || [ "$n" -ge 500 ]; do n=$((n+1)); $bb usleep 2000; done',
+  '    echo capsule-reset-done ;;',
+  '  check)',
+  '    if clean; then echo "capsule-clean $arg"; else echo "capsule-dirty $arg"; fi ;;',
+  '  esac',
+  'done',
+].join('\n');
+/** A warm container is retired after this many calls, bounding how long one container serves. */
 const MAX_USES = 50;
-const STREAM_DRAIN_MS = 2000;
-/** Idle warm containers kept per capability configuration (more only exist while calls overlap). */
-const MAX_IDLE = 2;
 /** No call starts in a warm container with less lifetime left than its timeout plus this. */
 const LIFE_MARGIN_MS = 2000;
+/** How long the keep-alive and the check may take before the reset counts as failed. */
+const RESET_TIMEOUT_MS = 2000;
+/** One multiplexed frame of the Engine API's attach stream (see demux.ts). */
+function frame(type: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(8);
+  header[0] = type;
+  header.writeUInt32BE(payload.length, 4);
+  return Buffer.concat([header, payload]);
+}
+
+/** Splits the attach stream into whole frames, so each can go to whoever reads the container now. */
+class FrameSplitter {
+  private pending: Buffer = Buffer.alloc(0);
+
+  push(chunk: Buffer, emit: (type: number, payload: Buffer) => void): void {
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    while (this.pending.length >= 8) {
+      const size = this.pending.readUInt32BE(4);
+      if (this.pending.length < 8 + size) return;
+      emit(this.pending[0] ?? 1, this.pending.subarray(8, 8 + size));
+      this.pending = this.pending.subarray(8 + size);
+    }
+  }
+}
+
+/** Lines of `text` that are exactly `line`. */
+function lineCount(text: string, line: string): number {
+  return text.split('\n').filter((l) => l === line).length;
+}
+
+/** What the keep-alive may write over a container's life before it is treated as tampered with. */
+const KEEPALIVE_OUTPUT_BYTES = 64 * 1024;
+
+export interface ExecPoolOptions {
+  /** How long a warm container lives at most (its own deadline, held inside it). Default 300000. */
+  lifeMs?: number | undefined;
+  /** Containers per configuration at most: calls in flight, resetting, starting and idle. Default 8. */
+  maxPerKey?: number | undefined;
+  /** An idle container unused this long is removed (the pool shrinks back when calls stop). Default 15000. */
+  idleMs?: number | undefined;
+}
 
 interface Warm {
   id: string;
+  /** Host pid of its PID 1 (the keep-alive), as the engine listed it right after the start. */
+  initPid: number;
   uses: number;
   startedAt: number;
   /** Its own lifetime (held inside it by the keep-alive). */
   lifeMs: number;
   /** Held open for the container's life: closing it (or capsule dying) ends the container. */
   stdin: Duplex;
+  /** The keep-alive's own output (reset acknowledgements), and anything written between calls. */
+  output: OutputDemuxer;
+  /** The call in progress: receives every frame of the container's output while it runs. */
+  sink?: ((type: number, payload: Buffer) => void) | undefined;
   dead: boolean;
+  /** Removes it when it stays idle too long. */
+  idleTimer?: NodeJS.Timeout | undefined;
 }
 
+interface Waiter {
+  timeoutMs: number;
+  resolve: (warm: Warm) => void;
+  reject: (err: unknown) => void;
+}
+
+interface KeyState {
+  spec: ContainerSpec;
+  tools: WatchdogTools;
+  idle: Warm[];
+  waiters: Waiter[];
+  /** Containers being started or reset for this key: each becomes available (or fails) soon. */
+  coming: number;
+  busy: number;
+  /** How many to keep ready: grows when a call finds none ready, shrinks when they sit idle. */
+  target: number;
+  /** Calls that got a container so far. */
+  served: number;
+}
+
+/** Why a call did not get a container: it was canceled while it waited. */
+class WaitCanceled extends Error {}
+
 /**
- * Opt-in for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
- * instead of starting a fresh one (~4x faster). STATE LEAKS between calls of the same capability:
- * files in /tmp, background processes, memory use all persist (documented in docs/runners.md).
- * The hardening (no network, read-only rootfs, caps dropped, limits) is the same as for fresh containers;
- * limits apply to the container as a whole. A timed-out, canceled, flooding or OOM-killed call retires it.
+ * Warm containers for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
+ * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (KEEPALIVE_SCRIPT):
+ * every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped, SysV IPC empty (the container's
+ * private IPC namespace has kernel.shm_rmid_forced, so a segment goes with its last process); its environment
+ * and working directory come from the spec on every exec. A container whose reset cannot be verified is
+ * removed, never reused (fail closed). The hardening (no network, read-only rootfs, caps dropped, limits) is
+ * the same as for fresh containers; a timed-out, canceled, flooding or OOM-killed call retires its container.
+ * Containers are started ahead as demand shows (a call that finds none ready raises the count kept ready,
+ * bounded by maxPerKey) and removed again when they sit idle; resets run after the result is returned.
  */
 export class ExecPool {
   private readonly engine: DockerEngine;
-  private readonly idle = new Map<string, Warm[]>();
+  private readonly keys = new Map<string, KeyState>();
   private readonly busy = new Set<string>();
+  private readonly pending = new Set<Promise<unknown>>();
   private readonly lifeMs: number;
+  private readonly maxPerKey: number;
+  private readonly idleMs: number;
   private closed = false;
 
-  /** `lifeMs`: how long a warm container lives at most (its own deadline, held inside it). */
-  constructor(engine: DockerEngine, lifeMs = 300_000) {
+  constructor(engine: DockerEngine, options: ExecPoolOptions = {}) {
     this.engine = engine;
-    this.lifeMs = lifeMs;
+    this.lifeMs = options.lifeMs ?? 300_000;
+    this.maxPerKey = Math.max(1, options.maxPerKey ?? 8);
+    this.idleMs = options.idleMs ?? 15_000;
+  }
+
+  /** Whether a spec can be reset at all: kill -9 -1 and the IPC check need the container's own namespaces. */
+  static resettable(spec: ContainerSpec): boolean {
+    return spec.pidMode !== 'host' && spec.ipcMode !== 'host';
   }
 
   async run(
@@ -69,21 +213,27 @@ export class ExecPool {
     tools: WatchdogTools,
   ): Promise<CallOutcome> {
     const limits = capability.manifest.limits;
-    if (signal?.aborted === true) {
-      return {
-        exitCode: null,
-        signal: null,
-        stdout: '',
-        stderr: '',
-        timedOut: false,
-        canceled: true,
-        truncated: false,
-        oomKilled: false,
-        started: false,
-      };
+    const canceled: CallOutcome = {
+      exitCode: null,
+      signal: null,
+      stdout: '',
+      stderr: '',
+      timedOut: false,
+      canceled: true,
+      truncated: false,
+      oomKilled: false,
+      started: false,
+    };
+    if (signal?.aborted === true) return canceled;
+    let warm: Warm;
+    try {
+      warm = await this.take(key, spec, tools, limits.timeoutMs, signal);
+    } catch (err) {
+      if (err instanceof WaitCanceled) return canceled;
+      throw err;
     }
-    const warm =
-      this.takeIdle(key, limits.timeoutMs) ?? (await this.startWarm(spec, tools, limits.timeoutMs));
+    // Counted busy from its handover on (take/offer), so supply() never sees it missing.
+    const state = this.stateFor(key, spec, tools);
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
@@ -99,38 +249,12 @@ export class ExecPool {
     const onAbort = (): void => kill('abort');
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      let exec;
-      try {
-        exec = await this.engine.exec(warm.id, {
-          cmd: watchdogCommand(limits.timeoutMs + WATCHDOG_GRACE_MS, spec.cmd, tools),
-          user: spec.user,
-          workingDir: spec.workingDir,
-          env: spec.env,
-        });
-      } catch (err) {
-        retire = true;
-        throw new CapsuleError('RUNNER_FAILED', `exec in the warm container failed: ${engineMessage(err)}`, {
-          file: capability.manifestPath,
-        });
-      }
-      const { stream, execId } = exec;
-      stream.on('error', () => {});
-      const ended = new Promise<void>((resolve) => {
-        stream.once('end', resolve);
-        stream.once('close', resolve);
-      });
-      stream.on('data', (chunk: Buffer) => demux.push(chunk));
-      stream.end(input);
-      await ended;
-      let code: number | null = null;
-      const deadline = Date.now() + STREAM_DRAIN_MS;
-      while (code === null && Date.now() < deadline) {
-        code = await this.engine.execExitCode(execId).catch(() => -1);
-        if (code === null) await new Promise((r) => setTimeout(r, 10));
-      }
+      const code = await this.runInKeepalive(warm, input, limits.timeoutMs + WATCHDOG_GRACE_MS, demux);
+      // Killed by us, or the container ended: it is not reused either way.
+      if (code === null) retire = true;
       let oomKilled = false;
       if (killedBy === undefined && code === 137) {
-        // The engine sets State.OOMKilled only when a container exits, not for one exec'd process, so
+        // The engine sets State.OOMKilled only when a container exits, not for one process in it, so
         // ask the container's memory cgroup (v1 memory.oom_control, v2 memory.events) for its OOM kills.
         // A warm container is retired after any OOM, so a non-zero count is this call's.
         oomKilled = (await this.oomKills(warm.id, spec, tools)) > 0;
@@ -141,31 +265,289 @@ export class ExecPool {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
       this.busy.delete(warm.id);
+      state.busy--;
       warm.uses++;
-      if (
-        retire ||
-        this.closed ||
-        warm.dead ||
-        warm.uses >= MAX_USES ||
-        (this.idle.get(key)?.length ?? 0) >= MAX_IDLE
-      ) {
-        warm.stdin.destroy();
-        await this.engine.remove(warm.id).catch(() => {});
+      if (retire || this.closed || warm.dead || warm.uses >= MAX_USES) {
+        this.discard(warm);
+        this.supply(state);
       } else {
-        const list = this.idle.get(key) ?? [];
-        list.push(warm);
-        this.idle.set(key, list);
+        // Off the result's path: the next call takes another ready container meanwhile, or waits for this one.
+        state.coming++;
+        this.track(
+          this.reset(warm).then((clean) => {
+            state.coming--;
+            if (clean) this.offer(state, warm);
+            else {
+              this.discard(warm);
+              this.supply(state);
+            }
+          }),
+        );
       }
     }
   }
 
+  /**
+   * Run one call through the keep-alive (no exec: a fork in the container instead of a runtime exec). The call
+   * is named by a fresh nonce, sent only once the container is verified alone with PID 1; its output is what
+   * arrives until PID 1's `capsule-end NONCE STATUS` (held back from the call's stdout). Null when the container
+   * ended first (killed, deadline, engine).
+   */
+  private runInKeepalive(
+    warm: Warm,
+    input: string,
+    runMs: number,
+    demux: OutputDemuxer,
+  ): Promise<number | null> {
+    const nonce = randomBytes(16).toString('hex');
+    const marker = Buffer.from(`capsule-end ${nonce} `);
+    const bytes = Buffer.from(input);
+    return new Promise<number | null>((resolve) => {
+      let held: Buffer = Buffer.alloc(0);
+      const finish = (code: number | null): void => {
+        warm.sink = undefined;
+        warm.stdin.off('close', onClose);
+        resolve(code);
+      };
+      const onClose = (): void => {
+        if (held.length > 0) demux.push(frame(1, held));
+        finish(null);
+      };
+      warm.sink = (type, payload) => {
+        if (type !== 1) {
+          demux.push(frame(type, payload));
+          return;
+        }
+        held = Buffer.concat([held, payload]);
+        const at = held.indexOf(marker);
+        if (at >= 0) {
+          const end = held.indexOf(0x0a, at);
+          if (end < 0) return;
+          if (at > 0) demux.push(frame(1, held.subarray(0, at)));
+          const status = held.subarray(at + marker.length, end).toString();
+          finish(/^\d{1,3}$/.test(status) ? Number(status) : null);
+          return;
+        }
+        // Keep only what could be the start of the marker; the rest is the call's output.
+        const keep = marker.length + 8;
+        if (held.length > keep) {
+          demux.push(frame(1, held.subarray(0, held.length - keep)));
+          held = Buffer.from(held.subarray(held.length - keep));
+        }
+      };
+      warm.stdin.once('close', onClose);
+      if (warm.dead) {
+        onClose();
+        return;
+      }
+      warm.stdin.write(`run ${nonce} ${bytes.length} ${seconds(runMs)}\n`);
+      warm.stdin.write(bytes);
+    });
+  }
+
+  /** Containers per configuration right now, by state (for tests and the bench). */
+  counts(key: string): { idle: number; coming: number; busy: number; target: number } {
+    const s = this.keys.get(key);
+    return { idle: s?.idle.length ?? 0, coming: s?.coming ?? 0, busy: s?.busy ?? 0, target: s?.target ?? 0 };
+  }
+
+  /**
+   * Reset a used container and verify it (see KEEPALIVE_SCRIPT): true only when, after the reset, the engine
+   * lists PID 1 as the container's only process, and PID 1 then answers the check with the fresh nonce.
+   * Any failure, timeout or tampering means false: the container is discarded.
+   */
+  private async reset(warm: Warm): Promise<boolean> {
+    if (warm.dead || this.closed) return false;
+    try {
+      const before = lineCount(warm.output.stdout(), 'capsule-reset-done');
+      warm.stdin.write('reset\n');
+      if (!(await this.outputUntil(warm, (out) => lineCount(out, 'capsule-reset-done') > before)))
+        return false;
+      // The hint may be forged; the engine's process list is not.
+      const pids = await this.engine.processes(warm.id);
+      if (pids.length !== 1 || pids[0] !== warm.initPid) return false;
+      const nonce = randomBytes(16).toString('hex');
+      warm.stdin.write(`check ${nonce}\n`);
+      let verdict: boolean | undefined;
+      const answered = await this.outputUntil(warm, (out) => {
+        const lines = out.split('\n');
+        if (lines.includes(`capsule-clean ${nonce}`)) verdict = true;
+        else if (lines.some((l) => l.endsWith(` ${nonce}`))) verdict = false;
+        return verdict !== undefined;
+      });
+      return answered && verdict === true && !warm.dead && !warm.output.truncated;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Wait until the keep-alive's output satisfies `done` (false on timeout, tampering or the container's end). */
+  private outputUntil(warm: Warm, done: (out: string) => boolean): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const check = (): void => {
+        if (warm.dead || warm.output.truncated) finish(false);
+        else if (done(warm.output.stdout())) finish(true);
+      };
+      const finish = (ok: boolean): void => {
+        clearTimeout(timer);
+        warm.stdin.off('data', onData);
+        warm.stdin.off('close', onClose);
+        resolve(ok);
+      };
+      // Listeners run in order: startWarm's, which pushes the chunk into warm.output, comes first.
+      const onData = (): void => check();
+      const onClose = (): void => finish(false);
+      const timer = setTimeout(() => finish(false), RESET_TIMEOUT_MS);
+      warm.stdin.on('data', onData);
+      warm.stdin.once('close', onClose);
+      check();
+    });
+  }
+
+  private stateFor(key: string, spec: ContainerSpec, tools: WatchdogTools): KeyState {
+    let state = this.keys.get(key);
+    if (state === undefined) {
+      state = { spec, tools, idle: [], waiters: [], coming: 0, busy: 0, target: 0, served: 0 };
+      this.keys.set(key, state);
+    }
+    return state;
+  }
+
+  /** A clean container with lifetime enough for the call: ready now, or the next one reset or started. */
+  private take(
+    key: string,
+    spec: ContainerSpec,
+    tools: WatchdogTools,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Warm> {
+    if (this.closed)
+      return Promise.reject(new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed'));
+    const state = this.stateFor(key, spec, tools);
+    for (let warm = state.idle.pop(); warm !== undefined; warm = state.idle.pop()) {
+      clearTimeout(warm.idleTimer);
+      if (this.lifeLeft(warm, timeoutMs)) {
+        state.busy++;
+        state.served++;
+        // Keep one more ready than is in use when calls come back to back.
+        this.supply(state);
+        return Promise.resolve(warm);
+      }
+      this.discard(warm);
+    }
+    // None ready for a configuration that has run before: demand is higher than what is kept ready. (Not
+    // on its first call, so a one-shot process never starts a container it will not use.)
+    if (state.served > 0) state.target = Math.min(this.maxPerKey, state.target + 1);
+    state.served++;
+    return new Promise<Warm>((resolve, reject) => {
+      const waiter: Waiter = {
+        timeoutMs,
+        resolve: (warm) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(warm);
+        },
+        reject: (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      };
+      const onAbort = (): void => {
+        const at = state.waiters.indexOf(waiter);
+        if (at >= 0) state.waiters.splice(at, 1);
+        reject(new WaitCanceled());
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      state.waiters.push(waiter);
+      this.supply(state);
+    });
+  }
+
+  /** Start containers until every waiter has one coming and `target` are ready or coming, within the bound. */
+  private supply(state: KeyState): void {
+    if (this.closed) return;
+    const total = (): number => state.idle.length + state.coming + state.busy;
+    while (
+      (state.waiters.length > state.coming || state.idle.length + state.coming < state.target) &&
+      total() < this.maxPerKey
+    ) {
+      state.coming++;
+      const timeoutMs = Math.max(0, ...state.waiters.map((w) => w.timeoutMs));
+      this.track(
+        this.startWarm(state, timeoutMs).then(
+          (warm) => {
+            state.coming--;
+            this.offer(state, warm);
+          },
+          (err: unknown) => {
+            state.coming--;
+            // Only a call that has nothing else coming learns of the failure.
+            if (state.waiters.length > state.coming) state.waiters.shift()?.reject(err);
+          },
+        ),
+      );
+    }
+  }
+
+  /** A clean container: to the longest-waiting call it can serve, else ready (or removed past the bound). */
+  private offer(state: KeyState, warm: Warm): void {
+    if (this.closed || warm.dead) {
+      this.discard(warm);
+      this.supply(state);
+      return;
+    }
+    const waiter = state.waiters.shift();
+    if (waiter !== undefined) {
+      if (this.lifeLeft(warm, waiter.timeoutMs)) {
+        state.busy++;
+        waiter.resolve(warm);
+        return;
+      }
+      state.waiters.unshift(waiter);
+      this.discard(warm);
+      this.supply(state);
+      return;
+    }
+    state.idle.push(warm);
+    warm.idleTimer = setTimeout(() => {
+      const at = state.idle.indexOf(warm);
+      if (at < 0) return;
+      state.idle.splice(at, 1);
+      state.target = Math.max(0, state.target - 1);
+      this.discard(warm);
+    }, this.idleMs);
+    warm.idleTimer.unref();
+  }
+
+  private lifeLeft(warm: Warm, timeoutMs: number): boolean {
+    const left = warm.lifeMs - (performance.now() - warm.startedAt);
+    return !warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS;
+  }
+
+  private discard(warm: Warm): void {
+    clearTimeout(warm.idleTimer);
+    warm.dead = true;
+    warm.stdin.destroy();
+    this.track(this.engine.remove(warm.id).catch(() => {}));
+  }
+
+  private track(job: Promise<unknown>): void {
+    const tracked = job.catch(() => {}).finally(() => this.pending.delete(tracked));
+    this.pending.add(tracked);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
-    const warm = [...this.idle.values()].flat();
-    for (const w of warm) w.stdin.destroy();
-    const all = warm.map((w) => w.id);
-    this.idle.clear();
-    await Promise.all([...all, ...this.busy].map((id) => this.engine.remove(id).catch(() => {})));
+    const closedError = new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    for (const state of this.keys.values()) {
+      for (const w of state.waiters.splice(0)) w.reject(closedError);
+    }
+    const busy = [...this.busy];
+    await Promise.all(busy.map((id) => this.engine.remove(id).catch(() => {})));
+    // Starts and resets in flight end in discard() now that the pool is closed.
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    for (const state of this.keys.values()) for (const w of state.idle.splice(0)) this.discard(w);
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+    this.keys.clear();
   }
 
   private async oomKills(id: string, spec: ContainerSpec, tools: WatchdogTools): Promise<number> {
@@ -195,33 +577,38 @@ export class ExecPool {
     }
   }
 
-  /** An idle warm container with enough lifetime left for a call of `timeoutMs`; expired ones are removed. */
-  private takeIdle(key: string, timeoutMs: number): Warm | undefined {
-    const list = this.idle.get(key);
-    for (let warm = list?.pop(); warm !== undefined; warm = list?.pop()) {
-      const left = warm.lifeMs - (performance.now() - warm.startedAt);
-      if (!warm.dead && left > timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS) return warm;
-      warm.stdin.destroy();
-      void this.engine.remove(warm.id).catch(() => {});
-    }
-    return undefined;
-  }
-
-  private async startWarm(spec: ContainerSpec, tools: WatchdogTools, timeoutMs: number): Promise<Warm> {
+  private async startWarm(state: KeyState, timeoutMs: number): Promise<Warm> {
+    const { spec, tools } = state;
     // Long enough for at least this call, whatever its timeout.
     const lifeMs = Math.max(this.lifeMs, timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS);
     const id = await this.engine.createContainer({
       ...spec,
-      entrypoint: [...tools.sh, '-c', KEEPALIVE_SCRIPT, 'capsule-keepalive', seconds(lifeMs)],
-      cmd: [],
+      // Whole seconds: the keep-alive counts its deadline with shell arithmetic.
+      entrypoint: [
+        ...tools.sh,
+        '-c',
+        KEEPALIVE_SCRIPT,
+        'capsule-keepalive',
+        String(Math.ceil(lifeMs / 1000)),
+        tools.bb,
+      ],
+      // The capability's command: what the keep-alive runs for each call.
+      cmd: spec.cmd,
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
+      // A SysV shm segment goes away with its last user instead of outliving the call that made it.
+      sysctls: { ...spec.sysctls, 'kernel.shm_rmid_forced': '1' },
     });
     let stdin: Duplex | undefined;
+    let initPid: number;
     try {
       stdin = await this.engine.attach(id);
       stdin.on('error', () => {});
       await this.engine.start(id);
+      // Nothing but the keep-alive has run in it yet: its only process is PID 1.
+      const pids = await this.engine.processes(id);
+      if (pids.length !== 1 || pids[0] === undefined) throw new Error(`${pids.length} processes at start`);
+      initPid = pids[0];
     } catch (err) {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
@@ -229,14 +616,34 @@ export class ExecPool {
         hint: 'check the image and the engine (docker info); the keep-alive is busybox sh, from the image or mounted in by capsule',
       });
     }
-    const warm: Warm = { id, uses: 0, startedAt: performance.now(), lifeMs, stdin, dead: false };
+    const warm: Warm = {
+      id,
+      initPid,
+      uses: 0,
+      startedAt: performance.now(),
+      lifeMs,
+      stdin,
+      output: new OutputDemuxer(KEEPALIVE_OUTPUT_BYTES, () => {
+        warm.dead = true;
+      }),
+      dead: false,
+    };
     const gone = (): void => {
       warm.dead = true;
     };
     stdin.once('end', gone);
     stdin.once('close', gone);
-    // The keep-alive writes nothing; drain whatever arrives so the stream can end.
-    stdin.resume();
+    const frames = new FrameSplitter();
+    stdin.on('data', (chunk: Buffer) =>
+      frames.push(chunk, (type, payload) => {
+        if (warm.sink !== undefined) warm.sink(type, payload);
+        else warm.output.push(frame(type, payload));
+      }),
+    );
+    if (this.closed) {
+      this.discard(warm);
+      throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    }
     return warm;
   }
 }

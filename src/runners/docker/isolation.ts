@@ -12,9 +12,23 @@ export interface DockerIsolation {
   reasons: string[];
   /** Why the runner refuses to run it at all (empty when it may run). */
   refusals: Array<{ field: string; message: string }>;
+  /**
+   * How calls get their container: `fresh-container` (one per call, removed after it) or `reset-reusable`
+   * (`docker.reusable`: one container serves many calls and is reset and verified between them; a
+   * container whose reset cannot be verified is discarded).
+   */
+  mode: DockerMode;
   /** One line for `PermissionRequest.isolation` and `explain`. */
   summary: string;
 }
+
+export type DockerMode = 'fresh-container' | 'reset-reusable';
+
+const MODE_TEXT: Record<DockerMode, string> = {
+  'fresh-container': 'a fresh container per call',
+  'reset-reusable':
+    'reset-reusable: one container serves many calls, reset and verified between them (every process but its init killed; /tmp, /dev/shm, /dev/mqueue wiped; SysV IPC checked empty; discarded when the reset cannot be verified)',
+};
 
 const SOCKET_NAMES = new Set(['docker.sock', 'containerd.sock', 'podman.sock', 'dockershim.sock']);
 const HARDENED =
@@ -42,6 +56,7 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
       sandboxed: false,
       reasons: ['not a docker capability'],
       refusals: [],
+      mode: 'fresh-container',
       summary: 'docker: not a docker capability',
     };
   }
@@ -86,8 +101,15 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
 
   const runtime = docker.runtime === 'runsc' ? 'gVisor (runsc)' : 'runc';
   const sandboxed = reasons.length === 0;
+  // The reset kills with `kill -9 -1` and checks SysV IPC: only inside the container's own PID and IPC
+  // namespaces, and only where /proc/sysvipc exists (gVisor has none, so every check would fail). Otherwise
+  // calls get fresh containers instead.
+  const mode: DockerMode =
+    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host' && docker.runtime !== 'runsc'
+      ? 'reset-reusable'
+      : 'fresh-container';
   const summary = sandboxed
-    ? `docker ${runtime}, hardened: ${HARDENED}`
-    : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}`;
-  return { sandboxed, reasons, refusals, summary };
+    ? `docker ${runtime}, hardened: ${HARDENED}; ${MODE_TEXT[mode]}`
+    : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}; ${MODE_TEXT[mode]}`;
+  return { sandboxed, reasons, refusals, mode, summary };
 }

@@ -3,8 +3,15 @@ import { parkedIdleMs, prepareContainer } from './call.js';
 import type { PreparedContainer } from './call.js';
 
 export interface PrewarmPoolOptions {
-  /** Idle prepared containers kept per configuration. 0 disables prewarming. */
+  /** Idle prepared containers kept per configuration to begin with. 0 disables prewarming. */
   perKey: number;
+  /**
+   * What a configuration's count may grow to when calls find none ready (calls back to back or at once).
+   * Default 4 (at least perKey).
+   */
+  maxPerKey?: number | undefined;
+  /** A prepared container unused this long is removed and the count shrinks back by one. Default 15000. */
+  idleMs?: number | undefined;
   /** Configurations kept warm at once; the least recently used one is dropped past it. */
   maxKeys: number;
   /** A parked container this close to its idle deadline is not handed out (it could expire before its call). */
@@ -14,46 +21,62 @@ export interface PrewarmPoolOptions {
 /**
  * Containers created and attached ahead of time, one configuration (image, mounts, limits…) per key.
  * Every container is used for exactly one call and then removed: nothing is shared between calls,
- * the pool only moves create+attach off the call's critical path.
+ * the pool only moves create+attach(+start) off the call's critical path. How many are kept ready follows
+ * demand: a call that finds none ready raises its configuration's count (up to maxPerKey), prepared in
+ * parallel; one that sits unused for idleMs lowers it again.
  */
 export class PrewarmPool {
   private readonly engine: DockerEngine;
   private readonly options: PrewarmPoolOptions;
   private readonly idle = new Map<string, PreparedContainer[]>();
   private readonly filling = new Map<string, number>();
+  /** Containers kept ready per key (between perKey and maxPerKey). */
+  private readonly target = new Map<string, number>();
+  /** Calls waiting for a container already being prepared, per key. */
+  private readonly waiters = new Map<string, Array<(p: PreparedContainer | undefined) => void>>();
   private readonly pending = new Set<Promise<unknown>>();
+  private readonly maxPerKey: number;
+  private readonly idleMs: number;
   private closed = false;
 
   constructor(engine: DockerEngine, options: PrewarmPoolOptions) {
     this.engine = engine;
     this.options = options;
+    this.maxPerKey = Math.max(options.perKey, options.maxPerKey ?? 4);
+    this.idleMs = options.idleMs ?? 15_000;
   }
 
-  /** A prepared container for `spec`: an idle one when there is one, else prepared now. */
+  /**
+   * A prepared container for `spec`: an idle one when there is one; else the next one being prepared for
+   * this key when more are coming than calls wait for them; else prepared now.
+   */
   async take(key: string, spec: ContainerSpec): Promise<PreparedContainer> {
-    const list = this.idle.get(key);
-    let ready = list?.shift();
-    // Skip (and remove) any that died while waiting or are about to reach their idle deadline.
-    while (ready !== undefined && (ready.dead || this.expiring(ready, spec))) {
-      const gone = ready;
-      void this.engine.remove(gone.id).catch(() => {});
-      ready = list?.shift();
-    }
-    if (list !== undefined) {
-      // Re-insert: Map order is our LRU order.
-      this.idle.delete(key);
-      this.idle.set(key, list);
-    }
+    const ready = this.takeIdle(key, spec);
     if (ready !== undefined) return ready;
+    // Only a configuration the pool already prepares for shows demand (not a one-shot process's first call).
+    if (this.options.perKey > 0 && this.target.has(key)) {
+      // None ready: calls come faster than the pool is refilled.
+      this.target.set(key, Math.min(this.maxPerKey, this.targetOf(key) + 1));
+      const waiting = this.waiters.get(key) ?? [];
+      if ((this.filling.get(key) ?? 0) > waiting.length) {
+        const handed = await new Promise<PreparedContainer | undefined>((resolve) => {
+          waiting.push(resolve);
+          this.waiters.set(key, waiting);
+        });
+        if (handed !== undefined) return handed;
+      }
+    }
     return prepareContainer(this.engine, spec);
   }
 
-  /** Top the key up to `perKey` idle containers in the background. */
+  /** Top the key up to its current count of idle containers in the background, prepared in parallel. */
   refill(key: string, spec: ContainerSpec): void {
     if (this.closed || this.options.perKey <= 0) return;
+    if (!this.target.has(key)) this.target.set(key, this.options.perKey);
     const have = (this.idle.get(key)?.length ?? 0) + (this.filling.get(key) ?? 0);
-    for (let i = have; i < this.options.perKey; i++) {
+    for (let i = have; i < this.targetOf(key); i++) {
       this.filling.set(key, (this.filling.get(key) ?? 0) + 1);
+      let counted = false;
       const job = prepareContainer(this.engine, spec)
         .then(async (prepared) => {
           if (this.closed) {
@@ -61,18 +84,38 @@ export class PrewarmPool {
             await this.engine.remove(prepared.id);
             return;
           }
+          this.filling.set(key, (this.filling.get(key) ?? 1) - 1);
+          counted = true;
+          // A call already waiting for it takes it straight away.
+          const waiter = this.waiters.get(key)?.shift();
+          if (waiter !== undefined && !prepared.dead) {
+            waiter(prepared);
+            return;
+          }
+          waiter?.(undefined);
           const list = this.idle.get(key) ?? [];
           list.push(prepared);
           this.idle.delete(key);
           this.idle.set(key, list);
           // One that reaches its idle deadline exits on its own: drop it then, rather than at the next take.
           void prepared.ended.then(() => this.dropIdle(key, prepared));
+          // Unused for idleMs: demand went down, keep one fewer ready.
+          prepared.idleTimer = setTimeout(() => {
+            if (!this.dropIdle(key, prepared)) return;
+            this.target.set(key, Math.max(this.options.perKey, this.targetOf(key) - 1));
+          }, this.idleMs);
+          prepared.idleTimer.unref();
           await this.evict();
         })
         // A failed prewarm only costs the next call its head start.
         .catch(() => {})
         .finally(() => {
-          this.filling.set(key, (this.filling.get(key) ?? 1) - 1);
+          if (!counted) {
+            this.filling.set(key, (this.filling.get(key) ?? 1) - 1);
+            // Nothing comes for the call waiting longest: it prepares its own.
+            if ((this.waiters.get(key)?.length ?? 0) > (this.filling.get(key) ?? 0))
+              this.waiters.get(key)?.shift()?.(undefined);
+          }
           this.pending.delete(job);
         });
       this.pending.add(job);
@@ -88,6 +131,7 @@ export class PrewarmPool {
   /** Remove every idle container and wait for prewarms in flight. */
   async close(): Promise<void> {
     this.closed = true;
+    for (const list of this.waiters.values()) for (const w of list.splice(0)) w(undefined);
     await Promise.all([...this.pending]);
     const all = [...this.idle.values()].flat();
     this.idle.clear();
@@ -105,12 +149,38 @@ export class PrewarmPool {
     return performance.now() - prepared.parkedAt > idle - (this.options.parkedMarginMs ?? 0);
   }
 
-  private dropIdle(key: string, prepared: PreparedContainer): void {
+  private targetOf(key: string): number {
+    return this.target.get(key) ?? this.options.perKey;
+  }
+
+  private takeIdle(key: string, spec: ContainerSpec): PreparedContainer | undefined {
+    const list = this.idle.get(key);
+    let ready = list?.shift();
+    // Skip (and remove) any that died while waiting or are about to reach their idle deadline.
+    while (ready !== undefined && (ready.dead || this.expiring(ready, spec))) {
+      const gone = ready;
+      clearTimeout(gone.idleTimer);
+      void this.engine.remove(gone.id).catch(() => {});
+      ready = list?.shift();
+    }
+    if (list !== undefined) {
+      // Re-insert: Map order is our LRU order.
+      this.idle.delete(key);
+      this.idle.set(key, list);
+    }
+    clearTimeout(ready?.idleTimer);
+    return ready;
+  }
+
+  private dropIdle(key: string, prepared: PreparedContainer): boolean {
     const list = this.idle.get(key);
     const at = list?.indexOf(prepared) ?? -1;
-    if (list === undefined || at < 0) return;
+    if (list === undefined || at < 0) return false;
     list.splice(at, 1);
+    clearTimeout(prepared.idleTimer);
+    prepared.stream.destroy();
     void this.engine.remove(prepared.id).catch(() => {});
+    return true;
   }
 
   private async evict(): Promise<void> {

@@ -66,8 +66,13 @@ export interface DockerRunnerOptions {
   parkedIdleMs?: number | undefined;
   /** Configurations kept prewarmed at once. Default 8. */
   prewarmKeys?: number | undefined;
-  /** Warm containers reused through `exec` for capabilities marked `docker.reusable`. Default true. */
+  /**
+   * Reset-reusable containers (exec'd into, reset and verified between calls) for capabilities marked
+   * `docker.reusable`. Default true; false runs them in fresh containers too.
+   */
   execPool?: boolean | undefined;
+  /** Reset-reusable containers per configuration at most (in use, resetting and ready). Default 8. */
+  reusablePerKey?: number | undefined;
   /** CPU share per container, in cores. Default 1. */
   cpus?: number | undefined;
   /** Process environment: DOCKER_HOST and granted variables are read from it. Default process.env. */
@@ -136,7 +141,12 @@ export class DockerRunner implements Runner {
       maxKeys: options.prewarmKeys ?? 8,
     });
     this.execPool =
-      options.execPool === false ? undefined : new ExecPool(this.engine, options.parkedIdleMs ?? 300_000);
+      options.execPool === false
+        ? undefined
+        : new ExecPool(this.engine, {
+            lifeMs: options.parkedIdleMs ?? 300_000,
+            maxPerKey: options.reusablePerKey,
+          });
     if (options.handleProcessSignals === true) {
       this.signalHandler = (signal) => {
         process.removeListener('SIGINT', this.signalHandler as NodeJS.SignalsListener);
@@ -210,7 +220,7 @@ export class DockerRunner implements Runner {
     const signal =
       request.signal === undefined ? internal.signal : AbortSignal.any([request.signal, internal.signal]);
     const call =
-      docker.reusable && this.execPool !== undefined
+      this.resetReusable(capability) && this.execPool !== undefined
         ? this.execPool.run(
             specKey(spec),
             spec,
@@ -439,7 +449,7 @@ export class DockerRunner implements Runner {
         },
       );
     }
-    const reusable = capability.manifest.docker?.reusable === true;
+    const reusable = this.resetReusable(capability) && this.execPool !== undefined;
     // capsule's images carry the watchdog's busybox sh; any other image gets it mounted in.
     const ownImage = this.ownImage(capability);
     const toolsVolume = ownImage ? undefined : await this.toolsVolume();
@@ -462,6 +472,11 @@ export class DockerRunner implements Runner {
           ),
       toolsVolume,
     });
+  }
+
+  /** Calls share one container, reset and verified between them (see isolation.ts, exec-pool.ts). */
+  private resetReusable(capability: Capability): boolean {
+    return dockerIsolation(capability).mode === 'reset-reusable';
   }
 
   private ownImage(capability: Capability): boolean {

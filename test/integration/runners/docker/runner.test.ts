@@ -252,7 +252,7 @@ describe('DockerRunner', () => {
     expect(await engine.listContainers([mine, 'capsule.capability=pooled'])).toEqual([]);
   });
 
-  it('reusable capabilities use the warm exec pool: faster, and state leaks between calls (documented)', async () => {
+  it('reusable capabilities reuse a container, reset between calls: no state reaches the next call', async () => {
     const warm = new DockerRunner({ engine, prewarm: 0 });
     try {
       const capability = await temp(
@@ -270,7 +270,7 @@ describe('DockerRunner', () => {
       const a = await warm.run({ capability, input: 'go\n' });
       const b = await warm.run({ capability, input: 'go\n' });
       expect(a).toMatchObject({ exitCode: 4, stdout: '1\n' });
-      expect(b).toMatchObject({ exitCode: 4, stdout: '2\n' });
+      expect(b).toMatchObject({ exitCode: 4, stdout: '1\n' });
       const slow = await warm.run({ capability, input: 'sleep\n' });
       expect(slow).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGKILL' });
       // The timed-out container was retired: the next call starts from a clean one.

@@ -21,6 +21,24 @@ function cap(
 }
 
 describe('dockerIsolation', () => {
+  it('says which mode runs: a fresh container per call, or reset-reusable for docker.reusable', () => {
+    const fresh = dockerIsolation(cap());
+    expect(fresh.mode).toBe('fresh-container');
+    expect(fresh.summary).toMatch(/a fresh container per call$/);
+    const reused = dockerIsolation(cap({ reusable: true }));
+    expect(reused).toMatchObject({ mode: 'reset-reusable', sandboxed: true });
+    expect(reused.summary).toMatch(/reset-reusable: .*reset and verified between them/);
+  });
+
+  it.each([[{ pidMode: 'host' }], [{ ipcMode: 'host' }], [{ runtime: 'runsc' }]])(
+    "reusable with %j gets fresh containers: the reset needs the container's own namespaces",
+    (docker) => {
+      const r = dockerIsolation(cap({ reusable: true, ...docker }));
+      expect(r.mode).toBe('fresh-container');
+      expect(r.summary).toMatch(/a fresh container per call$/);
+    },
+  );
+
   it('the default profile is sandboxed, and says what it is', () => {
     const r = dockerIsolation(cap());
     expect(r).toMatchObject({ sandboxed: true, reasons: [], refusals: [] });

@@ -41,6 +41,39 @@ const spec = (image: string, gated = false, idleMs = 60_000): ContainerSpec =>
 const settle = () => new Promise((r) => setTimeout(r, 10));
 
 describe('PrewarmPool', () => {
+  it('grows when calls find it empty (prepared in parallel, bounded) and shrinks back when unused', async () => {
+    const { engine, live } = fakeEngine();
+    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 3, maxKeys: 4, idleMs: 40 });
+    // A configuration the pool prepares for; then calls come faster than it is refilled.
+    pool.refill('k', spec('a'));
+    await settle();
+    const taken = [];
+    for (let i = 0; i < 6; i++) taken.push(await pool.take('k', spec('a')));
+    pool.refill('k', spec('a'));
+    await settle();
+    // Five calls found it empty; the count grew to its bound, not past it.
+    expect(pool.idleCount()).toBe(3);
+    await new Promise((r) => setTimeout(r, 60));
+    await settle();
+    // Unused: each one went, lowering the count back towards perKey.
+    expect(pool.idleCount()).toBe(0);
+    pool.refill('k', spec('a'));
+    await settle();
+    expect(pool.idleCount()).toBeLessThan(3);
+    expect(live.size).toBe(taken.length + pool.idleCount());
+    await pool.close();
+  });
+
+  it('a call that finds none ready takes the one being prepared instead of making its own', async () => {
+    const { engine, live } = fakeEngine();
+    const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4 });
+    pool.refill('k', spec('a'));
+    const got = await pool.take('k', spec('a'));
+    expect(live.size).toBe(1);
+    expect(got.id).toBe('c0');
+    await pool.close();
+  });
+
   it('hands out a prepared container once, then prepares a fresh one', async () => {
     const { engine, live } = fakeEngine();
     const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4 });
@@ -67,7 +100,7 @@ describe('PrewarmPool', () => {
 
   it('never hands out a parked container close to its idle deadline, and drops one that expired', async () => {
     const { engine, live, streams } = fakeEngine();
-    const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4, parkedMarginMs: 40 });
+    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 1, maxKeys: 4, parkedMarginMs: 40 });
     const parked = spec('a', true, 60);
     pool.refill('k', parked);
     await settle();
