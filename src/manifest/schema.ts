@@ -107,7 +107,9 @@ export const dockerSchema = z
     reusable: z
       .boolean()
       .default(false)
-      .describe('Opt in to a warm container reused between calls (faster; state may leak between calls).'),
+      .describe(
+        'Opt in to a warm container reused between calls: faster; reset (processes killed, /tmp, /dev/shm and IPC cleared) and verified between calls, discarded when a reset cannot be verified.',
+      ),
     privileged: z
       .boolean()
       .default(false)
