@@ -37,7 +37,13 @@ export async function openProject(io: CliIO): Promise<{ project: LoadedProjectCo
   const project = await openProjectAt(io.cwd);
   return {
     project,
-    registry: projectRegistry(project.root, project.config.roots, undefined, userCacheDir(io.env)),
+    registry: projectRegistry(
+      project.root,
+      project.config.roots,
+      undefined,
+      userCacheDir(io.env),
+      cliStateDir(io),
+    ),
   };
 }
 

@@ -184,7 +184,8 @@ export class CommandParser {
         hiddenCode = true;
       // `$'\x24(…)'` spells `$(` with escapes the regex cannot read.
       if (withFacts && type === 'ansi_c_string' && node.text.includes('\\')) hiddenCode = true;
-      if (withFacts && (type === 'command_substitution' || type === 'process_substitution')) runtimeText = true;
+      if (withFacts && (type === 'command_substitution' || type === 'process_substitution'))
+        runtimeText = true;
       if (mayGlob && type === 'word' && node.parent?.type !== 'command_name' && /[*?]|\[.*\]/.test(node.text))
         runtimeText = true;
       if (type === 'command') {
@@ -220,7 +221,9 @@ export class CommandParser {
     if (evaluating && hiddenCode)
       facts.unprovable.push('a string holds $(…) or `…` and something evaluates strings as code');
     else if (evaluating && runtimeText)
-      facts.unprovable.push('text known only at run time (command output, read, a glob) meets something that evaluates strings as code');
+      facts.unprovable.push(
+        'text known only at run time (command output, read, a glob) meets something that evaluates strings as code',
+      );
   }
 
   /** `NAME=value` before a command, in a declaration or given to env. */
@@ -321,7 +324,6 @@ interface MutableFacts {
   commands: CommandFact[];
   unprovable: string[];
 }
-
 
 /** Variables whose value programs run as a command (pagers, editors, ssh, askpass helpers …). */
 const HOLDS_COMMAND =

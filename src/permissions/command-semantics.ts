@@ -767,7 +767,8 @@ function gitCommand(args: readonly Word[], out: Unwrapped, depth: number): void 
   const rest = args.slice(g.sub);
   const sub = rest[0] as string;
   // `git config core.fsmonitor 'rm v'` stores a command a later git runs: its values are shell code.
-  if (sub === 'config') for (const a of rest.slice(1)) if (a === null || !a.startsWith('-')) out.scripts.push(a);
+  if (sub === 'config')
+    for (const a of rest.slice(1)) if (a === null || !a.startsWith('-')) out.scripts.push(a);
   const alias = g.aliases.get(sub.toLowerCase());
   if (alias !== undefined) {
     if (alias.startsWith('!')) {
@@ -1127,20 +1128,21 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
   if (name === 'at' || name === 'batch' || name === 'crontab') return `${name} runs commands it reads later`;
   if (
     evaluatesArguments(name, args) &&
-    args.some((a) => a === null || a.includes('PATH') || (a.length < 40 && LOADS_CODE.test(a.split('=')[0] ?? '')))
+    args.some(
+      (a) => a === null || a.includes('PATH') || (a.length < 40 && LOADS_CODE.test(a.split('=')[0] ?? '')),
+    )
   )
     return `${name} may change PATH or a variable that loads code: a program name may run another program`;
   if (PACKAGE_RUNNERS.has(name)) return `${name} runs a program named by its arguments`;
-  if (
-    PACKAGE_MANAGERS.has(name) &&
-    args.some((a) => a === null || /^(exec|x|dlx|-c|--call(=.*)?)$/.test(a))
-  )
+  if (PACKAGE_MANAGERS.has(name) && args.some((a) => a === null || /^(exec|x|dlx|-c|--call(=.*)?)$/.test(a)))
     return `${name} exec runs a program or shell code named by its arguments`;
   if (name === 'make' || name === 'gmake') {
     for (const [i, a] of args.entries()) {
       if (a === null) return `${name}: an argument is not static`;
       if (/^(--eval|-E)/.test(a)) return `${name} --eval runs recipes given inline`;
-      const file = /^(-f|--file|--makefile)$/.test(a) ? args[i + 1] : /^(?:-f|--file=|--makefile=)(.+)$/.exec(a)?.[1];
+      const file = /^(-f|--file|--makefile)$/.test(a)
+        ? args[i + 1]
+        : /^(?:-f|--file=|--makefile=)(.+)$/.exec(a)?.[1];
       if (file === null || (file !== undefined && (file === '-' || /^\/(dev|proc)\//.test(file))))
         return `${name} reads recipes from a stream`;
     }

@@ -144,11 +144,12 @@ export function projectRegistry(
   roots: readonly string[],
   inputValidator?: InputValidator,
   cacheDir?: string,
+  stateDir?: string,
 ): Registry {
   return new Registry({
     roots,
     projectRoot,
-    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir, stateDir).all,
     inputValidator,
   });
 }
@@ -198,7 +199,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
   const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
-    projectRegistry(root, roots, inputValidator, cacheDir);
+    projectRegistry(root, roots, inputValidator, cacheDir, stateDir);
   const runners =
     options.runners ??
     createDefaultRunners({
@@ -214,7 +215,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     root,
     starting,
     snapshots,
-    protectedPaths: protectedPaths(root, cacheDir),
+    protectedPaths: protectedPaths(root, cacheDir, stateDir),
     env,
     cacheDir,
     stateDir,

@@ -55,7 +55,7 @@ describe('deny run_command(rm *) holds against programs that run code they read 
     // Interpreters reading their program from stdin, as `bash` alone does.
     'python3 <<< \'import os; os.system("rm v")\'',
     'python3 - <<< \'import os; os.system("rm v")\'',
-    "perl <<< 'system(\"rm v\")'",
+    'perl <<< \'system("rm v")\'',
     'node <<< \'require("child_process").execSync("rm v")\'',
     // make recipes given inline or on a stream.
     'make -f /dev/stdin <<< "all:; rm v"',
@@ -94,6 +94,7 @@ describe('deny run_command(rm *) holds against programs that run code they read 
       const r = await exec(root, command);
       expect(r.code, `${command}: ${r.stderr}`).toBe(0);
     }
-    for (const f of ['out1', 'out2', 'out3', 'out4', 'out5']) expect(existsSync(path.join(root, f))).toBe(true);
+    for (const f of ['out1', 'out2', 'out3', 'out4', 'out5'])
+      expect(existsSync(path.join(root, f))).toBe(true);
   });
 });
