@@ -675,7 +675,8 @@ const GIT_HAZARDOUS_SHORT: Record<string, string> = {
   commit: 'e',
   'ls-remote': 'u',
   fetch: '',
-  archive: '',
+  archive: 'o',
+  'format-patch': 'o',
   tag: 'e',
   merge: 'e',
 };
