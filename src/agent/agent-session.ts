@@ -314,7 +314,7 @@ export class AgentSession {
       signal: options.signal,
       progress: options.progress,
       workspace: this.workspace,
-      protectedPaths: protectedPaths(this.workspace.root, this.options.cacheDir).all,
+      protectedPaths: protectedPaths(this.workspace.root, this.options.cacheDir, this.options.stateDir).all,
       registry: this.registry,
       commands: this.options.commands,
       control: this.control,

@@ -3,6 +3,7 @@ import type { Node, Parser } from 'web-tree-sitter';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import {
+  LOADS_CODE,
   argumentsMatter,
   canonicalOptions,
   evaluatesArguments,
@@ -163,18 +164,30 @@ export class CommandParser {
   ): void {
     let evaluating = false;
     let hiddenCode = false;
+    // Text the parser cannot see until run time (command output, what `read` reads, file names a glob
+    // yields): arithmetic evaluates a variable holding `a[$(…)]` as code, so it may hide a command.
+    let runtimeText = false;
     // Reading node text is costly: look for code hidden in literals only when the text has some.
-    const mayHide = withFacts && HIDDEN_CODE.test(text);
+    // Backslashes are dropped first: `a[\$\(rm v\)]` is the literal `a[$(rm v)]` to bash.
+    const mayHide = withFacts && HIDDEN_CODE.test(text.replace(/\\/g, ''));
+    const mayGlob = withFacts && /[*?[]/.test(text);
     const visit = (node: Node): void => {
       const type = node.type;
-      if (EVALUATING_NODES.has(type)) evaluating = true;
+      if (EVALUATING_NODES.has(type) || (type === 'compound_statement' && node.firstChild?.type === '(('))
+        evaluating = true;
       else if (withFacts && type === 'variable_assignment') this.assignment(node, facts, depth);
       else if (
         mayHide &&
         (type === 'raw_string' || type === 'string_content' || type === 'ansi_c_string' || type === 'word') &&
-        HIDDEN_CODE.test(node.text)
+        HIDDEN_CODE.test(node.text.replace(/\\/g, ''))
       )
         hiddenCode = true;
+      // `$'\x24(…)'` spells `$(` with escapes the regex cannot read.
+      if (withFacts && type === 'ansi_c_string' && node.text.includes('\\')) hiddenCode = true;
+      if (withFacts && (type === 'command_substitution' || type === 'process_substitution'))
+        runtimeText = true;
+      if (mayGlob && type === 'word' && node.parent?.type !== 'command_name' && /[*?]|\[.*\]/.test(node.text))
+        runtimeText = true;
       if (type === 'command') {
         if (parts !== undefined) parts.push(normalize(node, text));
         const isTop = top !== undefined && node.id === top.id;
@@ -187,6 +200,7 @@ export class CommandParser {
           const u = unwrap(program ?? null, args);
           for (const c of u.commands) {
             if (c.name === null) continue;
+            if (READS_TEXT.has(c.name)) runtimeText = true;
             facts.commands.push(fact(c.program as string, c.name, c.args));
             const hidden = hiddenRuns(c.name, c.args);
             if (hidden !== undefined) facts.unprovable.push(hidden);
@@ -206,6 +220,10 @@ export class CommandParser {
     visit(root);
     if (evaluating && hiddenCode)
       facts.unprovable.push('a string holds $(…) or `…` and something evaluates strings as code');
+    else if (evaluating && runtimeText)
+      facts.unprovable.push(
+        'text known only at run time (command output, read, a glob) meets something that evaluates strings as code',
+      );
   }
 
   /** `NAME=value` before a command, in a declaration or given to env. */
@@ -307,13 +325,12 @@ interface MutableFacts {
   unprovable: string[];
 }
 
-/** Variables that load code or choose what a program name means. */
-const LOADS_CODE =
-  /^(PATH|LD_PRELOAD|LD_AUDIT|LD_LIBRARY_PATH|BASH_ENV|ENV|BASH_LOADABLES_PATH|PROMPT_COMMAND|PS4|SHELLOPTS|BASHOPTS)$/;
-
 /** Variables whose value programs run as a command (pagers, editors, ssh, askpass helpers …). */
 const HOLDS_COMMAND =
   /(PAGER|EDITOR|VISUAL|SSH|ASKPASS|LESSOPEN|LESSCLOSE|BROWSER|SHELL|RSH|COMMAND|EXTERNAL_DIFF|PROGRAM)/;
+
+/** Builtins that put text read at run time into variables. */
+const READS_TEXT = new Set(['read', 'mapfile', 'readarray']);
 
 /** `$(`, a backtick or a process substitution inside a literal: code if something evaluates the literal. */
 const HIDDEN_CODE = /\$\(|`|[<>]\(/;

@@ -675,7 +675,8 @@ const GIT_HAZARDOUS_SHORT: Record<string, string> = {
   commit: 'e',
   'ls-remote': 'u',
   fetch: '',
-  archive: '',
+  archive: 'o',
+  'format-patch': 'o',
   tag: 'e',
   merge: 'e',
 };
@@ -766,6 +767,9 @@ function gitCommand(args: readonly Word[], out: Unwrapped, depth: number): void 
   if (g.sub < 0) return;
   const rest = args.slice(g.sub);
   const sub = rest[0] as string;
+  // `git config core.fsmonitor 'rm v'` stores a command a later git runs: its values are shell code.
+  if (sub === 'config')
+    for (const a of rest.slice(1)) if (a === null || !a.startsWith('-')) out.scripts.push(a);
   const alias = g.aliases.get(sub.toLowerCase());
   if (alias !== undefined) {
     if (alias.startsWith('!')) {
@@ -1082,6 +1086,17 @@ export function canonicalOptions(words: readonly string[]): string | undefined {
   return [program, ...options, ...rest.slice(i)].join(' ');
 }
 
+/**
+ * Variables that load code or choose what a program name means, or where a program finds the
+ * configuration that names the programs it runs (git's `core.fsmonitor`, `core.pager`, aliases …).
+ */
+export const LOADS_CODE =
+  /^(PATH|LD_PRELOAD|LD_AUDIT|LD_LIBRARY_PATH|BASH_ENV|ENV|BASH_LOADABLES_PATH|PROMPT_COMMAND|PS4|SHELLOPTS|BASHOPTS|HOME|XDG_CONFIG_HOME|GIT_CONFIG_PARAMETERS|GIT_CONFIG_GLOBAL|GIT_CONFIG_SYSTEM|GIT_CONFIG|GIT_DIR|GIT_EXEC_PATH|GIT_TEMPLATE_DIR)$/;
+
+/** Package runners that run a program or shell code named in their arguments. */
+const PACKAGE_RUNNERS = new Set(['npx', 'pnpx', 'bunx']);
+const PACKAGE_MANAGERS = new Set(['npm', 'pnpm', 'yarn', 'bun']);
+
 /** Interpreters whose options take program text inline (`python3 -c`, `perl -e`, `node -e`). */
 const INTERPRETER =
   /^(expect|python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby|node|nodejs|deno|bun|php|lua[0-9.]*|luajit|tclsh|wish|osascript|pwsh|Rscript|julia)$/;
@@ -1112,8 +1127,28 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
     return 'hash -p makes a name run another program';
   if (name === 'enable') return 'enable changes which builtins exist';
   if (name === 'at' || name === 'batch' || name === 'crontab') return `${name} runs commands it reads later`;
-  if (evaluatesArguments(name, args) && args.some((a) => a === null || a.includes('PATH')))
-    return `${name} may change PATH: a program name may run another program`;
+  if (
+    evaluatesArguments(name, args) &&
+    args.some(
+      (a) => a === null || a.includes('PATH') || (a.length < 40 && LOADS_CODE.test(a.split('=')[0] ?? '')),
+    )
+  )
+    return `${name} may change PATH or a variable that loads code: a program name may run another program`;
+  if (PACKAGE_RUNNERS.has(name)) return `${name} runs a program named by its arguments`;
+  if (PACKAGE_MANAGERS.has(name) && args.some((a) => a === null || /^(exec|x|dlx|-c|--call(=.*)?)$/.test(a)))
+    return `${name} exec runs a program or shell code named by its arguments`;
+  if (name === 'make' || name === 'gmake') {
+    for (const [i, a] of args.entries()) {
+      if (a === null) return `${name}: an argument is not static`;
+      if (/^(--eval|-E)/.test(a)) return `${name} --eval runs recipes given inline`;
+      const file = /^(-f|--file|--makefile)$/.test(a)
+        ? args[i + 1]
+        : /^(?:-f|--file=|--makefile=)(.+)$/.exec(a)?.[1];
+      if (file === null || (file !== undefined && (file === '-' || /^\/(dev|proc)\//.test(file))))
+        return `${name} reads recipes from a stream`;
+    }
+  }
+  if (name === 'ssh' || name === 'scp' || name === 'sftp') return programHazard(name, args);
   if (name === 'source' || name === '.' || SHELLS.has(name)) {
     const file = args.find((a) => a === null || !a.startsWith('-'));
     if (file === null || (file !== undefined && /^\/(dev|proc)\//.test(file)))
@@ -1124,9 +1159,13 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
       if (a === null) return `${name}: an argument is not static`;
       if (/^-[A-Za-z]*[ceErpx]/.test(a) || /^--(eval|exec|print|command)/.test(a))
         return `${name} runs program text given inline`;
-      if (!a.startsWith('-')) break;
+      if (a === '-') return `${name} reads program text from stdin`;
+      if (!a.startsWith('-'))
+        return /^\/(dev|proc)\//.test(a) ? `${name} reads program text from a stream` : undefined;
     }
-    return undefined;
+    // No script operand: the interpreter reads its program from stdin, as `bash` alone does.
+    if (args.some((a) => a !== null && /^(--version|-V|--help|-h)$/.test(a))) return undefined;
+    return `${name} reads program text from stdin`;
   }
   if (LOOKED_INTO.has(name) || WRAPPERS[name] !== undefined) return undefined;
   return programHazard(name, args);

@@ -25,12 +25,22 @@ export interface ProtectedPaths {
   locksDir: string;
   /** The per-user cache of transpiled components, when the caller knows it. */
   cacheDir: string | undefined;
+  /**
+   * The per-user state folder (confirmed policies, audit heads), when the caller knows it: it is
+   * outside every project by default, but `CAPSULE_STATE_DIR`/`XDG_STATE_HOME` (or a project at `~`)
+   * can put it inside one, and then no grant may reach it either.
+   */
+  userStateDir: string | undefined;
   /** Every path above, for callers that only need the list. */
   all: string[];
 }
 
 /** The protected paths of one project (absolute, not resolved: pass real paths for real answers). */
-export function protectedPaths(projectRoot: string, cacheDir?: string): ProtectedPaths {
+export function protectedPaths(
+  projectRoot: string,
+  cacheDir?: string,
+  userStateDir?: string,
+): ProtectedPaths {
   const root = path.resolve(projectRoot);
   const configFile = path.join(root, PROJECT_CONFIG_FILE);
   const stateDir = path.join(root, STATE_DIR);
@@ -40,7 +50,18 @@ export function protectedPaths(projectRoot: string, cacheDir?: string): Protecte
   const cache = cacheDir === undefined ? undefined : path.resolve(cacheDir);
   const all = [configFile, stateDir, auditLog, profilesDir, locksDir];
   if (cache !== undefined) all.push(cache);
-  return { configFile, stateDir, auditLog, profilesDir, locksDir, cacheDir: cache, all };
+  const userState = userStateDir === undefined ? undefined : path.resolve(userStateDir);
+  if (userState !== undefined) all.push(userState);
+  return {
+    configFile,
+    stateDir,
+    auditLog,
+    profilesDir,
+    locksDir,
+    cacheDir: cache,
+    userStateDir: userState,
+    all,
+  };
 }
 
 /**

@@ -145,16 +145,20 @@ export function projectRegistry(
   roots: readonly string[],
   inputValidator?: InputValidator,
   cacheDir?: string,
-  userStateDir?: string,
+  stateDir?: string,
+  /** Keep a scan index in the state folder (listing and validation only). */
+  useIndex = stateDir !== undefined,
 ): Registry {
   return new Registry({
     roots,
     projectRoot,
-    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir, stateDir).all,
     inputValidator,
     // Listing and validation only: a run resolves with registry.get(), which hashes the bytes.
     index:
-      userStateDir !== undefined ? new ScanIndex(scanIndexPath(userStateDir, projectRoot, roots)) : undefined,
+      useIndex && stateDir !== undefined
+        ? new ScanIndex(scanIndexPath(stateDir, projectRoot, roots))
+        : undefined,
   });
 }
 
@@ -203,7 +207,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
   const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
-    projectRegistry(root, roots, inputValidator, cacheDir, options.stateDir === false ? undefined : stateDir);
+    projectRegistry(root, roots, inputValidator, cacheDir, stateDir, options.stateDir !== false);
   const runners =
     options.runners ??
     createDefaultRunners({
@@ -219,7 +223,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     root,
     starting,
     snapshots,
-    protectedPaths: protectedPaths(root, cacheDir),
+    protectedPaths: protectedPaths(root, cacheDir, stateDir),
     env,
     cacheDir,
     stateDir,

@@ -54,13 +54,17 @@ export function registerCi(program: Command, io: CliIO): void {
           });
         }
       }
-      const [{ renderJunit }, { runChecks }, { writeFileAtomic }, { openSession, projectRegistry }] =
-        await Promise.all([
-          import('../../ci/junit.js'),
-          import('../../ci/run-checks.js'),
-          import('../../config/config-store.js'),
-          import('../session.js'),
-        ]);
+      const [
+        { renderJunit },
+        { runChecks },
+        { writeFileAtomic },
+        { openSession, projectRegistry, cliStateDir },
+      ] = await Promise.all([
+        import('../../ci/junit.js'),
+        import('../../ci/run-checks.js'),
+        import('../../config/config-store.js'),
+        import('../session.js'),
+      ]);
       const { userCacheDir } = await import('../../config/cache-dir.js');
       const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;
       // CI never prompts: Ask is a denial unless granted up front.
@@ -77,6 +81,7 @@ export function registerCi(program: Command, io: CliIO): void {
                 [path.resolve(io.cwd, target)],
                 undefined,
                 userCacheDir(io.env),
+                cliStateDir(io),
               );
         const scan = await registry.scan();
         if (target !== undefined && scan.missingRoots.length > 0) {

@@ -14,6 +14,7 @@ async function validatePath(
   projectRoot: string,
   registry: Registry,
   cacheDir: string,
+  stateDir: string,
 ): Promise<{ capabilities: Capability[]; invalid: InvalidCapability[] }> {
   let st;
   try {
@@ -36,7 +37,7 @@ async function validatePath(
     } catch {
       // No manifest here: treat it as a root of capability folders.
       const { projectRegistry } = await import('../session.js');
-      return projectRegistry(projectRoot, [target], registry.inputValidator, cacheDir).scan();
+      return projectRegistry(projectRoot, [target], registry.inputValidator, cacheDir, stateDir).scan();
     }
   }
   const [{ loadCapability }, { protectedPaths }] = await Promise.all([
@@ -46,7 +47,7 @@ async function validatePath(
   const loaded = await loadCapability(folder, {
     root: await realpath(path.dirname(path.resolve(folder))),
     projectRoot: await realpath(projectRoot),
-    protectedPaths: protectedPaths(projectRoot, cacheDir).all,
+    protectedPaths: protectedPaths(projectRoot, cacheDir, stateDir).all,
     inputValidator: registry.inputValidator,
   });
   return loaded.ok
@@ -67,7 +68,7 @@ export function registerValidate(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {valid, invalid}')
     .action(
       action(io, async (target: string | undefined, opts: { json?: boolean }) => {
-        const [{ openProject }, { userCacheDir }] = await Promise.all([
+        const [{ openProject, cliStateDir }, { userCacheDir }] = await Promise.all([
           import('../session.js'),
           import('../../config/cache-dir.js'),
         ]);
@@ -75,7 +76,13 @@ export function registerValidate(program: Command, io: CliIO): void {
         const result =
           target === undefined
             ? await registry.scan()
-            : await validatePath(path.resolve(io.cwd, target), project.root, registry, userCacheDir(io.env));
+            : await validatePath(
+                path.resolve(io.cwd, target),
+                project.root,
+                registry,
+                userCacheDir(io.env),
+                cliStateDir(io),
+              );
         if (opts.json) {
           await write(
             io.stdout,

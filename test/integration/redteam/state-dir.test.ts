@@ -1,0 +1,76 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import wabtInit from 'wabt';
+import { describe, expect, it } from 'vitest';
+import { cli } from '../../helpers/cli.js';
+import { tempProject } from '../../helpers/capability.js';
+
+const wabt = await wabtInit();
+const probe = wabt
+  .parseWat('probe.wat', readFileSync(new URL('../../../fixtures/wasm/probe.wat', import.meta.url), 'utf8'))
+  .toBinary({}).buffer;
+
+/**
+ * A project whose per-user state folder (CAPSULE_STATE_DIR) lies inside it, as in a CI job that keeps
+ * state in the workspace or a project at the home folder, and a wasm capability that writes a file
+ * into the folder it is granted.
+ */
+async function project(grant: string, mode: 'ro' | 'rw'): Promise<{ root: string; env: NodeJS.ProcessEnv }> {
+  const { root, capRoot } = await tempProject('capsule-redteam-state-');
+  const stateDir = path.join(root, 'state', 'capsule');
+  await mkdir(path.join(stateDir, 'audit-heads'), { recursive: true });
+  const dir = path.join(capRoot, 'stomp');
+  await mkdir(dir, { recursive: true });
+  await writeFile(path.join(dir, 'stomp.wasm'), probe);
+  // A path inside the granted folder: FORGED in the state folder itself when the grant holds it.
+  const fromGrant = path.relative(path.join(root, grant), stateDir);
+  const target = fromGrant.startsWith('..') ? 'FORGED' : path.join(fromGrant, 'FORGED');
+  await writeFile(
+    path.join(dir, 'capability.json'),
+    JSON.stringify({
+      schemaVersion: 1,
+      name: 'stomp',
+      description: 'writes into the folder it is granted',
+      environment: 'wasm',
+      entry: 'stomp.wasm',
+      args: ['write', target],
+      grants: { fs: [{ path: grant, mode }] },
+    }),
+  );
+  return { root, env: { ...process.env, CAPSULE_STATE_DIR: stateDir } };
+}
+
+describe('no grant reaches the per-user state folder when it lies inside the project', () => {
+  it.each([
+    ['state', 'rw'],
+    ['state/capsule', 'rw'],
+    ['state/capsule/audit-heads', 'rw'],
+  ] as const)('grants.fs %s (%s): the capability is refused and writes nothing', async (grant, mode) => {
+    const { root, env } = await project(grant, mode);
+    const r = await cli(['run', 'stomp', '--grant', 'run_capability:stomp', '--no-prompt'], {
+      cwd: root,
+      env,
+    });
+    expect(existsSync(path.join(root, 'state', 'capsule', 'FORGED')), r.stdout + r.stderr).toBe(false);
+    expect(existsSync(path.join(root, 'state', 'capsule', 'audit-heads', 'FORGED'))).toBe(false);
+    expect(r.code).not.toBe(0);
+    const v = await cli(['validate'], { cwd: root, env });
+    expect(v.code).toBe(1);
+  });
+
+  it('the same capability granted a folder beside it runs and writes (the harness sees a write)', async () => {
+    const { root, env } = await project('data', 'rw');
+    await mkdir(path.join(root, 'data'));
+    const cap = path.join(root, 'capabilities', 'stomp', 'capability.json');
+    const manifest = JSON.parse(readFileSync(cap, 'utf8')) as { args: string[] };
+    manifest.args = ['write', 'FORGED'];
+    await writeFile(cap, JSON.stringify(manifest));
+    const r = await cli(['run', 'stomp', '--grant', 'run_capability:stomp', '--no-prompt'], {
+      cwd: root,
+      env,
+    });
+    expect(r.code, r.stderr).toBe(0);
+    expect(existsSync(path.join(root, 'data', 'FORGED'))).toBe(true);
+  });
+});
