@@ -6,10 +6,13 @@ import {
   LOADS_CODE,
   argumentsMatter,
   canonicalOptions,
+  codeFiles,
   evaluatesArguments,
   hiddenRuns,
   keyingHazard,
   unwrap,
+  writesCodeItRuns,
+  writtenFiles,
   type Word,
 } from './command-semantics.js';
 import { makeKey, parseKey, RUN_COMMAND } from './keys.js';
@@ -142,6 +145,18 @@ export class CommandParser {
       const top: { id: number; words?: Word[] | undefined } = { id: only?.id ?? -1 };
       if (options.facts === false) facts.unprovable.push('facts not computed');
       this.collect(root, text, parts, facts, 0, top, options.facts !== false);
+      if (options.facts !== false) {
+        // A file written by one part and run as code by another: that code is not on the command line.
+        const written = [
+          ...redirectTargets(root),
+          ...facts.commands.flatMap((c) => writtenFiles(c.name, c.args)),
+        ];
+        const runs = facts.commands.flatMap((c) => codeFiles(c.name, programAsWritten(c), c.args));
+        if (writesCodeItRuns(written, runs))
+          facts.unprovable.push(
+            'one part writes a file that another part runs as code (a script, a makefile, git configuration)',
+          );
+      }
       const reasons: string[] = [];
       const program = simpleProgram(root, reasons, top.words);
       return program === undefined
@@ -602,4 +617,28 @@ export function canonicalGrantKey(parser: CommandParser, raw: string, cwd?: stri
     );
   }
   return commandPermissionKey(analysis, cwd).raw;
+}
+
+/** The files a command line writes through redirections (`>`, `>>`, `&>`, `>|`); null: not static. */
+function redirectTargets(root: Node): Array<string | null> {
+  const out: Array<string | null> = [];
+  const visit = (node: Node): void => {
+    if (node.type === 'file_redirect') {
+      const op = node.children.find((c) => c !== null && /^(>|>>|&>|&>>|>\|)$/.test(c.type));
+      const dest = node.children[node.children.length - 1];
+      if (op !== undefined && dest !== null && dest !== undefined) {
+        const t = dest.text;
+        if (!t.startsWith('/dev/')) out.push(dest.type === 'word' && !/[$`*?[\\'"]/.test(t) ? t : null);
+      }
+    }
+    for (const c of node.children) if (c !== null) visit(c);
+  };
+  visit(root);
+  return out;
+}
+
+/** The program of a fact as written (`./build.sh`, `/bin/rm`), or its name. */
+function programAsWritten(fact: CommandFact): string {
+  const asPath = fact.texts.find((t) => t.split(' ')[0] !== fact.name);
+  return asPath?.split(' ')[0] ?? fact.name;
 }

@@ -82,6 +82,24 @@ describe('deny run_command(rm *) holds against programs that run code they read 
     expect(r.code).toBe(77);
   });
 
+  it.each([
+    // One part writes a file, another runs it as code: what runs is not on the command line.
+    `${fsmonitor} >> .git/config; git status`,
+    'printf "all:\\n\\trm v\\n" > M; make -f M',
+    'printf "all:\\n\\trm v\\n" > Makefile && make',
+    'echo cm0gdgo= | base64 -d > s; bash s',
+    'echo cm0gdgo= | base64 -d | tee s.sh >/dev/null; sh ./s.sh',
+    'echo "import os; os.system(\'rm v\')" > p.py && python3 p.py',
+    'printf "rm v" > x; cp x run.sh; bash run.sh',
+    'printf "#!/bin/sh\\nrm v\\n" > t && chmod +x t && ./t',
+    'f=s; echo cm0gdgo= | base64 -d > $f; bash s',
+  ])('written, then run as code: %s', async (command) => {
+    const root = await project();
+    const r = await exec(root, command);
+    expect(existsSync(path.join(root, 'v')), r.stderr).toBe(true);
+    expect(r.code).toBe(77);
+  });
+
   it('ordinary commands beside a deny rule still run', async () => {
     const root = await project();
     for (const command of [
@@ -90,11 +108,12 @@ describe('deny run_command(rm *) holds against programs that run code they read 
       'for ((i=0;i<2;i++)); do echo $i; done > out3',
       'python3 --version > out4',
       'git config user.name x && git status --short > out5',
+      'echo "echo hi" > script.sh && bash other.sh 2>/dev/null; echo done > out6',
     ]) {
       const r = await exec(root, command);
       expect(r.code, `${command}: ${r.stderr}`).toBe(0);
     }
-    for (const f of ['out1', 'out2', 'out3', 'out4', 'out5'])
+    for (const f of ['out1', 'out2', 'out3', 'out4', 'out5', 'out6'])
       expect(existsSync(path.join(root, f))).toBe(true);
   });
 });
