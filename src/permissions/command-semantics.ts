@@ -797,7 +797,7 @@ function shortCluster(arg: string): string | undefined {
 export const HAZARD_PROGRAMS: ReadonlySet<string> = new Set(
   (
     'git find tar gtar bsdtar rsync ssh scp sftp awk gawk mawk nawk busybox-awk sed gsed less more most man ' +
-    'vi vim nvim ex view vimdiff emacs zip fd fdfind rg gdb at batch crontab'
+    'vi vim nvim ex view vimdiff emacs zip fd fdfind rg gdb at batch crontab npm pnpm yarn bun'
   ).split(' '),
 );
 
@@ -949,6 +949,16 @@ export function programHazard(name: string, args: readonly Word[]): string | und
         if (a === null) return 'an argument is not static';
         if (/^-(x|X)/.test(a) || longOptionHazard(a, ['--exec', '--exec-batch']) !== undefined)
           return '-x/--exec runs a program';
+      }
+      return undefined;
+    case 'npm':
+    case 'pnpm':
+    case 'yarn':
+    case 'bun':
+      // `exec`/`x`/`dlx` run a program or shell code named by the arguments, not the package manager.
+      for (const a of args) {
+        if (a === null) return 'an argument is not static';
+        if (/^(exec|x|dlx|-c|--call(=.*)?)$/.test(a)) return `${a} runs a program or shell code it is given`;
       }
       return undefined;
     case 'rg':

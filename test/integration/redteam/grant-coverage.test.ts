@@ -37,3 +37,25 @@ describe('a grant of git does not cover a git option that writes a file it names
     expect(r.code, r.stderr).toBe(0);
   });
 });
+
+describe('a grant of a package manager does not cover the shell code its exec runs', () => {
+  it.each(["npm exec -c 'touch M'", "npm x -c 'touch M'", "npm exec --call='touch M'"])(
+    '%s',
+    async (command) => {
+      const root = await repo();
+      const r = await cli(['exec', '--no-prompt', '--grant', 'run_command:npm', '--', command], {
+        cwd: root,
+      });
+      expect(existsSync(path.join(root, 'M')), r.stderr).toBe(false);
+      expect(r.code).toBe(77);
+    },
+  );
+
+  it('the same grant still runs npm itself', async () => {
+    const root = await repo();
+    const r = await cli(['exec', '--no-prompt', '--grant', 'run_command:npm', '--', 'npm --version'], {
+      cwd: root,
+    });
+    expect(r.code, r.stderr).toBe(0);
+  });
+});
