@@ -108,18 +108,25 @@ describe('docker runner cleanup', () => {
     try {
       await a.run({ capability: t.capability, input: '{}' });
       await a.prewarm(t.capability);
-      await until(
-        'a prewarmed container',
-        async () =>
-          (await engine.listContainers([`capsule.pid=${process.pid}`, 'capsule.capability=live-one']))
-            .length >= 1,
-      );
+      // The call's own container is removed in the background: wait until only the prewarmed one is
+      // left (the same non-empty set five polls in a row), so a removal by `a` is not taken for a reap.
+      const ids = async (): Promise<string> =>
+        (await engine.listContainers([`capsule.pid=${process.pid}`, 'capsule.capability=live-one']))
+          .map((c) => c.id)
+          .sort()
+          .join(',');
+      let seen = '';
+      let steady = 0;
+      await until('a prewarmed container, and nothing else of the call', async () => {
+        const now = await ids();
+        steady = now !== '' && now === seen ? steady + 1 : 0;
+        seen = now;
+        return steady >= 5;
+      });
       const b = new DockerRunner({ engine, prewarm: 0 });
       await b.reapOrphans();
       await b.close();
-      expect(
-        (await engine.listContainers([`capsule.pid=${process.pid}`, 'capsule.capability=live-one'])).length,
-      ).toBeGreaterThanOrEqual(1);
+      expect(await ids()).toBe(seen);
     } finally {
       await a.close();
       await t.cleanup();
