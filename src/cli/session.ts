@@ -5,8 +5,7 @@ import { userStateDir } from '../config/user-state.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
-import { createNonInteractivePrompter, createTerminalPrompter } from '../permissions/prompter.js';
-import { fileModeWarning, parseMode } from '../permissions/session-gate.js';
+import { cliPrompter, fileModeWarning, parseMode } from '../permissions/session-gate.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
 import type { CliIO } from './output.js';
@@ -69,10 +68,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     parser: flags.parser,
     onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
   });
-  const prompter =
-    flags.noPrompt === true || !io.interactive
-      ? createNonInteractivePrompter()
-      : createTerminalPrompter({ input: process.stdin, output: io.stderr });
+  const prompter = cliPrompter({ noPrompt: flags.noPrompt, interactive: io.interactive, output: io.stderr });
   // Warnings (a project file's mode or rule that does not apply) go where the person looks.
   const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
   if (runtime.starting.warning !== undefined) logger(runtime.starting.warning);

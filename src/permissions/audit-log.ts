@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import {
   closeSync,
   constants,
@@ -9,12 +9,12 @@ import {
   statSync,
   writeSync,
 } from 'node:fs';
-import { mkdir, open, readFile, realpath, rename, truncate, unlink } from 'node:fs/promises';
+import { mkdir, open, readFile, realpath, rename, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
-import { STATE_DIR } from '../config/config-store.js';
+import { STATE_DIR, writeFileAtomic } from '../config/config-store.js';
 import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
@@ -877,7 +877,7 @@ const HEAD_BYTES = 4096;
 async function writeHeadFile(file: string, text: string, checkSize: boolean): Promise<void> {
   const page = `${text}\n`;
   const length = Buffer.byteLength(page);
-  if (length > HEAD_BYTES) return replaceFile(file, page);
+  if (length > HEAD_BYTES) return writeFileAtomic(file, page, 0o600);
   const bytes = Buffer.alloc(HEAD_BYTES, 0x20);
   bytes.write(page, 0, 'utf8');
   bytes[HEAD_BYTES - 1] = 0x0a;
@@ -887,7 +887,8 @@ async function writeHeadFile(file: string, text: string, checkSize: boolean): Pr
   try {
     fd = openSync(file, 'r+');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return replaceFile(file, bytes.toString('utf8'));
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      return writeFileAtomic(file, bytes.toString('utf8'), 0o600);
     throw err;
   }
   try {
@@ -897,26 +898,5 @@ async function writeHeadFile(file: string, text: string, checkSize: boolean): Pr
     if (checkSize && fstatSync(fd).size !== HEAD_BYTES) ftruncateSync(fd, HEAD_BYTES);
   } finally {
     closeSync(fd);
-  }
-}
-
-/**
- * Replace a small file by writing a sibling and renaming it over: a reader (or a crash) sees the old
- * head or the new one, never half of one. Not fsynced (the log is): after a power cut the head may
- * be behind the log, which verify reports.
- */
-async function replaceFile(file: string, text: string): Promise<void> {
-  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  try {
-    const handle = await open(tmp, 'wx', 0o600);
-    try {
-      await handle.writeFile(text, 'utf8');
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await unlink(tmp).catch(() => undefined);
-    throw err;
   }
 }

@@ -1,10 +1,9 @@
 import { PERMISSION_MODES, type LoadedProjectConfig, type PermissionMode } from '../config/project-config.js';
 import { CapsuleError } from '../errors.js';
-import { canonicalGrantKey, createCommandParser, type CommandParser } from './command-parser.js';
+import type { CommandParser } from './command-parser.js';
 import { PermissionEngine } from './engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } from './prompter.js';
 import type { RuleSource } from './rules.js';
-import { RUN_COMMAND } from './keys.js';
 import type { AuditSink } from './audit-log.js';
 import type { PolicySnapshotStore } from './policy-snapshot.js';
 
@@ -58,26 +57,27 @@ export function fileModeWarning(
   );
 }
 
+/** Who answers an Ask in a CLI process: a person at a terminal, unless `--no-prompt` or no TTY. */
+export function cliPrompter(options: {
+  noPrompt?: boolean | undefined;
+  interactive: boolean;
+  input?: (NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
+  output?: NodeJS.WritableStream | undefined;
+}): Prompter {
+  return options.noPrompt === true || !options.interactive
+    ? createNonInteractivePrompter()
+    : createTerminalPrompter({
+        input: options.input ?? process.stdin,
+        output: options.output ?? process.stderr,
+      });
+}
+
 /**
  * The gate of one CLI (or server) session, with MISSION §6 semantics: `--grant` gives session grants,
  * `--no-prompt` or no TTY turns every Ask into a denial (never a hang), `--mode` sets the mode.
  */
 export async function createSessionEngine(options: SessionGateOptions): Promise<PermissionEngine> {
-  const grants = options.grants ?? [];
-  let parser = options.parser;
-  if (parser === undefined && grants.some((g) => g.startsWith(`${RUN_COMMAND}:`)))
-    parser = await createCommandParser();
-  // Commands run in the project root: a relative program in a grant is resolved there.
-  const canonical = grants.map((g) =>
-    parser !== undefined ? canonicalGrantKey(parser, g, options.project.root) : g,
-  );
-  const prompter: Prompter =
-    options.noPrompt === true || !options.interactive
-      ? createNonInteractivePrompter()
-      : createTerminalPrompter({
-          input: options.input ?? process.stdin,
-          output: options.output ?? process.stderr,
-        });
+  const prompter = cliPrompter(options);
   const logger = options.logger ?? ((m: string) => void process.stderr.write(`capsule: ${m}\n`));
   const mode = parseMode(options.mode);
   const warning = fileModeWarning(options.project, mode, prompter.interactive);
@@ -87,9 +87,10 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     configFile: options.project.file,
     config: options.project.config,
     mode,
-    sessionGrants: canonical,
+    // The engine canonicalizes them (and builds a parser when a run_command grant needs one).
+    sessionGrants: options.grants ?? [],
     prompter,
-    commandParser: parser,
+    commandParser: options.parser,
     profileRules: options.profileRules,
     audit: options.audit,
     userStateDir: options.userStateDir,

@@ -1,6 +1,7 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
-import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../config/config-store.js';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseStrictJson } from '../config/strict-json.js';
@@ -109,7 +110,10 @@ export class ScanIndex {
     this.#loaded = this.#next;
     if (!this.#dirty && !dropped) return;
     const doc = { schemaVersion: 1 as const, folders: Object.fromEntries(this.#next) };
-    await replaceFile(this.file, JSON.stringify(doc)).catch(() => undefined);
+    // A reader sees the old index or the new one, never half of one; a failed write only costs speed.
+    await mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 })
+      .then(() => writeFileAtomic(this.file, JSON.stringify(doc), 0o600))
+      .catch(() => undefined);
   }
 
   async #read(): Promise<Map<string, FolderEntry>> {
@@ -129,22 +133,4 @@ export class ScanIndex {
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
-}
-
-/** Write beside and rename over: a reader sees the old index or the new one, never half of one. */
-async function replaceFile(file: string, text: string): Promise<void> {
-  await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
-  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  try {
-    const handle = await open(tmp, 'wx', 0o600);
-    try {
-      await handle.writeFile(text, 'utf8');
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await unlink(tmp).catch(() => undefined);
-    throw err;
-  }
 }
