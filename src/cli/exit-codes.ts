@@ -1,4 +1,6 @@
 import type { ErrorCode } from '../errors.js';
+import { exitStatus } from '../runners/exit-status.js';
+import type { RunResult } from '../runners/types.js';
 
 /**
  * capsule's own exit codes (sysexits-style, so they rarely collide with a capability's own).
@@ -21,6 +23,8 @@ export const EXIT = {
   CONFIG: 78,
   /** The run hit its wall-clock limit (like timeout(1)). */
   TIMEOUT: 124,
+  /** The run passed limits.outputBytes, memoryMb or pids and was stopped (128 + SIGKILL, in every runner). */
+  LIMIT_KILLED: 137,
   /** The run was canceled (SIGINT). */
   CANCELED: 130,
 } as const;
@@ -46,4 +50,20 @@ export function exitCodeFor(code: ErrorCode): number {
     default:
       return EXIT.FAILURE;
   }
+}
+
+/** The fields of a finished run (a capability's or a command's) that decide capsule's exit code. */
+export type RunEnd = Pick<RunResult, 'exitCode' | 'signal' | 'timedOut' | 'canceled' | 'truncated'> &
+  Partial<Pick<RunResult, 'oomKilled' | 'pidsLimited'>>;
+
+/**
+ * capsule's exit code for a finished run: the process's own, or the limit that ended it. A limit is
+ * judged by its result field, not by how the runner stopped the run (a Wasm guest at its memory cap traps
+ * with 134, a shell process on timeout dies of SIGTERM), so one limit gives one code in every runner.
+ */
+export function runExitCode(result: RunEnd): number {
+  if (result.timedOut) return EXIT.TIMEOUT;
+  if (result.canceled) return EXIT.CANCELED;
+  if (result.truncated || result.oomKilled === true || result.pidsLimited === true) return EXIT.LIMIT_KILLED;
+  return exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
 }

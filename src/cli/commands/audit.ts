@@ -1,6 +1,7 @@
-import { realpath } from 'node:fs/promises';
+import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
+import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -28,6 +29,14 @@ async function logAndHead(
   const { project } = await openProject(io);
   const projectLog = auditLogPath(project.root);
   const chosen = file !== undefined ? path.resolve(io.cwd, file) : projectLog;
+  // A log named on the command line must be there: a missing one is a mistake, not an empty, intact chain.
+  if (file !== undefined && (await stat(chosen).catch(() => undefined))?.isFile() !== true) {
+    throw new CapsuleError('NOT_FOUND', `--file ${chosen} is not a file.`, {
+      file: chosen,
+      field: '--file',
+      hint: 'Give the path of an audit log (.capsule/audit.jsonl).',
+    });
+  }
   const headFile = chosen === projectLog ? await auditHeadPath(cliStateDir(io), project.root) : undefined;
   if (
     headFile !== undefined &&

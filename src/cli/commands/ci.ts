@@ -1,4 +1,3 @@
-import { access } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { CheckOutcome } from '../../ci/junit.js';
@@ -6,6 +5,7 @@ import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
+import { reportTarget, writeReport } from '../report-file.js';
 import { parseEnvs } from './compare.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
@@ -41,19 +41,7 @@ export function registerCi(program: Command, io: CliIO): void {
   ).action(
     action(io, async (target: string | undefined, opts: CiOptions) => {
       const environments = opts.env === undefined ? undefined : parseEnvs(opts.env);
-      const junitFile = opts.junit === undefined ? undefined : path.resolve(io.cwd, opts.junit);
-      if (junitFile !== undefined && !opts.force) {
-        const exists = await access(junitFile).then(
-          () => true,
-          () => false,
-        );
-        if (exists) {
-          throw new CapsuleError('ALREADY_EXISTS', `${junitFile} already exists.`, {
-            file: junitFile,
-            hint: 'Pass --force to overwrite it.',
-          });
-        }
-      }
+      const junitFile = await reportTarget(io.cwd, opts.junit, '--junit', opts.force === true);
       const [
         { renderJunit },
         { runChecks },
@@ -108,7 +96,9 @@ export function registerCi(program: Command, io: CliIO): void {
           count('error'),
           count('skipped'),
         ];
-        if (junitFile !== undefined) await writeFileAtomic(junitFile, renderJunit(checks.outcomes));
+        if (junitFile !== undefined) {
+          await writeReport(writeFileAtomic, junitFile, renderJunit(checks.outcomes), '--junit');
+        }
         if (opts.json) {
           await write(
             io.stdout,

@@ -1,4 +1,4 @@
-import { access, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { CompareInput } from '../../compare/compare.js';
@@ -8,6 +8,7 @@ import type { Environment } from '../../manifest/types.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
+import { reportTarget, writeReport } from '../report-file.js';
 
 /** compare's own exit code when a requested environment could not run but the others agree. */
 export const EXIT_INCOMPLETE = 2;
@@ -85,20 +86,7 @@ export function registerCompare(program: Command, io: CliIO): void {
         if (!Number.isInteger(runs) || runs < 1 || runs > 1000)
           throw new CapsuleError('USAGE', `--runs ${opts.runs}: must be an integer from 1 to 1000.`);
         const inputs = await readInputs(io, opts);
-        const htmlFile = opts.html === undefined ? undefined : path.resolve(io.cwd, opts.html);
-        if (
-          htmlFile !== undefined &&
-          !opts.force &&
-          (await access(htmlFile).then(
-            () => true,
-            () => false,
-          ))
-        ) {
-          throw new CapsuleError('ALREADY_EXISTS', `${htmlFile} already exists.`, {
-            file: htmlFile,
-            hint: 'Pass --force to overwrite it.',
-          });
-        }
+        const htmlFile = await reportTarget(io.cwd, opts.html, '--html', opts.force === true);
         const [{ compareCapability }, { renderHtml, renderTable }, { writeFileAtomic }, { openSession }] =
           await Promise.all([
             import('../../compare/compare.js'),
@@ -123,7 +111,8 @@ export function registerCompare(program: Command, io: CliIO): void {
               if (!opts.json && io.interactive) void write(io.stderr, `${m}\n`);
             },
           });
-          if (htmlFile !== undefined) await writeFileAtomic(htmlFile, renderHtml(report));
+          if (htmlFile !== undefined)
+            await writeReport(writeFileAtomic, htmlFile, renderHtml(report), '--html');
           await write(io.stdout, opts.json ? json(report) : renderTable(report));
           if (htmlFile !== undefined && !opts.json) await write(io.stdout, `HTML report: ${htmlFile}\n`);
           if (!report.equal) return EXIT.FAILURE;

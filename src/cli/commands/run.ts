@@ -1,18 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import { exitStatus } from '../../runners/exit-status.js';
 import type { RunResult } from '../../runners/types.js';
-import { EXIT } from '../exit-codes.js';
+import { runExitCode } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-
-/** capsule's exit code for a finished run: the capability's own, or what ended it. */
-export function exitCodeOf(result: RunResult): number {
-  if (result.timedOut) return EXIT.TIMEOUT;
-  if (result.canceled) return EXIT.CANCELED;
-  return exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
-}
 
 /** One line on stderr when a limit ended the run, so a person sees why the output stops. */
 export function limitNote(result: RunResult, timeoutMs: number, outputBytes: number): string {
@@ -102,7 +94,7 @@ export function registerRun(program: Command, io: CliIO): void {
               limitNote(result, cap.manifest.limits.timeoutMs, cap.manifest.limits.outputBytes),
             );
           }
-          return exitCodeOf(result);
+          return runExitCode(result);
         } finally {
           process.removeListener('SIGINT', onSigint);
           await session.close();

@@ -105,6 +105,12 @@ export function registerWasmRun(program: Command, io: CliIO): void {
     .action(
       action(io, async (modulePath: string, args: string[], opts: WasmRunFlags) => {
         const file = path.resolve(io.cwd, modulePath);
+        if ((await stat(file).catch(() => undefined))?.isDirectory() === true) {
+          throw new CapsuleError('NOT_FOUND', `${file} is a folder, not a .wasm file.`, {
+            file,
+            hint: 'Give the path of a WebAssembly module or component.',
+          });
+        }
         const dirs = await Promise.all(opts.dir.map((d) => parseDir(d, io.cwd)));
         const env = parseEnv(opts.env, io.env);
         const limits = {
