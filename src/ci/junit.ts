@@ -7,6 +7,8 @@ export interface CheckOutcome {
   status: 'passed' | 'failed' | 'error' | 'skipped';
   /** Why it failed / errored. */
   message?: string | undefined;
+  /** It failed because the gate denied the run (the message names the key): a grant is missing, not a fix. */
+  denied?: true | undefined;
   durationMs: number;
   stdout?: string | undefined;
   stderr?: string | undefined;

@@ -122,7 +122,19 @@ async function checkEnvironment(
     permit = await executor.approve(plan, { environments: [environment], signal });
   } catch (err) {
     // A denial fails every case (the message names the key to grant); anything else is an error.
-    return each(isCapsuleError(err, 'PERMISSION_DENIED') ? 'failed' : 'error', message(err));
+    if (!isCapsuleError(err, 'PERMISSION_DENIED')) return each('error', message(err));
+    for (const c of cases) {
+      record({
+        capability: capability.name,
+        environment,
+        caseName: c.name,
+        status: 'failed',
+        message: message(err),
+        denied: true,
+        durationMs: 0,
+      });
+    }
+    return;
   }
   for (const check of cases) {
     const base = { capability: capability.name, environment, caseName: check.name };

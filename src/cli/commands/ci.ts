@@ -15,6 +15,16 @@ const MARKS: Record<CheckOutcome['status'], string> = {
   skipped: 'SKIP ',
 };
 
+/**
+ * 0 when every check passed; 1 when a check failed or errored on its own (a broken capability or runner
+ * outranks a missing grant: granting would not make it pass); 77 when the only failures are denials.
+ */
+export function ciExitCode(outcomes: readonly CheckOutcome[]): number {
+  const bad = outcomes.filter((o) => o.status === 'failed' || o.status === 'error');
+  if (bad.length === 0) return EXIT.OK;
+  return bad.every((o) => o.denied === true) ? EXIT.DENIED : EXIT.FAILURE;
+}
+
 function line(o: CheckOutcome): string {
   const why = o.message ? ` — ${o.message.split('\n')[0]}` : '';
   return `${MARKS[o.status]} ${o.capability} / ${o.caseName} [${o.environment}] ${o.durationMs.toFixed(0)} ms${why}`;
@@ -99,6 +109,7 @@ export function registerCi(program: Command, io: CliIO): void {
         if (junitFile !== undefined) {
           await writeReport(writeFileAtomic, junitFile, renderJunit(checks.outcomes), '--junit');
         }
+        const denied = checks.outcomes.filter((o) => o.denied === true).length;
         if (opts.json) {
           await write(
             io.stdout,
@@ -107,12 +118,14 @@ export function registerCi(program: Command, io: CliIO): void {
               failed,
               errors,
               skipped,
+              denied,
               withoutCases: checks.withoutCases,
               outcomes: checks.outcomes,
             }),
           );
         } else {
           let summary = `${passed} passed, ${failed} failed, ${errors} errors`;
+          if (denied) summary += ` (${denied} of the failures denied: grant with --grant)`;
           if (skipped) summary += `, ${skipped} skipped (not portable)`;
           if (checks.withoutCases.length) summary += ` (no cases.json: ${checks.withoutCases.join(', ')})`;
           await write(io.stdout, `${summary}\n`);
@@ -122,7 +135,7 @@ export function registerCi(program: Command, io: CliIO): void {
           await write(io.stderr, 'capsule ci: no checks ran (add a cases.json beside capability.json)\n');
           return EXIT.FAILURE;
         }
-        return failed + errors === 0 ? EXIT.OK : EXIT.FAILURE;
+        return ciExitCode(checks.outcomes);
       } finally {
         await session.close();
       }

@@ -1,9 +1,15 @@
+import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { XMLParser } from 'fast-xml-parser';
 import { describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+
+const passing = {
+  schemaVersion: 1,
+  cases: [{ name: 'echoes', input: { a: 1 }, expect: { json: { a: 1 } } }],
+};
 
 async function project(): Promise<string> {
   const { root, capRoot } = await tempProject();
@@ -54,9 +60,14 @@ describe('capsule ci', () => {
     expect(refused.stderr).toContain('--force');
     expect(await readFile(junit, 'utf8')).toBe('precious');
     const denied = await cli(['ci', '--json', '--junit', junit, '--force'], { cwd: root });
-    expect(denied.code).toBe(1);
-    const doc = JSON.parse(denied.stdout) as { failed: number; outcomes: Array<{ message: string }> };
+    expect(denied.code).toBe(77);
+    const doc = JSON.parse(denied.stdout) as {
+      failed: number;
+      denied: number;
+      outcomes: Array<{ message: string }>;
+    };
     expect(doc.failed).toBe(3);
+    expect(doc.denied).toBe(3);
     expect(doc.outcomes[0]?.message).toContain('run_capability:echo');
   });
 
@@ -100,5 +111,39 @@ describe('capsule ci', () => {
     expect(docker.length).toBe(3);
     expect(docker.every((o) => o.status === 'error' && /no-engine\.sock/.test(o.message ?? ''))).toBe(true);
     expect(doc.outcomes.filter((o) => o.environment === 'shell' && o.status === 'passed')).toHaveLength(1);
+  });
+
+  it('exits 77 when the only failures are denials, and the denied capability never ran', async () => {
+    const { root, capRoot } = await tempProject();
+    const marker = path.join(root, 'ran');
+    await writeCapability(capRoot, 'good', {}, { 'run.sh': 'cat\n' });
+    await writeFile(path.join(capRoot, 'good', 'cases.json'), JSON.stringify(passing));
+    await writeCapability(capRoot, 'ungranted', {}, { 'run.sh': `touch ${marker}\ncat\n` });
+    await writeFile(path.join(capRoot, 'ungranted', 'cases.json'), JSON.stringify(passing));
+    const r = await cli(['ci', '--grant', 'run_capability:good'], { cwd: root });
+    expect(existsSync(marker)).toBe(false);
+    expect(r.stdout).toContain('1 passed, 1 failed, 0 errors (1 of the failures denied');
+    expect(r.stderr).toMatch(/^FAIL {2}ungranted .*run_capability:ungranted/m);
+    expect(r.code).toBe(77);
+    // Granted, the same project passes: the 77 was the missing grant and nothing else.
+    const granted = await cli(
+      ['ci', '--grant', 'run_capability:good', '--grant', 'run_capability:ungranted'],
+      {
+        cwd: root,
+      },
+    );
+    expect(existsSync(marker)).toBe(true);
+    expect(granted.code).toBe(0);
+  });
+
+  it('exits 1 when a case fails on its own, even if others were denied (a failure outranks a denial)', async () => {
+    const root = await project();
+    const capRoot = path.join(root, 'capabilities');
+    await writeCapability(capRoot, 'ungranted', {}, { 'run.sh': 'cat\n' });
+    await writeFile(path.join(capRoot, 'ungranted', 'cases.json'), JSON.stringify(passing));
+    const r = await cli(['ci', '--json', '--grant', 'run_capability:echo'], { cwd: root });
+    const doc = JSON.parse(r.stdout) as { failed: number; denied: number };
+    expect(doc).toMatchObject({ failed: 3, denied: 1 });
+    expect(r.code).toBe(1);
   });
 });

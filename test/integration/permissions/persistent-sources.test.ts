@@ -89,7 +89,8 @@ describe('a repository file never makes unsandboxed calls run unasked', () => {
       const p = await hostile(config);
       const r = await cli(['ci', '--json'], { cwd: p.root });
       expect(existsSync(p.marker)).toBe(false);
-      expect(r.code).toBe(1);
+      // Every failure is a denial: the project's own files cannot grant host code (docs/ci.md).
+      expect(r.code).toBe(77);
       const doc = JSON.parse(r.stdout) as {
         passed: number;
         outcomes: Array<{ capability: string; status: string }>;
