@@ -15,13 +15,20 @@ import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
 import { registerValidate } from './commands/validate.js';
 import { registerWasmRun } from './commands/wasm-run.js';
+import { CapsuleError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
+import { helpSettings, helpWidth } from './help.js';
 import { reportError, write, type CliIO } from './output.js';
 
 export const VERSION = '0.1.0';
 
+export interface ProgramOptions {
+  /** Usage errors are reported as JSON by the caller (`--json`): commander's own text is held back. */
+  jsonErrors?: boolean;
+}
+
 /** Build the command tree. Each command lives in its own file under commands/. */
-export function buildProgram(io: CliIO): Command {
+export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   const program = new Command();
   program
     .name('capsule')
@@ -33,8 +40,9 @@ export function buildProgram(io: CliIO): Command {
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({
       writeOut: (s) => void write(io.stdout, s),
-      writeErr: (s) => void write(io.stderr, s),
+      writeErr: (s) => (options.jsonErrors === true ? undefined : void write(io.stderr, s)),
     })
+    .configureHelp(helpSettings(helpWidth(io.env, io.stdout)))
     .exitOverride();
   registerList(program, io);
   registerShow(program, io);
@@ -58,16 +66,42 @@ export function buildProgram(io: CliIO): Command {
 
 /** Run the CLI; returns the exit code instead of exiting, so tests can call it in-process. */
 export async function runCli(argv: readonly string[], io: CliIO): Promise<number> {
-  const program = buildProgram(io);
-  const wantsJson = argv.includes('--json');
+  const wantsJson = jsonRequested(argv);
+  const program = buildProgram(io, { jsonErrors: wantsJson });
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return io.exitCode;
   } catch (err) {
     if (err instanceof CommanderError) {
       // --help and --version end here with code 0; usage mistakes with EX_USAGE.
-      return err.exitCode === 0 ? EXIT.OK : EXIT.USAGE;
+      if (err.exitCode === 0) return EXIT.OK;
+      if (!wantsJson) return EXIT.USAGE;
+      return reportError(io, usageError(err), true);
     }
     return reportError(io, err, wantsJson);
   }
+}
+
+/** `--json` before any `--` (after it, the words are a command's, e.g. `capsule exec -- jq --json`). */
+export function jsonRequested(argv: readonly string[]): boolean {
+  const end = argv.indexOf('--');
+  return (end === -1 ? argv : argv.slice(0, end)).includes('--json');
+}
+
+/** commander's usage error as capsule's, for the JSON error document. */
+function usageError(err: CommanderError): CapsuleError {
+  // A command group run without its subcommand ends in commander's help, not a message.
+  if (err.code === 'commander.help' || err.message === '(outputHelp)') {
+    return new CapsuleError(
+      'USAGE',
+      'a subcommand is required',
+      { hint: 'add --help for usage' },
+      { cause: err },
+    );
+  }
+  // commander appends its suggestion on a line of its own: "(Did you mean list?)".
+  const [message = '', ...rest] = err.message.replace(/^error: /, '').split('\n');
+  const suggestion = rest.join(' ').replace(/^\((.*)\)$/, '$1');
+  const hint = suggestion === '' ? 'add --help for usage' : `${suggestion} (add --help for usage)`;
+  return new CapsuleError('USAGE', message, { hint }, { cause: err });
 }

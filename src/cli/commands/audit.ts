@@ -92,8 +92,9 @@ export function registerAudit(program: Command, io: CliIO): void {
       'Start a new chain: the current log is moved aside (never deleted) and the head is replaced. ' +
         'For a person, after `audit verify` reported a broken log and it was looked at.',
     )
+    .option('--json', 'print JSON: {file, movedTo}')
     .action(
-      action(io, async () => {
+      action(io, async (opts: { json?: boolean }) => {
         const { file, headFile } = await logAndHead(io);
         const [{ JsonlAuditLog, verifyAuditLog }, { systemClock }] = await Promise.all([
           import('../../permissions/audit-log.js'),
@@ -105,7 +106,9 @@ export function registerAudit(program: Command, io: CliIO): void {
         const { movedTo } = await log.reset(`capsule audit reset; ${why}`);
         await write(
           io.stdout,
-          `${file}: new chain started${movedTo !== undefined ? `; the previous log is ${movedTo}` : ''}\n`,
+          opts.json === true
+            ? json({ file, movedTo: movedTo ?? null })
+            : `${file}: new chain started${movedTo !== undefined ? `; the previous log is ${movedTo}` : ''}\n`,
         );
         return EXIT.OK;
       }),

@@ -141,8 +141,9 @@ export function registerGrants(program: Command, io: CliIO): void {
     .command('revoke')
     .description('Remove one entry from the project allowlist (atomic write under a lock).')
     .argument('<key>', 'the key exactly as listed, e.g. run_capability:hello')
+    .option('--json', 'print JSON: {file, revoked}')
     .action(
-      action(io, async (key: string) => {
+      action(io, async (key: string, opts: { json?: boolean }) => {
         const [{ openProject }, { removeAllowlistEntry }] = await Promise.all([
           import('../session.js'),
           import('../../config/config-store.js'),
@@ -155,7 +156,12 @@ export function registerGrants(program: Command, io: CliIO): void {
             hint: 'See capsule grants list.',
           });
         }
-        await write(io.stdout, `Revoked ${key} in ${project.file}.\n`);
+        await write(
+          io.stdout,
+          opts.json === true
+            ? json({ file: project.file, revoked: key })
+            : `Revoked ${key} in ${project.file}.\n`,
+        );
         return EXIT.OK;
       }),
     );

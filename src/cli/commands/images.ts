@@ -62,8 +62,9 @@ export function registerImages(program: Command, io: CliIO): void {
     )
     .argument('[tags...]', `images to build: ${IMAGE_RECIPES.map((r) => r.tag).join(', ')}`)
     .option('--force', 'rebuild even when the image exists')
+    .option('--json', 'print JSON: [{tag, built}] (build progress stays on stderr)')
     .action(
-      action(io, async (tags: string[], opts: { force?: boolean }) => {
+      action(io, async (tags: string[], opts: { force?: boolean; json?: boolean }) => {
         const unknown = tags.filter((t) => !IMAGE_RECIPES.some((r) => r.tag === t));
         if (unknown.length > 0) {
           throw new CapsuleError('USAGE', `unknown image ${unknown.join(', ')}`, {
@@ -73,10 +74,12 @@ export function registerImages(program: Command, io: CliIO): void {
         const engine = await connect(io);
         const { ImageBuilder } = await import('../../runners/docker/images.js');
         const builder = new ImageBuilder({ engine });
+        const report: { tag: string; built: boolean }[] = [];
         for (const recipe of IMAGE_RECIPES) {
           if (tags.length > 0 && !tags.includes(recipe.tag)) continue;
           if (opts.force === true) {
             await builder.build(recipe, (message) => void write(io.stderr, `${message}\n`));
+            report.push({ tag: recipe.tag, built: true });
             continue;
           }
           // Builds when missing or built from other inputs (a new host node, an edited Dockerfile).
@@ -85,8 +88,11 @@ export function registerImages(program: Command, io: CliIO): void {
             built = true;
             void write(io.stderr, `${message}\n`);
           });
-          if (!built) await write(io.stderr, `${recipe.tag}: present and current (use --force to rebuild)\n`);
+          report.push({ tag: recipe.tag, built });
+          if (!built && opts.json !== true)
+            await write(io.stderr, `${recipe.tag}: present and current (use --force to rebuild)\n`);
         }
+        if (opts.json === true) await write(io.stdout, json(report));
         return EXIT.OK;
       }),
     );

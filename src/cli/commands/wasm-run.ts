@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
 import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
 import { EXIT } from '../exit-codes.js';
-import { action, type CliIO } from '../output.js';
+import { action, json, write, type CliIO } from '../output.js';
 
 interface WasmRunFlags {
   dir: string[];
@@ -12,6 +12,7 @@ interface WasmRunFlags {
   timeoutMs: string;
   memoryMb: string;
   outputBytes: string;
+  json?: boolean;
 }
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
@@ -102,6 +103,10 @@ export function registerWasmRun(program: Command, io: CliIO): void {
     .option('--timeout-ms <ms>', 'wall-clock limit', '3600000')
     .option('--memory-mb <mb>', 'linear memory cap', '4096')
     .option('--output-bytes <n>', 'cap for stdout and for stderr, each', String(256 * 1024 * 1024))
+    .option(
+      '--json',
+      'print one JSON document with the whole result (stdout/stderr as UTF-8 text) instead of passing output through',
+    )
     .action(
       action(io, async (modulePath: string, args: string[], opts: WasmRunFlags) => {
         const file = path.resolve(io.cwd, modulePath);
@@ -137,6 +142,19 @@ export function registerWasmRun(program: Command, io: CliIO): void {
             ...limits,
             signal: abort.signal,
           });
+          const code = result.timedOut
+            ? EXIT.TIMEOUT
+            : result.canceled
+              ? EXIT.CANCELED
+              : (result.exitCode ?? EXIT.FAILURE);
+          if (opts.json === true) {
+            const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
+            await write(
+              io.stdout,
+              json({ module: file, ...result, stdout: text(result.stdout), stderr: text(result.stderr) }),
+            );
+            return code;
+          }
           await writeBytes(io.stdout, result.stdout);
           await writeBytes(io.stderr, result.stderr);
           if (result.truncated)
@@ -146,9 +164,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
               io.stderr,
               Buffer.from(`capsule: memory limit of ${limits.memoryMb} MiB reached\n`),
             );
-          if (result.timedOut) return EXIT.TIMEOUT;
-          if (result.canceled) return EXIT.CANCELED;
-          return result.exitCode ?? EXIT.FAILURE;
+          return code;
         } finally {
           process.removeListener('SIGINT', onSigint);
           await runner.close();
