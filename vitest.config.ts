@@ -9,6 +9,7 @@ export const config = defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          setupFiles: ['test/helpers/no-spawn.ts'],
           testTimeout: 10_000,
         },
       },

@@ -9,7 +9,7 @@ import {
   keyCommand,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
-import { agentFixture, codeOf } from '../../unit/agent/session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 let parser: CommandParser;
 beforeAll(async () => {

@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { agentFixture, codeOf, type Fixture } from '../../unit/agent/session-fixture.js';
+import { agentFixture, codeOf, type Fixture } from '../../helpers/agent-fixture.js';
 
 /** The reviewer profile in a git repository; a second repository `other/` whose config runs programs. */
 async function reviewer(): Promise<Fixture> {

@@ -12,7 +12,7 @@ import { projectConfigSchema } from '../../../src/config/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { SessionAllowlist } from '../../../src/permissions/session-allowlist.js';
-import { agentFixture } from '../agent/session-fixture.js';
+import { agentFixture } from '../../helpers/agent-fixture.js';
 import { capabilityRequest, fakeClock, tempProject } from './helpers.js';
 
 /** An audit sink that takes its time, as a log behind a contended lock does. */

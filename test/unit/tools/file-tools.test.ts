@@ -3,7 +3,7 @@ import { mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { agentFixture, codeOf } from '../agent/session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 describe('file tools: confinement to the project root', () => {
   it('refuses traversal, absolute paths and symlink escapes in every path argument, before anyone is asked', async () => {

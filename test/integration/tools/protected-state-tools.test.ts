@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { agentFixture, codeOf } from '../agent/session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 /**
  * An agent plants or rewrites capsule's state anywhere under the project: a nested capsule.json

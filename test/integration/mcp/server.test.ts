@@ -10,7 +10,7 @@ import { CapsuleMcpServer, toolResultOf } from '../../../src/mcp/server.js';
 import { emptyResult } from '../../../src/runners/types.js';
 import type { Componentize } from '../../../src/tools/generate.js';
 import { writeCapability } from '../../helpers/capability.js';
-import { agentFixture } from '../agent/session-fixture.js';
+import { agentFixture } from '../../helpers/agent-fixture.js';
 
 const open: Array<() => Promise<void>> = [];
 afterEach(async () => {

@@ -6,7 +6,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { CommandResult } from '../../../src/tools/run-command.js';
 import { survivors } from '../../helpers/processes.js';
-import { agentFixture, codeOf } from '../agent/session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 describe('run_command', () => {
   it('is keyed by the engine: a program grant covers simple commands only', async () => {

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { agentFixture, codeOf } from '../agent/session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 const SCRIPT = 'read x; echo "got $x"\n';
 

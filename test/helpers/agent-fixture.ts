@@ -1,20 +1,20 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { AgentSession, type PlanApproval } from '../../../src/agent/agent-session.js';
-import { ProfileCatalog } from '../../../src/agent/profile.js';
-import { readProjectConfigFile } from '../../../src/config/project-config.js';
-import { createCommandParser } from '../../../src/permissions/command-parser.js';
-import { PermissionEngine } from '../../../src/permissions/engine.js';
+import { AgentSession, type PlanApproval } from '../../src/agent/agent-session.js';
+import { ProfileCatalog } from '../../src/agent/profile.js';
+import { readProjectConfigFile } from '../../src/config/project-config.js';
+import { createCommandParser } from '../../src/permissions/command-parser.js';
+import { PermissionEngine } from '../../src/permissions/engine.js';
 import {
   createNonInteractivePrompter,
   createScriptedPrompter,
   type Prompter,
-} from '../../../src/permissions/prompter.js';
-import { Registry } from '../../../src/registry/registry.js';
-import { ShellRunner } from '../../../src/runners/shell-runner.js';
-import type { AskAnswer } from '../../../src/permissions/types.js';
-import type { Componentize } from '../../../src/tools/generate.js';
-import { tempProject } from '../../helpers/capability.js';
+} from '../../src/permissions/prompter.js';
+import { Registry } from '../../src/registry/registry.js';
+import { ShellRunner } from '../../src/runners/shell-runner.js';
+import type { AskAnswer } from '../../src/permissions/types.js';
+import type { Componentize } from '../../src/tools/generate.js';
+import { tempProject } from './capability.js';
 
 export interface Fixture {
   root: string;

@@ -11,7 +11,7 @@ import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import type { CapabilityContext } from '../../../src/tools/context.js';
 import type { Tool } from '../../../src/tools/tool.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
-import { codeOf } from '../agent/session-fixture.js';
+import { codeOf } from '../../helpers/agent-fixture.js';
 
 // The run path is structural: a capability runs only through a permit the executor issued after its
 // gate allowed that staged content. Anything else that reaches for a run, runs nothing.

@@ -8,7 +8,7 @@ import { openAgentSession } from '../../../src/agent/open-session.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
-import { agentFixture, codeOf } from './session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 // The agent holds a grant for one harmless-looking command and uses it to rewrite capsule's own policy.
 // Judged by effect: a marker file that a compound command would create must not appear.

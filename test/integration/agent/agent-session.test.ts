@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { intersectGrants } from '../../../src/agent/agent-session.js';
 import { READ_ONLY_TOOL_NAMES } from '../../../src/tools/catalog.js';
-import { agentFixture, codeOf } from './session-fixture.js';
+import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 describe('profiles in a session', () => {
   it('selecting a profile hides tools outside its allowlist, resets the mode and loads its rules', async () => {

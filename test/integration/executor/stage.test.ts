@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CapabilityStage } from '../../../src/executor/stage.js';
 import { loadValid, tempProject, writeCapability } from '../../helpers/capability.js';
-import { codeOf } from '../agent/session-fixture.js';
+import { codeOf } from '../../helpers/agent-fixture.js';
 
 const stages: CapabilityStage[] = [];
 afterEach(async () => {
