@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
+import { benchLimits } from './limits.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
@@ -20,6 +21,7 @@ const suites = [
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
+  ['limits', () => benchLimits({ root })],
 ];
 for (const [name, run] of suites) {
   process.stderr.write(`bench: ${name}…\n`);

@@ -4,8 +4,6 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { openAgentSession } from '../../../src/agent/open-session.js';
-import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { READ_ONLY_TOOL_NAMES } from '../../../src/tools/catalog.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
@@ -331,36 +329,6 @@ describe('capsule mcp over stdio', () => {
     });
     const r = await h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } });
     expect(textOf(r)).toMatch(/^CEILING_VIOLATION: /);
-  });
-
-  it('measures the MCP round trip of run_capability against the library call', async () => {
-    const { root, capRoot } = await project();
-    await writeCapability(capRoot, 'hello', {}, { 'run.sh': 'echo hello\n' });
-    const h = await connect({ cwd: root, args: ['--grant', 'run_capability:hello'] });
-    const lib = await openAgentSession({
-      cwd: root,
-      grants: ['run_capability:hello'],
-      runners: [new ShellRunner()],
-    });
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
-    const time = async (fn: () => Promise<unknown>) => {
-      const xs: number[] = [];
-      for (let i = 0; i < 15; i++) {
-        const t = performance.now();
-        await fn();
-        xs.push(performance.now() - t);
-      }
-      return median(xs);
-    };
-    await h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } });
-    await lib.call('run_capability', { name: 'hello' });
-    const mcp = await time(() => h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } }));
-    const direct = await time(() => lib.call('run_capability', { name: 'hello' }));
-    await lib.close();
-    console.log(
-      `run_capability median: MCP ${mcp.toFixed(1)} ms, library ${direct.toFixed(1)} ms, ratio ${(mcp / direct).toFixed(2)}`,
-    );
-    expect(mcp).toBeGreaterThan(0);
   });
 });
 

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability } from '../../helpers/capability.js';
+import { eventually } from '../../helpers/eventually.js';
 import { survivors } from '../../helpers/processes.js';
 
 describe('ShellRunner', () => {
@@ -48,12 +49,10 @@ describe('ShellRunner', () => {
     );
     const marker = path.join(root, 'survived');
     capability.manifest.args.push(marker);
-    const started = Date.now();
     const r = await runner.run({ capability, input: '{}' });
     expect(r.timedOut).toBe(true);
     expect(r.exitCode).toBeNull();
     expect(r.signal).toBe('SIGKILL');
-    expect(Date.now() - started).toBeLessThan(3000);
     // The subshell's command line carries the capability's folder (its entry path).
     expect(await survivors(capability.dir)).toEqual([]);
     expect(existsSync(marker)).toBe(false);
@@ -61,35 +60,35 @@ describe('ShellRunner', () => {
 
   it('kills a grandchild that outlives its parent', async () => {
     const { capability } = await makeCapability('orphan', 'sh -c "sleep 30" "$0" &\nexit 0\n');
-    const started = Date.now();
     const r = await runner.run({ capability, input: '{}' });
     expect(r.exitCode).toBe(0);
-    expect(Date.now() - started).toBeLessThan(3000);
     expect(await survivors(capability.dir)).toEqual([]);
   });
 
-  it('caps a 1 GB output flood, kills the process, and keeps memory bounded', async () => {
+  // How fast and in how much memory: bench/limits.mjs.
+  it('caps a 1 GB output flood and kills the process tree', async () => {
     const { capability } = await makeCapability('flood', 'head -c 1000000000 /dev/zero | tr "\\0" x\n', {
       limits: { outputBytes: 65536, timeoutMs: 20_000 },
     });
-    const before = process.memoryUsage().rss;
-    const started = Date.now();
     const r = await runner.run({ capability, input: '{}' });
     expect(r.truncated).toBe(true);
     expect(r.stdout.length).toBe(65536);
     expect(r.exitCode).toBeNull();
-    expect(Date.now() - started).toBeLessThan(10_000);
-    expect(process.memoryUsage().rss - before).toBeLessThan(200 * 1024 * 1024);
+    expect(r.signal).toBe('SIGKILL');
+    expect(await survivors(capability.dir)).toEqual([]);
   });
 
   it('cancels on AbortSignal and reports it', async () => {
-    const { capability } = await makeCapability('slow', 'sleep 30\n');
+    const { capability } = await makeCapability('slow', 'touch started; sleep 30\n');
     const abort = new AbortController();
-    setTimeout(() => abort.abort(), 100);
-    const r = await runner.run({ capability, input: '{}', signal: abort.signal });
+    const run = runner.run({ capability, input: '{}', signal: abort.signal });
+    // Abort once it really runs, not after a guessed delay.
+    await eventually(() => existsSync(path.join(capability.dir, 'started')), 'the capability to start');
+    abort.abort();
+    const r = await run;
     expect(r.canceled).toBe(true);
     expect(r.timedOut).toBe(false);
-    expect(r.durationMs).toBeLessThan(3000);
+    expect(await survivors(capability.dir)).toEqual([]);
   });
 
   it('does not fail when the capability ignores its stdin', async () => {

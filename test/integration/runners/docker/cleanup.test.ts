@@ -6,19 +6,15 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
+import { eventually } from '../../../helpers/eventually.js';
 import { dockerForTests, tempCapability } from './helpers.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const built = path.resolve(here, '../../../../dist/runners/docker/runner.js');
 
-/** Wait until `check` holds, polling; fails the test with `what` after `ms`. */
+/** Wait until `check` holds (test/helpers/eventually.ts); fails the test with `what` after `ms`. */
 async function until(what: string, check: () => Promise<boolean>, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for: ${what}`);
+  await eventually(check, what, { timeoutMs: ms, intervalMs: 100 });
 }
 
 // These kill a real capsule process mid-call, so they drive the built runner (npm run build; scripts/test.mjs does it).

