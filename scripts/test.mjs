@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The README's test command: provision what the tests need (a Docker engine and the offline
-// sandbox images), build capsule (integration tests drive the built CLI), then run both test projects.
+// The README's test command: provision what the tests need (a Docker engine, the offline
+// sandbox images and headless Chromium), build capsule (integration tests drive the built CLI), then run both test projects.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -25,6 +25,8 @@ step('provision the Docker engine', 'bash', ['scripts/provision-docker.sh'], {
   ...process.env,
   CAPSULE_GVISOR: '1',
 });
+// Headless Chromium, for the tests that render the HTML reports in a real browser.
+step('provision the browser', 'bash', ['scripts/provision-browser.sh']);
 step('build', 'npm', ['run', 'build', '--silent']);
 step('build the sandbox images', 'node', ['scripts/build-images.mjs']);
 step('typecheck', 'npm', ['run', 'typecheck', '--silent']);

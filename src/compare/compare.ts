@@ -41,6 +41,8 @@ export interface CompareReport {
   contentHash: string;
   runsPerInput: number;
   inputs: string[];
+  /** Each input document as compact JSON, in the order of `inputs` (the chart names a lone `--input` by it). */
+  inputTexts?: string[] | undefined;
   environments: EnvironmentReport[];
   /** Per input: do all environments that ran agree on stdout and exit code? */
   agreement: Array<{ input: string; equal: boolean; differing: Environment[] }>;
@@ -160,6 +162,7 @@ export async function compareCapability(options: {
       contentHash: capability.contentHash,
       runsPerInput: options.runs,
       inputs: options.inputs.map((i) => i.name),
+      inputTexts,
       environments,
       agreement,
       equal: agreement.every((a) => a.equal) && ran.every((e) => e.runs.every((r) => r.stable)),

@@ -77,34 +77,106 @@ const escapeHtml = (s: string): string =>
 
 const COLORS: Record<string, string> = { shell: '#d97706', wasm: '#7c3aed', docker: '#0284c7' };
 
-/** An SVG bar chart of median (bar) and p95 (tick) per environment and input; no external assets. */
+/** A "nice" axis step (1, 2 or 5 × 10^k) that splits 0…max into about `count` intervals. */
+export function niceStep(max: number, count = 5): number {
+  const raw = max / count;
+  const magnitude = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
+  return step ?? 10 * magnitude;
+}
+
+/** A tick value as text with its unit: whole numbers plain, small steps with the decimals they need. */
+function tickText(value: number, step: number): string {
+  const decimals = step >= 1 ? 0 : Math.min(3, Math.ceil(-Math.log10(step)));
+  return `${value.toFixed(decimals)} ms`;
+}
+
+/** How a chart row names its input: the case name, or for a lone `--input` the document itself. */
+function inputLabel(name: string, text: string | undefined): string {
+  if (name !== 'input' || text === undefined) return name;
+  return text.length > 28 ? `${text.slice(0, 27)}…` : text;
+}
+
+/**
+ * An SVG chart of the timings: one row per input and environment, a bar from 0 to the median and a
+ * whisker from the median to a p95 tick, both at their values on a labelled millisecond axis with
+ * gridlines; a legend names the environments' colours and the two marks. No scripts, no external assets.
+ */
 export function renderSvgChart(report: CompareReport): string {
-  const bars = report.environments.flatMap((e) =>
-    e.status === 'ok'
-      ? e.runs.map((r) => ({
-          label: `${e.environment} · ${r.input}`,
-          env: e.environment,
-          median: r.medianMs,
-          p95: r.p95Ms,
-        }))
-      : [],
+  const ran = report.environments.filter((e) => e.status === 'ok');
+  const texts = report.inputTexts ?? [];
+  const rows = report.inputs.flatMap((name, i) =>
+    ran.flatMap((e) => {
+      const r = e.runs.find((run) => run.input === name);
+      return r === undefined
+        ? []
+        : [
+            {
+              input: inputLabel(name, texts[i]),
+              first: e === ran[0],
+              env: e.environment,
+              median: r.medianMs,
+              p95: r.p95Ms,
+            },
+          ];
+    }),
   );
-  const rowH = 26;
-  const left = 190;
-  const width = 720;
-  const plot = width - left - 90;
-  const height = bars.length * rowH + 40;
-  const max = Math.max(1, ...bars.map((b) => b.p95));
-  let svg = `<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="timings" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`;
-  svg += `<text x="${left}" y="14" fill="#444">median (bar) and p95 (tick), ms — scale 0…${ms(max)}</text>`;
-  for (const [i, b] of bars.entries()) {
-    const y = 24 + i * rowH;
-    const w = Math.max(1, (b.median / max) * plot);
-    const p = (b.p95 / max) * plot;
-    svg += `<text x="${left - 8}" y="${y + 15}" text-anchor="end">${escapeHtml(b.label)}</text>`;
-    svg += `<rect class="bar" data-env="${escapeHtml(b.env)}" data-median="${b.median.toFixed(3)}" x="${left}" y="${y + 3}" width="${w.toFixed(1)}" height="${rowH - 8}" fill="${COLORS[b.env] ?? '#666'}"><title>${escapeHtml(b.label)}: median ${ms(b.median)} ms, p95 ${ms(b.p95)} ms</title></rect>`;
-    svg += `<line x1="${(left + p).toFixed(1)}" x2="${(left + p).toFixed(1)}" y1="${y + 1}" y2="${y + rowH - 3}" stroke="#111" stroke-width="2"/>`;
-    svg += `<text x="${(left + Math.max(w, p) + 6).toFixed(1)}" y="${y + 15}">${ms(b.median)}</text>`;
+  const rowH = 24;
+  const left = 210;
+  const right = 30;
+  const width = 760;
+  const plot = width - left - right;
+  const legendH = 28;
+  const top = 30 + legendH;
+  const axisH = 44;
+  const height = top + rows.length * rowH + axisH;
+  const step = niceStep(Math.max(0.001, ...rows.map((b) => b.p95)));
+  const ticks = Math.max(1, Math.ceil(Math.max(0.001, ...rows.map((b) => b.p95)) / step));
+  const max = ticks * step;
+  const x = (v: number): number => left + (v / max) * plot;
+  const bottom = top + rows.length * rowH;
+  const n = (v: number): string => v.toFixed(1);
+
+  let svg = `<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="chart-title" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`;
+  svg += `<title id="chart-title">${escapeHtml(report.capability)}: time per run by input and environment (median and p95, ms)</title>`;
+  svg += `<rect width="${width}" height="${height}" fill="#fff"/>`;
+  svg += `<text class="chart-title" x="${left}" y="18" font-size="14" font-weight="bold">Time per run (ms), ${report.runsPerInput} run(s) per input</text>`;
+
+  // Legend: one swatch per environment that ran, then what the bar and the tick mean.
+  svg += `<g class="legend" transform="translate(${left},${30})">`;
+  let lx = 0;
+  for (const e of ran) {
+    svg += `<g class="legend-entry" data-env="${escapeHtml(e.environment)}" transform="translate(${lx},0)"><rect width="14" height="14" fill="${COLORS[e.environment] ?? '#666'}"/><text x="20" y="12">${escapeHtml(e.environment)}</text></g>`;
+    lx += 30 + e.environment.length * 8;
+  }
+  svg += `<g class="legend-entry" data-mark="median" transform="translate(${lx},0)"><rect width="22" height="14" fill="#9ca3af"/><text x="28" y="12">bar: median</text></g>`;
+  lx += 110;
+  svg += `<g class="legend-entry" data-mark="p95" transform="translate(${lx},0)"><line x1="0" x2="16" y1="7" y2="7" stroke="#111"/><line x1="16" x2="16" y1="0" y2="14" stroke="#111" stroke-width="2"/><text x="24" y="12">p95</text></g>`;
+  svg += '</g>';
+
+  // Gridlines and the axis, under the bars.
+  svg += '<g class="grid" stroke="#e5e7eb">';
+  for (let t = 0; t <= ticks; t++)
+    svg += `<line x1="${n(x(t * step))}" x2="${n(x(t * step))}" y1="${top}" y2="${bottom}"/>`;
+  svg += '</g>';
+  svg += `<g class="axis x-axis"><line x1="${left}" x2="${left + plot}" y1="${bottom}" y2="${bottom}" stroke="#111"/>`;
+  for (let t = 0; t <= ticks; t++) {
+    const tx = n(x(t * step));
+    svg += `<line x1="${tx}" x2="${tx}" y1="${bottom}" y2="${bottom + 5}" stroke="#111"/>`;
+    svg += `<text class="tick" x="${tx}" y="${bottom + 18}" text-anchor="middle">${tickText(t * step, step)}</text>`;
+  }
+  svg += `<text class="axis-title" x="${left + plot / 2}" y="${bottom + 36}" text-anchor="middle">time per run, milliseconds</text></g>`;
+
+  for (const [i, b] of rows.entries()) {
+    const y = top + i * rowH;
+    const color = COLORS[b.env] ?? '#666';
+    svg += `<g class="row" data-env="${escapeHtml(b.env)}" data-input="${escapeHtml(b.input)}">`;
+    if (b.first && i > 0) svg += `<line x1="8" x2="${width - right}" y1="${y}" y2="${y}" stroke="#d1d5db"/>`;
+    svg += `<text class="row-label" x="${left - 8}" y="${y + 16}" text-anchor="end">${b.first ? `<tspan font-weight="bold">${escapeHtml(b.input)}</tspan> ` : ''}<tspan fill="#555">${escapeHtml(b.env)}</tspan></text>`;
+    svg += `<rect class="bar" data-env="${escapeHtml(b.env)}" data-median="${b.median.toFixed(3)}" x="${left}" y="${y + 4}" width="${n(Math.max(1, x(b.median) - left))}" height="${rowH - 8}" fill="${color}"><title>${escapeHtml(`${b.input} · ${b.env}`)}: median ${ms(b.median)} ms, p95 ${ms(b.p95)} ms</title></rect>`;
+    svg += `<line class="whisker" x1="${n(x(b.median))}" x2="${n(x(b.p95))}" y1="${y + rowH / 2}" y2="${y + rowH / 2}" stroke="#111"/>`;
+    svg += `<line class="p95" data-p95="${b.p95.toFixed(3)}" x1="${n(x(b.p95))}" x2="${n(x(b.p95))}" y1="${y + 3}" y2="${y + rowH - 3}" stroke="#111" stroke-width="2"/>`;
+    svg += '</g>';
   }
   return `${svg}</svg>`;
 }

@@ -90,4 +90,51 @@ describe('compare rendering', () => {
     const verdict = all.find((e) => e.attrs.some((a) => a.name === 'id' && a.value === 'verdict'));
     expect(verdict?.attrs.find((a) => a.name === 'class')?.value).toBe('differ');
   });
+
+  it('draws the chart a person can read: a ms axis with gridlines, a legend, median and p95 at their values', () => {
+    const all = elements(parse(renderHtml(report)));
+    const attr = (e: Element, name: string): string | undefined =>
+      e.attrs.find((a) => a.name === name)?.value;
+    const cls = (name: string) => all.filter((e) => (attr(e, 'class') ?? '').split(' ').includes(name));
+    const text = (e: Element): string =>
+      e.childNodes.map((c) => ('value' in c ? c.value : 'tagName' in c ? text(c) : '')).join('');
+    const ticks = cls('tick').map(text);
+    expect(ticks[0]).toBe('0 ms');
+    expect(ticks.every((t) => / ms$/.test(t))).toBe(true);
+    const values = ticks.map((t) => Number.parseFloat(t));
+    // The axis reaches past the largest p95 (60 ms) in even steps.
+    expect(values.at(-1)).toBeGreaterThanOrEqual(60);
+    expect(new Set(values.slice(1).map((v, i) => v - (values[i] as number))).size).toBe(1);
+    expect(cls('grid')[0]?.childNodes.filter((c) => 'tagName' in c)).toHaveLength(ticks.length);
+    expect(cls('legend-entry').map((e) => attr(e, 'data-env') ?? attr(e, 'data-mark'))).toEqual([
+      'shell',
+      'wasm',
+      'median',
+      'p95',
+    ]);
+    // Positions: x is linear in ms, so the bar ends at the median and the p95 tick sits at the p95.
+    const tickX = cls('tick').map((e) => Number(attr(e, 'x')));
+    const msPerPx = ((values.at(-1) as number) - 0) / ((tickX.at(-1) as number) - (tickX[0] as number));
+    const at = (px: number): number => (px - (tickX[0] as number)) * msPerPx;
+    const bars = cls('bar');
+    const p95s = cls('p95');
+    expect(at(Number(attr(bars[0] as Element, 'x')) + Number(attr(bars[0] as Element, 'width')))).toBeCloseTo(
+      40,
+      0,
+    );
+    expect(at(Number(attr(p95s[0] as Element, 'x1')))).toBeCloseTo(60, 0);
+    expect(at(Number(attr(p95s[1] as Element, 'x1')))).toBeCloseTo(3, 0);
+    // Each input is named on its rows.
+    expect(cls('row').map((e) => attr(e, 'data-input'))).toEqual(['one', 'one']);
+    expect(text(cls('row-label')[0] as Element)).toMatch(/^one shell$/);
+  });
+
+  it('names a lone --input row by its document', () => {
+    const single = { ...report, inputs: ['input'], inputTexts: ['{"name":"world"}'] };
+    single.environments = report.environments.map((e) => ({
+      ...e,
+      runs: e.runs.map((r) => ({ ...r, input: 'input' })),
+    }));
+    expect(renderHtml(single)).toContain('data-input="{&quot;name&quot;:&quot;world&quot;}"');
+  });
 });
