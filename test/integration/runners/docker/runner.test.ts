@@ -7,6 +7,10 @@ import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
+import { processesWith, survivors } from '../../../helpers/processes.js';
+
+// A container's processes are host processes too: a token in a command line tells when a call really runs.
+const SLEEPING = `capsule-runner-test-${process.pid}`;
 
 describe('DockerRunner', () => {
   let engine: DockerodeEngine;
@@ -114,16 +118,20 @@ describe('DockerRunner', () => {
     const capability = await temp(
       'cancel-me',
       { entry: 'run.sh', limits: { timeoutMs: 30_000 } },
-      { 'run.sh': 'echo started; sleep 30\n' },
+      { 'run.sh': `echo started; sh -c 'sleep 30; :' ${SLEEPING}-cancel\n` },
     );
     const controller = new AbortController();
-    setTimeout(() => controller.abort(), 700);
-    const result = await runner.run({ capability, input: '{}', signal: controller.signal });
-    expect(result.canceled).toBe(true);
-    expect(result.timedOut).toBe(false);
-    expect(result.exitCode).toBeNull();
-    expect(result.stdout).toBe('started\n');
-    expect(result.durationMs).toBeLessThan(8000);
+    const result = runner.run({ capability, input: '{}', signal: controller.signal });
+    // Abort once the capability is past its echo (its sleep is running), not after a guessed delay.
+    await eventually(() => processesWith(`${SLEEPING}-cancel`).length > 0, 'the capability to be sleeping');
+    controller.abort();
+    expect(await result).toMatchObject({
+      canceled: true,
+      timedOut: false,
+      exitCode: null,
+      stdout: 'started\n',
+    });
+    expect(await survivors(`${SLEEPING}-cancel`)).toEqual([]);
   });
 
   it('close() cancels calls in flight and leaves nothing behind', async () => {
@@ -131,10 +139,10 @@ describe('DockerRunner', () => {
     const capability = await temp(
       'closed-mid-call',
       { entry: 'run.sh', limits: { timeoutMs: 30_000 } },
-      { 'run.sh': 'echo started; sleep 30\n' },
+      { 'run.sh': `echo started; sh -c 'sleep 30; :' ${SLEEPING}-close\n` },
     );
     const call = closing.run({ capability, input: '{}' });
-    await new Promise((r) => setTimeout(r, 700));
+    await eventually(() => processesWith(`${SLEEPING}-close`).length > 0, 'the capability to be sleeping');
     await closing.close();
     const result = await call;
     expect(result).toMatchObject({ canceled: true, exitCode: null, stdout: 'started\n' });
