@@ -5,7 +5,8 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { CommandResult } from '../../../src/tools/run-command.js';
-import { survivors } from '../../helpers/processes.js';
+import { eventually } from '../../helpers/eventually.js';
+import { processesWith, survivors } from '../../helpers/processes.js';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 describe('run_command', () => {
@@ -79,11 +80,14 @@ describe('run_command', () => {
   it('an abort kills it and reports canceled', async () => {
     const f = await agentFixture({ grants: ['run_command:sleep'] });
     const ac = new AbortController();
-    const p = f.session.call('run_command', { command: 'sleep 30' }, { signal: ac.signal });
-    await delay(200);
+    // A duration no other process on the machine sleeps, so its command line tells when it runs.
+    const duration = `30.${process.pid}`;
+    const p = f.session.call('run_command', { command: `sleep ${duration}` }, { signal: ac.signal });
+    await eventually(() => processesWith(`sleep\u0000${duration}`).length > 0, 'the command to be running');
     ac.abort();
     const r = (await p) as CommandResult;
     expect(r.canceled).toBe(true);
     expect(r.exitCode).toBeNull();
+    expect(await survivors(`sleep\u0000${duration}`)).toEqual([]);
   });
 });
