@@ -2,7 +2,10 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
-import { builtCli } from '../../helpers/cli.js';
+import { execa } from 'execa';
+import { builtCli, BUILT_CLI } from '../../helpers/cli.js';
+import { eventually } from '../../helpers/eventually.js';
+import { processesWith, survivors } from '../../helpers/processes.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 // The same limit hit gives the same `capsule run --json` field and the same exit code, whichever runner ran
@@ -37,6 +40,9 @@ const WASM: Record<Limit, string> = { output: 'oflood', memory: 'malloc', timeou
 
 let root: string;
 
+/** A word in the command line of a cancel row's sleeping process: the host sees when it runs and when it is gone. */
+const token = (env: string): string => `capsule-cancel-${env}-${process.pid}`;
+
 function capName(env: Env, limit: Limit): string {
   return `${env}-${limit}`;
 }
@@ -46,6 +52,16 @@ beforeAll(async () => {
   root = project.root;
   await writeFile(path.join(root, 'capsule.json'), '{}\n');
   const probe = assemble('probe.wat');
+  for (const env of ['shell', 'docker'] as const) {
+    const script = `sh -c 'sleep 60; :' ${token(env)}\n`;
+    const docker = env === 'docker' ? { environment: 'docker', docker: { image: 'capsule/busybox:1' } } : {};
+    await writeCapability(
+      project.capRoot,
+      `${env}-cancel`,
+      { ...docker, limits: { timeoutMs: 120_000 } },
+      { 'run.sh': script },
+    );
+  }
   for (const limit of Object.keys(EXPECTED) as Limit[]) {
     const limits = { timeoutMs: 30_000, ...LIMITS[limit] };
     await writeCapability(project.capRoot, capName('shell', limit), { limits }, { 'run.sh': SHELL[limit] });
@@ -82,5 +98,33 @@ describe('capsule run: one limit, one field, one exit code in every runner', () 
     const flags = { truncated: false, oomKilled: false, timedOut: false, canceled: false, [field]: true };
     expect(doc.result).toMatchObject({ environment: env, ...flags });
     expect(r.code).toBe(code);
+  });
+});
+
+describe('capsule run: Ctrl-C is canceled: true and exit 130 in every runner that has a process to see', () => {
+  it.each(['shell', 'docker'])('%s', async (env) => {
+    const name = `${env}-cancel`;
+    const child = execa(
+      'node',
+      [BUILT_CLI, 'run', name, '--json', '--no-prompt', '--grant', `run_capability:${name}`],
+      {
+        cwd: root,
+        reject: false,
+      },
+    );
+    // Interrupt once the capability really runs, as a person would, not after a guessed delay.
+    await eventually(() => processesWith(token(env)).length > 0, `${name} to be running`);
+    child.kill('SIGINT');
+    const r = await child;
+    const doc = JSON.parse(r.stdout) as { result: Record<string, unknown> };
+    expect(doc.result).toMatchObject({
+      environment: env,
+      canceled: true,
+      timedOut: false,
+      truncated: false,
+      oomKilled: false,
+    });
+    expect(r.exitCode).toBe(130);
+    expect(await survivors(token(env))).toEqual([]);
   });
 });
