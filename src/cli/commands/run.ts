@@ -11,6 +11,8 @@ import { action, json, write, type CliIO } from '../output.js';
 export function exitCodeOf(result: RunResult): number {
   if (result.timedOut) return EXIT.TIMEOUT;
   if (result.canceled) return EXIT.CANCELED;
+  // The capability exited 0 but its output broke its outputSchema: a failed run.
+  if (result.outputInvalid !== undefined && result.exitCode === 0) return EXIT.FAILURE;
   return exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
 }
 
@@ -23,6 +25,7 @@ export function limitNote(result: RunResult, timeoutMs: number, outputBytes: num
   if (result.oomKilled) notes.push('hit its memory limit (limits.memoryMb) and was killed');
   if (result.pidsLimited === true) notes.push('hit its process limit (limits.pids) and was stopped');
   if (result.canceled) notes.push('was canceled');
+  if (result.outputInvalid !== undefined) notes.push(`failed: ${result.outputInvalid}`);
   return notes.length ? `capsule: the run ${notes.join('; ')}\n` : '';
 }
 
@@ -95,7 +98,8 @@ export function registerRun(program: Command, io: CliIO): void {
               json({ capability: name, contentHash: cap.contentHash, decision, result }),
             );
           } else {
-            await write(io.stdout, result.stdout);
+            // Output that broke the outputSchema is not passed on: nothing downstream reads it as valid.
+            if (result.outputInvalid === undefined) await write(io.stdout, result.stdout);
             await write(io.stderr, result.stderr);
             await write(
               io.stderr,
