@@ -1,0 +1,47 @@
+import { cp, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
+import { openRuntime } from '../../../src/runtime/runtime.js';
+import { tempProject } from '../../helpers/capability.js';
+import { REPO_ROOT } from '../../helpers/cli.js';
+
+// The outputSchema is checked by the executor after every run, whatever the runner: here a real
+// WASI module (shout-wasm upper-cases its input document) run by the real wasm runner.
+
+async function shout(outputSchema: Record<string, unknown>) {
+  const { root, capRoot } = await tempProject('capsule-outschema-');
+  await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
+  const dir = path.join(capRoot, 'shout-wasm');
+  await cp(path.join(REPO_ROOT, 'capabilities', 'shout-wasm'), dir, { recursive: true });
+  const manifestFile = path.join(dir, 'capability.json');
+  const manifest = JSON.parse(await readFile(manifestFile, 'utf8')) as Record<string, unknown>;
+  await writeFile(manifestFile, JSON.stringify({ ...manifest, outputSchema }));
+  const runtime = await openRuntime({ cwd: root, grants: ['run_capability:shout-wasm'], stateDir: false });
+  return runtime.openExecutor(
+    await runtime.openGate({ prompter: createNonInteractivePrompter(), audit: false }),
+  );
+}
+
+describe('outputSchema on the wasm runner', () => {
+  it('matching output is returned parsed; output that breaks the schema is a failed run naming the field', async () => {
+    const good = await shout({ type: 'object', required: ['N'], properties: { N: { type: 'integer' } } });
+    try {
+      const { result } = await good.run('shout-wasm', { n: 1 });
+      expect(result.exitCode).toBe(0);
+      expect(result.outputInvalid).toBeUndefined();
+      expect(result.output).toEqual({ N: 1 });
+    } finally {
+      await good.close();
+    }
+    const strict = await shout({ type: 'object', required: ['n'] });
+    try {
+      const { result } = await strict.run('shout-wasm', { n: 1 });
+      expect(result.exitCode).toBe(0);
+      expect(result.output).toBeUndefined();
+      expect(result.outputInvalid).toMatch(/must have required property 'n'/);
+    } finally {
+      await strict.close();
+    }
+  });
+});
