@@ -368,6 +368,7 @@ export class Executor {
   async close(): Promise<void> {
     await Promise.all([...this.#runners.values()].map((r) => r.close()));
     await this.#stage.close();
+    await this.#telemetry.flush();
   }
 
   // --- internals ---------------------------------------------------------------------------

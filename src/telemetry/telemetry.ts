@@ -10,6 +10,8 @@ import type { RunResult } from '../runners/types.js';
 export interface Telemetry {
   /** Start the span of one tool call. */
   startToolCall(call: { tool: string; callId?: string | undefined }): ToolCallSpan;
+  /** Export what is buffered (the CLI exits right after its command; a span must not be lost). */
+  flush(): Promise<void>;
 }
 
 /** One tool call's span: what the gate decided, what ran, how it ended. */
@@ -25,14 +27,14 @@ export interface ToolCallSpan {
 const NOOP_SPAN: ToolCallSpan = { decision() {}, run() {}, end() {} };
 
 /** Telemetry that records nothing (the default when no tracer provider is registered). */
-export const noTelemetry: Telemetry = { startToolCall: () => NOOP_SPAN };
+export const noTelemetry: Telemetry = { startToolCall: () => NOOP_SPAN, flush: () => Promise.resolve() };
 
 /** The tracer name and version capsule's spans carry (instrumentation scope). */
 export const TRACER_NAME = 'capsule';
 
 /** The subset of `@opentelemetry/api` this module uses, passed in so it is loaded only when needed. */
 export interface OtelApi {
-  trace: { getTracer(name: string, version?: string): Tracer };
+  trace: { getTracer(name: string, version?: string): Tracer; getTracerProvider(): TracerProvider };
   SpanStatusCode: { ERROR: number; OK: number; UNSET: number };
   SpanKind: { INTERNAL: number };
 }
@@ -64,6 +66,14 @@ export function otelTelemetry(
 ): Telemetry {
   const tracer = (options.provider ?? api.trace).getTracer(TRACER_NAME, options.version);
   return {
+    async flush() {
+      // The SDK's providers have forceFlush; the global one is a proxy in front of the registered one.
+      const registered = (options.provider ?? api.trace.getTracerProvider()) as TracerProvider & {
+        getDelegate?: () => TracerProvider;
+      };
+      const provider = (registered.getDelegate?.() ?? registered) as { forceFlush?: () => Promise<void> };
+      await provider.forceFlush?.().catch(() => undefined);
+    },
     startToolCall({ tool, callId }) {
       const attributes: Attributes = {
         'gen_ai.operation.name': 'execute_tool',

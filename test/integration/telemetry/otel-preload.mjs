@@ -2,7 +2,7 @@
 // exporter that appends each finished span as one JSON line to $CAPSULE_TEST_SPANS.
 import { appendFileSync } from 'node:fs';
 import { trace } from '@opentelemetry/api';
-import { BasicTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
 
 const file = process.env.CAPSULE_TEST_SPANS;
 const exporter = {
@@ -16,6 +16,6 @@ const exporter = {
   },
   shutdown: () => Promise.resolve(),
 };
-trace.setGlobalTracerProvider(
-  new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
-);
+// Batched with a delay no command outlives: a span reaches the file only through capsule's flush.
+const batch = new BatchSpanProcessor(exporter, { scheduledDelayMillis: 600_000 });
+trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [batch] }));

@@ -14,6 +14,7 @@ import { openRuntime } from '../../../src/runtime/runtime.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { defaultTelemetry, noTelemetry, otelTelemetry } from '../../../src/telemetry/telemetry.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { execa } from 'execa';
 import { BUILT_CLI } from '../../helpers/cli.js';
 import { choose, connectCapsule, type McpHarness } from '../mcp/mcp-client.js';
 
@@ -208,5 +209,42 @@ describe('decision telemetry (OpenTelemetry spans, GenAI execute_tool convention
     expect(spans[0]?.attributes['gen_ai.tool.call.id']).not.toBe(spans[1]?.attributes['gen_ai.tool.call.id']);
     expect(spans[1]?.attributes['capsule.decision']).toBeUndefined();
     expect(existsSync(path.join(root, 'secret-ran'))).toBe(false);
+  });
+
+  it('capsule run under node --import: the batched span is flushed before the process exits', async () => {
+    const { root } = await project();
+    const spansFile = path.join(root, 'run-spans.jsonl');
+    const r = await execa(
+      process.execPath,
+      [
+        '--import',
+        path.join(import.meta.dirname, 'otel-preload.mjs'),
+        BUILT_CLI,
+        'run',
+        'boom',
+        '--grant',
+        'run_capability:boom',
+      ],
+      {
+        cwd: root,
+        reject: false,
+        env: { CAPSULE_TEST_SPANS: spansFile, CAPSULE_STATE_DIR: path.join(root, '.state') },
+      },
+    );
+    expect(r.exitCode).toBe(3);
+    const spans = (await readFile(spansFile, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { name: string; attributes: Record<string, unknown> });
+    expect(spans).toHaveLength(1);
+    expect(spans[0]).toMatchObject({
+      name: 'execute_tool run_capability',
+      attributes: {
+        'capsule.key': 'run_capability:boom',
+        'capsule.decision': 'allow',
+        'capsule.run.exit_code': 3,
+        'error.type': 'exit_code',
+      },
+    });
   });
 });
