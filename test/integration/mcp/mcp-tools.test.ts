@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { cp, writeFile } from 'node:fs/promises';
+import { cp, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -223,5 +223,35 @@ describe('capsule mcp: tools as clients expect them', () => {
     }
     expect(existsSync(path.join(root, 'blocked-ran'))).toBe(false);
     expect(existsSync(path.join(root, 'asked-ran'))).toBe(false);
+  });
+
+  it('a capability tool is run_capability underneath: hidden where run_capability is, gone when the capability is', async () => {
+    const { root, capRoot } = await project();
+    await writeCapability(capRoot, 'touchy', {}, { 'run.sh': `touch "${root}/touchy-ran"\n` });
+    // explore has no run_capability: a cap_ name is an unknown tool (protocol error), and nothing runs.
+    const explore = await connect({
+      cwd: root,
+      args: ['--profile', 'explore', '--grant', 'run_capability:touchy'],
+    });
+    await expect(explore.client.callTool({ name: 'cap_touchy', arguments: {} })).rejects.toThrow(
+      /-32602|Unknown tool/,
+    );
+    expect(existsSync(path.join(root, 'touchy-ran'))).toBe(false);
+    // A listed capability removed before the call: a clear NOT_FOUND, nothing runs.
+    const h = await connect({ cwd: root, args: ['--grant', 'run_capability:touchy'] });
+    expect((await h.client.listTools()).tools.some((t) => t.name === 'cap_touchy')).toBe(true);
+    await rm(path.join(capRoot, 'touchy'), { recursive: true });
+    const gone = await h.client.callTool({ name: 'cap_touchy', arguments: {} });
+    expect(gone.isError).toBe(true);
+    expect(textOf(gone)).toMatch(/^NOT_FOUND: No capability named "touchy"/);
+    expect(existsSync(path.join(root, 'touchy-ran'))).toBe(false);
+    // The capability tool asks about the same key as run_capability, and a "no" runs nothing.
+    await writeCapability(capRoot, 'touchy', {}, { 'run.sh': `touch "${root}/touchy-ran"\n` });
+    const asked = await connect({ cwd: root, answer: () => choose('Deny') });
+    await asked.client.callTool({ name: 'cap_touchy', arguments: {} });
+    expect(asked.elicitations.map((e) => /permission needed: (.*)/.exec(e.message)?.[1])).toEqual([
+      'run_capability:touchy',
+    ]);
+    expect(existsSync(path.join(root, 'touchy-ran'))).toBe(false);
   });
 });

@@ -61,4 +61,14 @@ describe('outputSchema', () => {
     const { capability: plain } = await makeCapability('p', 'echo 1\n');
     expect(v.checkOutput(plain, 'anything')).toBeUndefined();
   });
+
+  it('a schema that points elsewhere ($ref to a URL) fails the run, never fetched, never passed', async () => {
+    const { capability } = await makeCapability('r', 'echo 1\n', {
+      outputSchema: { type: 'object', properties: { n: { $ref: 'https://schemas.example.test/n.json' } } },
+    });
+    expect(new InputValidator().checkOutput(capability, '{"n": 1}')).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/cannot be compiled/),
+    });
+  });
 });
