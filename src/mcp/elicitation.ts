@@ -184,7 +184,9 @@ export function agentDenialText(denial: Denial, canElicit: boolean): string {
   // Always quoted: a person copies it into a client's server configuration.
   const grant = `capsule mcp --grant '${key.replace(/'/g, `'\\''`)}'`;
   const project = denial.ceiling === 'project';
-  const lines = [`PERMISSION_DENIED: denied by ${DENIED_BY_TEXT[denial.by]}. ${denial.what}`];
+  // The engine's own texts may open with "Permission denied:"; the first line already says so.
+  const what = denial.what.replace(/^Permission denied: /, '');
+  const lines = [`PERMISSION_DENIED: denied by ${DENIED_BY_TEXT[denial.by]}. ${what}`];
   const retry = 'Retrying the same call will not help.';
   switch (denial.by) {
     case 'rule':
