@@ -249,6 +249,8 @@ export class CapsuleMcpServer {
   readonly server: Server;
   private sessionValue: AgentSession | undefined;
   private readonly options: CapsuleMcpServerOptions;
+  /** A built-in tool's description never changes: its JSON Schema is made once. */
+  private readonly described = new WeakMap<AgentTool, McpTool>();
 
   constructor(options: CapsuleMcpServerOptions) {
     this.options = options;
@@ -263,7 +265,7 @@ export class CapsuleMcpServer {
       },
     );
     this.server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: [...this.session.tools().map(mcpToolOf), ...(await this.capabilityTools())],
+      tools: [...this.session.tools().map((t) => this.describe(t)), ...(await this.capabilityTools())],
     }));
     this.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const session = this.session;
@@ -325,13 +327,18 @@ export class CapsuleMcpServer {
 
   /** A capability tool's arguments as the capability's input (unwrapped when its schema is not an object). */
   private async capabilityInput(name: string, args: Record<string, unknown>): Promise<unknown> {
-    const listed = (await this.session.registry.scan()).capabilities.find((c) => c.name === name);
-    if (listed === undefined) {
-      throw new CapsuleError('NOT_FOUND', `No capability named "${name}" in the registry.`, {
-        hint: 'Call list_capabilities (or re-list the tools) to see what exists.',
-      });
+    // One capability's folder, not a scan (the run resolves and stages it again, as it always does).
+    const capability = await this.session.registry.get(name);
+    return objectInput(capability) ? args : args.input;
+  }
+
+  private describe(tool: AgentTool): McpTool {
+    let described = this.described.get(tool);
+    if (described === undefined) {
+      described = mcpToolOf(tool);
+      this.described.set(tool, described);
     }
-    return objectInput(listed) ? args : args.input;
+    return described;
   }
 
   private toolsChanged(): void {
