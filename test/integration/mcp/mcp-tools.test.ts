@@ -254,4 +254,33 @@ describe('capsule mcp: tools as clients expect them', () => {
     ]);
     expect(existsSync(path.join(root, 'touchy-ran'))).toBe(false);
   });
+
+  it('generate_* takes an outputSchema: the new tool serves it; one that is not an object schema writes nothing', async () => {
+    const { root, capRoot } = await project();
+    const h = await connect({
+      cwd: root,
+      answer: () => choose('AlwaysThisSession'),
+    });
+    const gen = await h.client.callTool({
+      name: 'generate_shell_capability',
+      arguments: {
+        name: 'typed',
+        description: 'counts',
+        script: `printf '{"count": 7}'\n`,
+        outputSchema: COUNT_SCHEMA,
+      },
+    });
+    expect(gen.isError, textOf(gen)).toBeFalsy();
+    const tool = (await h.client.listTools()).tools.find((t) => t.name === 'cap_typed');
+    expect(tool?.outputSchema).toMatchObject(COUNT_SCHEMA);
+    const r = await h.client.callTool({ name: 'cap_typed', arguments: {} });
+    expect(r.structuredContent).toEqual({ count: 7 });
+    const bad = await h.client.callTool({
+      name: 'generate_shell_capability',
+      arguments: { name: 'untyped', description: 'x', script: 'echo 1\n', outputSchema: { type: 'string' } },
+    });
+    expect(bad.isError).toBe(true);
+    expect(textOf(bad)).toMatch(/outputSchema/);
+    expect(existsSync(path.join(capRoot, 'untyped'))).toBe(false);
+  });
 });
