@@ -261,6 +261,7 @@ export class CapsuleMcpServer {
         instructions:
           'capsule runs capabilities (small tools in shell, wasm or docker) behind a permission gate. ' +
           'Read-only tools never ask; anything that changes things may ask the human (elicitation). ' +
+          'Each capability is also a tool of its own, cap_<name> (the tool list changes when capabilities do). ' +
           'Prefer generate_wasm_capability: wasm runs sandboxed and can be approved for the whole project.',
       },
     );
