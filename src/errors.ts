@@ -1,3 +1,5 @@
+import type { Denial } from './permissions/denial.js';
+
 /**
  * The one error class of capsule. `code` is a stable string that callers branch on;
  * `details` names the file / field / key involved and a hint saying what to do.
@@ -31,6 +33,8 @@ export interface ErrorDetails {
   hint?: string | undefined;
   /** Several problems found at once (e.g. every invalid field of one manifest). */
   issues?: ReadonlyArray<{ file?: string | undefined; field?: string | undefined; message: string }>;
+  /** PERMISSION_DENIED: what stopped the call (a rule, the mode, the ceiling, a person), as data. */
+  denial?: Denial | undefined;
 }
 
 export class CapsuleError extends Error {

@@ -58,3 +58,4 @@ export { CapsuleMcpServer } from './mcp/server.js';
 
 export { compareCapability, type CompareReport } from './compare/compare.js';
 export { runChecks } from './ci/run-checks.js';
+export { noTelemetry, otelTelemetry, type Telemetry } from './telemetry/telemetry.js';

@@ -14,6 +14,7 @@ import type { SessionAllowlist } from '../permissions/session-allowlist.js';
 import type { PermissionGate } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
 import type { Runner } from '../runners/types.js';
+import type { Telemetry } from '../telemetry/telemetry.js';
 import type {
   AgentToolContext,
   ProgressReporter,
@@ -73,10 +74,14 @@ export interface AgentSessionOptions {
   stateDir?: string | undefined;
   /** Where approved capabilities are staged (default: the OS temporary folder). */
   stageDir?: string | undefined;
+  /** Decision and run spans (default: none). */
+  telemetry?: Telemetry | undefined;
 }
 
 export interface CallOptions {
   signal?: AbortSignal | undefined;
+  /** The caller's id of this call (an MCP request id), carried into telemetry. */
+  callId?: string | undefined;
   progress?: ProgressReporter | undefined;
 }
 
@@ -117,6 +122,7 @@ export class AgentSession {
       runners: options.runners,
       isolation: options.isolation,
       stage: new CapabilityStage({ parent: options.stageDir }),
+      telemetry: options.telemetry,
     });
     const tools = createToolCatalog();
     if (this.depth === 0 && options.childGate !== undefined) tools.push(createRunSubagentTool());
@@ -309,9 +315,11 @@ export class AgentSession {
 
   private contextFor(options: CallOptions): Omit<AgentToolContext, keyof CapabilityContext> & {
     signal?: AbortSignal | undefined;
+    callId?: string | undefined;
   } {
     return {
       signal: options.signal,
+      callId: options.callId,
       progress: options.progress,
       workspace: this.workspace,
       protectedPaths: protectedPaths(this.workspace.root, this.options.cacheDir, this.options.stateDir).all,

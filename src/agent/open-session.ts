@@ -4,6 +4,7 @@ import { createNonInteractivePrompter, type Prompter } from '../permissions/prom
 import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
 import { openRuntime } from '../runtime/runtime.js';
+import type { Telemetry } from '../telemetry/telemetry.js';
 import type { Componentize } from '../tools/generate.js';
 import { AgentSession, type PlanApproval } from './agent-session.js';
 import { ProfileCatalog } from './profile.js';
@@ -39,6 +40,8 @@ export interface OpenAgentSessionOptions {
   logger?: ((message: string) => void) | undefined;
   /** capsule's per-user cache folder; default `userCacheDir(env)`. */
   cacheDir?: string | undefined;
+  /** Decision and run spans; default the registered tracer provider's, if any (docs/telemetry.md). */
+  telemetry?: Telemetry | undefined;
 }
 
 export const defaultComponentize: Componentize = async (source, options) => {
@@ -64,6 +67,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     stateDir: options.stateDir,
     cacheDir: options.cacheDir,
     recordFirstUse: true,
+    telemetry: options.telemetry,
     onRunnerProgress: (message) => {
       options.onRunnerProgress?.(message);
       sink.to?.(message);
@@ -88,6 +92,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     cacheDir: runtime.cacheDir,
     stateDir: runtime.stateDir,
     stageDir: runtime.stageDir,
+    telemetry: runtime.telemetry,
     registry: runtime.registry,
     runners: runtime.runners,
     gate: engine,

@@ -54,7 +54,7 @@ export function exitCodeFor(code: ErrorCode): number {
 
 /** The fields of a finished run (a capability's or a command's) that decide capsule's exit code. */
 export type RunEnd = Pick<RunResult, 'exitCode' | 'signal' | 'timedOut' | 'canceled' | 'truncated'> &
-  Partial<Pick<RunResult, 'oomKilled' | 'pidsLimited'>>;
+  Partial<Pick<RunResult, 'oomKilled' | 'pidsLimited' | 'outputInvalid'>>;
 
 /**
  * capsule's exit code for a finished run: the process's own, or the limit that ended it. A limit is
@@ -65,5 +65,7 @@ export function runExitCode(result: RunEnd): number {
   if (result.timedOut) return EXIT.TIMEOUT;
   if (result.canceled) return EXIT.CANCELED;
   if (result.truncated || result.oomKilled === true || result.pidsLimited === true) return EXIT.LIMIT_KILLED;
+  // The capability exited 0 but its output broke its outputSchema: a failed run.
+  if (result.outputInvalid !== undefined && result.exitCode === 0) return EXIT.FAILURE;
   return exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
 }

@@ -10,6 +10,7 @@ import type { RunResult, Runner } from '../runners/types.js';
 import type { CapabilityContext } from '../tools/context.js';
 import { capabilityKey, createRunCapabilityTool } from '../tools/run-capability.js';
 import type { Tool } from '../tools/tool.js';
+import { noTelemetry, type Telemetry, type ToolCallSpan } from '../telemetry/telemetry.js';
 import { defaultIsolation, type IsolationJudge, type IsolationReport } from './isolation.js';
 import { CapabilityStage, makeWritable } from './stage.js';
 
@@ -21,6 +22,8 @@ export interface ExecutorOptions {
   isolation?: IsolationJudge;
   /** Where approved bytes are staged (default: a fresh folder under the OS temporary directory). */
   stage?: CapabilityStage | undefined;
+  /** Where decisions and runs are exported as spans (default: nowhere). */
+  telemetry?: Telemetry | undefined;
 }
 
 export interface CallOutcome<R> {
@@ -77,6 +80,9 @@ export class Executor {
   readonly #permits = new WeakMap<RunPermit, ReadonlySet<Capability>>();
   /** Live plans → the permits issued for them (revoked on release). */
   readonly #plans = new WeakMap<VariantPlan, RunPermit[]>();
+  readonly #telemetry: Telemetry;
+  /** The span of the call a live permit was issued in: its runs are recorded there. */
+  readonly #spans = new WeakMap<RunPermit, ToolCallSpan>();
 
   constructor(options: ExecutorOptions) {
     this.registry = options.registry;
@@ -88,6 +94,7 @@ export class Executor {
       options.isolation ??
       ((c) => defaultIsolation(c, c.environment === 'shell' ? shell?.confinement() : undefined));
     this.#stage = options.stage ?? new CapabilityStage();
+    this.#telemetry = options.telemetry ?? noTelemetry;
   }
 
   isolation(capability: Capability): IsolationReport {
@@ -147,7 +154,30 @@ export class Executor {
         { hint: 'This environment is not available here; see docs/runners.md.' },
       );
     }
-    return runner.run({ capability, input: inputText, signal });
+    // A run outside a tool call (compare, ci) gets a span of its own.
+    const inCall = permit === undefined ? undefined : this.#spans.get(permit);
+    const span = inCall ?? this.#telemetry.startToolCall({ tool: 'run_capability' });
+    let result: RunResult;
+    try {
+      result = this.#checkOutput(capability, await runner.run({ capability, input: inputText, signal }));
+    } catch (err) {
+      if (inCall === undefined) span.end(err);
+      throw err;
+    }
+    span.run(result, capability);
+    if (inCall === undefined) span.end();
+    return result;
+  }
+
+  /** Every run of a capability with an outputSchema is checked here, whoever asked for it. */
+  #checkOutput(capability: Capability, result: RunResult): RunResult {
+    if (capability.manifest.outputSchema === undefined) return result;
+    // A run that already failed is reported as such; its output is not the capability's answer.
+    if (result.exitCode !== 0 || result.timedOut || result.canceled || result.truncated || result.oomKilled)
+      return result;
+    const checked = this.registry.inputValidator.checkOutput(capability, result.stdout);
+    if (checked === undefined) return result;
+    return checked.ok ? { ...result, output: checked.value } : { ...result, outputInvalid: checked.message };
   }
 
   // --- tool calls --------------------------------------------------------------------------
@@ -156,21 +186,43 @@ export class Executor {
   async call<Ctx extends CapabilityContext, R>(
     tool: Tool<z.ZodType, R, Ctx>,
     rawArgs: unknown,
-    context: Omit<Ctx, keyof CapabilityContext> & { signal?: AbortSignal | undefined },
+    context: Omit<Ctx, keyof CapabilityContext> & {
+      signal?: AbortSignal | undefined;
+      callId?: string | undefined;
+    },
   ): Promise<CallOutcome<R>> {
-    const parsed = tool.parameters.safeParse(rawArgs);
-    if (!parsed.success) {
-      const issues = zodIssues(parsed.error);
-      const first = issues[0];
-      throw new CapsuleError(
-        'USAGE',
-        `Invalid arguments for ${tool.name}: ${first?.field ?? '(arguments)'} ${first?.message ?? ''}`.trim(),
-        { issues },
-      );
+    const span = this.#telemetry.startToolCall({ tool: tool.name, callId: context.callId });
+    try {
+      const parsed = tool.parameters.safeParse(rawArgs);
+      if (!parsed.success) {
+        const issues = zodIssues(parsed.error);
+        const first = issues[0];
+        throw new CapsuleError(
+          'USAGE',
+          `Invalid arguments for ${tool.name}: ${first?.field ?? '(arguments)'} ${first?.message ?? ''}`.trim(),
+          { issues },
+        );
+      }
+      const outcome = await this.#call(tool, parsed.data, context, span);
+      span.end();
+      return outcome;
+    } catch (err) {
+      span.end(err);
+      throw err;
     }
+  }
+
+  async #call<Ctx extends CapabilityContext, R>(
+    tool: Tool<z.ZodType, R, Ctx>,
+    args: z.infer<z.ZodType>,
+    context: Omit<Ctx, keyof CapabilityContext> & {
+      signal?: AbortSignal | undefined;
+      callId?: string | undefined;
+    },
+    span: ToolCallSpan,
+  ): Promise<CallOutcome<R>> {
     const { ctx: base, prepared } = this.#contextFor(context);
     const ctx = base as Ctx;
-    const args = parsed.data;
     const check = await tool.permission(args, ctx);
     let decision: Decision | undefined;
     let permit: RunPermit | undefined;
@@ -184,7 +236,7 @@ export class Executor {
         isolation: check.isolation,
         contentHash: check.contentHash,
       };
-      decision = await this.#decide(request, context.signal);
+      decision = await this.#decide(request, context.signal, span);
       // What permission() staged is what the gate judged; only that, with the hash the gate saw, may run.
       const staged = await Promise.all(prepared.values());
       permit = this.#issue(
@@ -192,6 +244,7 @@ export class Executor {
         staged.filter((c) => c.contentHash === request.contentHash),
       );
       base.permit = permit;
+      this.#spans.set(permit, span);
     }
     try {
       const result = await tool.execute(args, ctx);
@@ -295,7 +348,15 @@ export class Executor {
       isolation: weakest?.isolation.summary,
       contentHash: plan.capability.contentHash,
     };
-    await this.#decide(request, options.signal);
+    // One decision for a plan's runs: a span of its own (each run gets one too).
+    const span = this.#telemetry.startToolCall({ tool: 'run_capability' });
+    try {
+      await this.#decide(request, options.signal, span);
+      span.end();
+    } catch (err) {
+      span.end(err);
+      throw err;
+    }
     const permit = this.#issue(
       request,
       runnable.map((v) => v.capability),
@@ -307,15 +368,24 @@ export class Executor {
   async close(): Promise<void> {
     await Promise.all([...this.#runners.values()].map((r) => r.close()));
     await this.#stage.close();
+    await this.#telemetry.flush();
   }
 
   // --- internals ---------------------------------------------------------------------------
 
-  async #decide(request: PermissionRequest, signal: AbortSignal | undefined): Promise<Decision> {
+  async #decide(
+    request: PermissionRequest,
+    signal: AbortSignal | undefined,
+    span: ToolCallSpan,
+  ): Promise<Decision> {
     const decision = await this.gate.check(request, signal);
+    span.decision(request, decision);
     if (decision.outcome !== 'allow') {
       // The gate's reason already says how to allow the key (quoted for the shell where needed).
-      throw new CapsuleError('PERMISSION_DENIED', decision.reason, { key: decision.key });
+      throw new CapsuleError('PERMISSION_DENIED', decision.reason, {
+        key: decision.key,
+        denial: decision.denial,
+      });
     }
     return decision;
   }

@@ -13,10 +13,10 @@ export class InputValidator {
    * undefined when the schema is a valid JSON Schema; otherwise the reason. Checked against the
    * meta-schema only (cheap); compiling waits for the first run, so a scan of many capabilities stays fast.
    */
-  check(schema: Record<string, unknown>): string | undefined {
+  check(schema: Record<string, unknown>, field = 'inputSchema'): string | undefined {
     try {
       if (this.ajv.validateSchema(schema) === true) return undefined;
-      return this.ajv.errorsText(this.ajv.errors, { dataVar: 'inputSchema' });
+      return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
     } catch (err) {
       return (err as Error).message;
     }
@@ -67,6 +67,44 @@ export class InputValidator {
       );
     }
     return JSON.stringify(value);
+  }
+
+  /**
+   * A run's stdout against the capability's outputSchema: the parsed value when it matches, or why
+   * not (naming the field). Without an outputSchema there is nothing to check (undefined).
+   */
+  checkOutput(
+    capability: Capability,
+    stdout: string,
+  ): { ok: true; value: unknown } | { ok: false; message: string } | undefined {
+    const schema = capability.manifest.outputSchema;
+    if (schema === undefined) return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(stdout);
+    } catch (err) {
+      return {
+        ok: false,
+        message: `the output of "${capability.name}" is not JSON (${(err as Error).message}), but its manifest declares an outputSchema`,
+      };
+    }
+    let validate: ValidateFunction;
+    try {
+      validate = this.compile(schema);
+    } catch (err) {
+      return {
+        ok: false,
+        message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
+      };
+    }
+    if (validate(value)) return { ok: true, value };
+    const fields = (validate.errors ?? []).map(
+      (e) => `output${e.instancePath.replace(/\//g, '.')} ${e.message ?? 'is invalid'}`,
+    );
+    return {
+      ok: false,
+      message: `the output of "${capability.name}" does not match its outputSchema: ${fields.slice(0, 10).join('; ')}`,
+    };
   }
 
   private compile(schema: Record<string, unknown>): ValidateFunction {

@@ -147,6 +147,17 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
     });
   }
 
+  if (manifest.outputSchema !== undefined) {
+    const outputProblem = options.inputValidator.check(manifest.outputSchema, 'outputSchema');
+    if (outputProblem !== undefined) {
+      issues.push({
+        file: manifestPath,
+        field: 'outputSchema',
+        message: `is not a valid JSON Schema: ${outputProblem}`,
+      });
+    }
+  }
+
   const walk = await walkFolder(dir);
   for (const p of walk.problems) issues.push({ file: path.join(dir, p.file), message: p.message });
 

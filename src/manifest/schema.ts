@@ -163,6 +163,15 @@ export const manifestSchema = z
       .record(z.string(), z.unknown())
       .default({ type: 'object' })
       .describe('JSON Schema the input document must satisfy before anything runs.'),
+    outputSchema: z
+      .record(z.string(), z.unknown())
+      .refine((schema) => schema.type === 'object', {
+        message: 'must describe a JSON object ("type": "object"): MCP structured output is an object',
+      })
+      .optional()
+      .describe(
+        "JSON Schema the output (stdout, parsed as JSON) must satisfy; checked after every run, and a run whose output does not match fails. Served to MCP clients as the tool's outputSchema.",
+      ),
     limits: limitsSchema.default({ timeoutMs: 10_000, memoryMb: 256, outputBytes: 1024 * 1024, pids: 64 }),
     grants: grantsSchema.default({ fs: [], network: [], env: [] }),
   })

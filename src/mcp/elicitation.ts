@@ -3,6 +3,7 @@ import type { PlanApproval } from '../agent/agent-session.js';
 import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer } from '../permissions/types.js';
+import { DENIED_BY_TEXT, type Denial } from '../permissions/denial.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
 export const ELICITATION_TIMEOUT_MS = 10 * 60_000;
@@ -171,4 +172,55 @@ export function createElicitationPlanApproval(server: Server): PlanApproval {
       return { approved: false, feedback: 'the approval request failed or was canceled' };
     }
   };
+}
+
+/**
+ * Pure: a denial as an agent reads it over MCP. The first line says what stopped the call (a rule,
+ * the mode, the ceiling, a person, nobody); the rest says what a person must do, in terms an agent
+ * can pass on. An agent cannot restart its own server with a flag, so no line tells it to.
+ */
+export function agentDenialText(denial: Denial, canElicit: boolean): string {
+  const key = denial.key;
+  // Always quoted: a person copies it into a client's server configuration.
+  const grant = `capsule mcp --grant '${key.replace(/'/g, `'\\''`)}'`;
+  const project = denial.ceiling === 'project';
+  // The engine's own texts may open with "Permission denied:"; the first line already says so.
+  const what = denial.what.replace(/^Permission denied: /, '');
+  const lines = [`PERMISSION_DENIED: denied by ${DENIED_BY_TEXT[denial.by]}. ${what}`];
+  const retry = 'Retrying the same call will not help.';
+  switch (denial.by) {
+    case 'rule':
+      lines.push(
+        `${retry} Only a person can change that rule${denial.matched !== undefined ? ` (${denial.matched})` : ''}: by editing capsule.json or the profile and confirming the change (capsule reload). Do something else, or tell the person why you need ${key}.`,
+      );
+      break;
+    case 'mode':
+      lines.push('The mode decides, not a grant: follow what the reason above says.');
+      break;
+    case 'ceiling':
+      lines.push(
+        `${key} is not sandboxed, so a project file cannot allow it. What a person must do: ` +
+          (canElicit ? 'approve it at the prompt for this session when you call again, or ' : '') +
+          `start the server with: ${grant} (this server process only).`,
+      );
+      break;
+    case 'person':
+      lines.push(
+        `${retry} The person said no. Do something else, or explain in your reply why you need ${key} and let the person decide.`,
+      );
+      break;
+    case 'nobody':
+      lines.push(
+        (canElicit
+          ? 'No person could be asked (the server runs with --no-prompt). '
+          : 'This MCP client does not support elicitation, so capsule cannot ask a human. ') +
+          `What a person must do to allow ${key}: start the server with: ${grant}` +
+          (project
+            ? `, or add a project grant for ${key} in capsule.json (it is sandboxed)`
+            : ' (it is not sandboxed: a session grant is the most it can get)') +
+          (canElicit ? '.' : ', or use a client with elicitation support.'),
+      );
+      break;
+  }
+  return lines.join('\n');
 }

@@ -14,8 +14,14 @@ import { CapsuleError } from '../errors.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { ProgressReporter } from '../tools/agent-context.js';
+import type { Capability } from '../manifest/types.js';
+import type { IsolationReport } from '../executor/isolation.js';
+import type { RunResult } from '../runners/types.js';
+import type { ToolName } from '../tools/catalog.js';
 import type { AgentTool } from '../tools/define.js';
+import { capabilityAnnotations, TOOL_ANNOTATIONS } from './tool-annotations.js';
 import {
+  agentDenialText,
   clientCanElicit,
   createElicitationPlanApproval,
   createElicitationPolicyConfirmer,
@@ -37,23 +43,83 @@ export interface CapsuleMcpServerOptions {
   openSession: (hooks: McpHumanHooks) => Promise<AgentSession>;
 }
 
-/** Pure: the MCP description of one tool (JSON Schema of its zod parameters, kind as annotations). */
+/** Pure: the MCP description of one tool (JSON Schema of its zod parameters, its annotations). */
 export function mcpToolOf(tool: AgentTool): McpTool {
   const schema = z.toJSONSchema(tool.parameters, { io: 'input', unrepresentable: 'any' }) as Record<
     string,
     unknown
   >;
   delete schema.$schema;
+  const annotations = TOOL_ANNOTATIONS[tool.name as ToolName];
   return {
     name: tool.name,
+    ...(annotations?.title !== undefined ? { title: annotations.title } : {}),
     description: `${tool.description} [${tool.kind === 'READ_ONLY' ? 'read-only, no permission needed' : 'asks permission'}]`,
     inputSchema: { ...schema, type: 'object' } as McpTool['inputSchema'],
-    annotations: {
-      readOnlyHint: tool.kind === 'READ_ONLY',
-      destructiveHint: tool.kind !== 'READ_ONLY',
-      openWorldHint: tool.name === 'run_command',
+    // A tool without an entry (none today) is described as the most dangerous kind.
+    annotations: annotations ?? {
+      readOnlyHint: false,
+      destructiveHint: true,
+      idempotentHint: false,
+      openWorldHint: true,
     },
   };
+}
+
+/** Each capability is also served as its own tool, named with this prefix (no built-in starts so). */
+export const CAPABILITY_TOOL_PREFIX = 'cap_';
+
+/** The capability a tool name serves, or undefined for a built-in tool's name. */
+export function capabilityOfToolName(name: string): string | undefined {
+  return name.startsWith(CAPABILITY_TOOL_PREFIX) ? name.slice(CAPABILITY_TOOL_PREFIX.length) : undefined;
+}
+
+/** Whether a capability's input schema is served as is (MCP tool inputs are objects) or wrapped. */
+function objectInput(capability: Capability): boolean {
+  return capability.manifest.inputSchema.type === 'object';
+}
+
+/**
+ * Pure: one capability as an MCP tool. Its arguments are the input document (an input schema that
+ * is not an object is wrapped as `{ input }`); its outputSchema is the manifest's, so a client
+ * validates the structured result the way capsule already did.
+ */
+export function mcpCapabilityToolOf(capability: Capability, isolation: IsolationReport): McpTool {
+  const { $schema: _ignored, ...input } = capability.manifest.inputSchema;
+  const inputSchema = objectInput(capability)
+    ? { ...input, type: 'object' }
+    : { type: 'object', properties: { input }, required: ['input'] };
+  const annotations = capabilityAnnotations(capability, isolation);
+  const output = capability.manifest.outputSchema;
+  let outputSchema: McpTool['outputSchema'];
+  if (output !== undefined) {
+    const { $schema: _s, ...rest } = output;
+    outputSchema = { ...rest, type: 'object' } as McpTool['outputSchema'];
+  }
+  return {
+    name: `${CAPABILITY_TOOL_PREFIX}${capability.name}`,
+    title: annotations.title,
+    description: `${capability.manifest.description} [capability ${capability.name}, ${capability.environment}; ${isolation.sandboxed ? 'sandboxed' : 'NOT sandboxed'}; asks permission run_capability:${capability.name}]`,
+    inputSchema: inputSchema as McpTool['inputSchema'],
+    ...(outputSchema !== undefined ? { outputSchema } : {}),
+    annotations,
+  };
+}
+
+/**
+ * Pure: a capability tool's result. A run with an outputSchema returns the validated output as
+ * `structuredContent`; any failure (exit code, limits, output that broke the schema) is an `isError`
+ * result without structuredContent, so a client never takes it for valid output.
+ */
+export function capabilityResultOf(capability: string, value: unknown): CallToolResult {
+  const result = toolResultOf(`${CAPABILITY_TOOL_PREFIX}${capability}`, value);
+  if (result.isError === true) {
+    delete result.structuredContent;
+    return result;
+  }
+  const run = value as Partial<RunResult>;
+  if (run.output !== undefined) result.structuredContent = run.output as Record<string, unknown>;
+  return result;
 }
 
 interface RunLike {
@@ -65,6 +131,7 @@ interface RunLike {
   canceled: boolean;
   truncated: boolean;
   oomKilled?: boolean;
+  outputInvalid?: string | undefined;
 }
 
 function isRunLike(value: unknown): value is RunLike {
@@ -100,19 +167,27 @@ function toolResultBody(
       : { value };
   if (isRunLike(value)) {
     const failed =
-      value.exitCode !== 0 || value.timedOut || value.canceled || value.truncated || value.oomKilled === true;
+      value.exitCode !== 0 ||
+      value.timedOut ||
+      value.canceled ||
+      value.truncated ||
+      value.oomKilled === true ||
+      value.outputInvalid !== undefined;
     if (failed) {
-      const why = value.timedOut
-        ? 'timed out and was killed'
-        : value.canceled
-          ? 'was canceled'
-          : value.truncated
-            ? 'passed its output limit and was killed'
-            : value.oomKilled === true
-              ? 'hit its memory limit and was killed'
-              : value.exitCode !== null
-                ? `exited with code ${value.exitCode}`
-                : `was killed by ${value.signal ?? 'a signal'}`;
+      const why =
+        value.outputInvalid !== undefined
+          ? `broke its outputSchema: ${value.outputInvalid}`
+          : value.timedOut
+            ? 'timed out and was killed'
+            : value.canceled
+              ? 'was canceled'
+              : value.truncated
+                ? 'passed its output limit and was killed'
+                : value.oomKilled === true
+                  ? 'hit its memory limit and was killed'
+                  : value.exitCode !== null
+                    ? `exited with code ${value.exitCode}`
+                    : `was killed by ${value.signal ?? 'a signal'}`;
       const text = `${name} failed: the run ${why} (exit code ${value.exitCode ?? 'none'}).\nstderr:\n${value.stderr || '(empty)'}\nstdout:\n${value.stdout || '(empty)'}`;
       return { isError: true, content: [{ type: 'text', text }], structuredContent: structured };
     }
@@ -129,8 +204,17 @@ function toolResultBody(
 
 /** Pure: a CapsuleError (or anything thrown by a tool) as an `isError` result; never a stack trace. */
 export function errorResultOf(err: unknown, canElicit: boolean): CallToolResult {
+  if (err instanceof CapsuleError && err.code === 'PERMISSION_DENIED' && err.details.denial !== undefined) {
+    // The engine's own text says how to allow the key on the command line; an agent cannot do that,
+    // so it is told what happened and what a person must do.
+    return {
+      isError: true,
+      content: [{ type: 'text', text: agentDenialText(err.details.denial, canElicit) }],
+    };
+  }
   if (err instanceof CapsuleError) {
     let text = `${err.code}: ${err.message}`;
+    if (err.code === 'CEILING_VIOLATION') text = `${err.code}: denied by the ceiling. ${err.message}`;
     if (err.details.hint !== undefined && !err.message.includes(err.details.hint))
       text += `\nhint: ${err.details.hint}`;
     else if (err.code === 'USAGE' && err.message.startsWith('Invalid arguments'))
@@ -165,26 +249,36 @@ export class CapsuleMcpServer {
   readonly server: Server;
   private sessionValue: AgentSession | undefined;
   private readonly options: CapsuleMcpServerOptions;
+  /** A built-in tool's description never changes: its JSON Schema is made once. */
+  private readonly described = new WeakMap<AgentTool, McpTool>();
 
   constructor(options: CapsuleMcpServerOptions) {
     this.options = options;
     this.server = new Server(
       { name: MCP_SERVER_NAME, version: options.version },
       {
-        capabilities: { tools: { listChanged: false } },
+        capabilities: { tools: { listChanged: true } },
         instructions:
           'capsule runs capabilities (small tools in shell, wasm or docker) behind a permission gate. ' +
           'Read-only tools never ask; anything that changes things may ask the human (elicitation). ' +
+          'Each capability is also a tool of its own, cap_<name> (the tool list changes when capabilities do). ' +
           'Prefer generate_wasm_capability: wasm runs sandboxed and can be approved for the whole project.',
       },
     );
     this.server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: this.session.tools().map(mcpToolOf),
+      tools: [...this.session.tools().map((t) => this.describe(t)), ...(await this.capabilityTools())],
     }));
     this.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const session = this.session;
       const name = request.params.name;
-      if (session.findTool(name) === undefined) {
+      const capability = capabilityOfToolName(name);
+      if (capability !== undefined && session.findTool('run_capability') === undefined) {
+        throw new McpError(
+          ErrorCode.InvalidParams,
+          `Unknown tool: ${name}. This session (profile ${session.profile.name}) does not run capabilities.`,
+        );
+      }
+      if (capability === undefined && session.findTool(name) === undefined) {
         // An unknown (or hidden) tool is a protocol error, not a failed run.
         throw new McpError(
           ErrorCode.InvalidParams,
@@ -206,16 +300,50 @@ export class CapsuleMcpServer {
                 })
                 .catch(() => undefined);
             };
+      const options = { signal: extra.signal, progress, callId: String(extra.requestId) };
+      const args = request.params.arguments ?? {};
       try {
-        const value = await session.call(name, request.params.arguments ?? {}, {
-          signal: extra.signal,
-          progress,
-        });
+        if (capability !== undefined) {
+          const input = await this.capabilityInput(capability, args);
+          const value = await session.call('run_capability', { name: capability, input }, options);
+          return capabilityResultOf(capability, value);
+        }
+        const value = await session.call(name, args, options);
+        // What tools/list shows changed: a capability was written, or the registry re-read.
+        if (name.startsWith('generate_') || name === 'reload') this.toolsChanged();
         return toolResultOf(name, value);
       } catch (err) {
         return errorResultOf(err, clientCanElicit(this.server));
       }
     });
+  }
+
+  /** Every valid capability as a tool, read afresh, when this session may run capabilities. */
+  private async capabilityTools(): Promise<McpTool[]> {
+    const session = this.session;
+    if (session.findTool('run_capability') === undefined) return [];
+    const scan = await session.registry.scan();
+    return scan.capabilities.map((c) => mcpCapabilityToolOf(c, session.executor.isolation(c)));
+  }
+
+  /** A capability tool's arguments as the capability's input (unwrapped when its schema is not an object). */
+  private async capabilityInput(name: string, args: Record<string, unknown>): Promise<unknown> {
+    // One capability's folder, not a scan (the run resolves and stages it again, as it always does).
+    const capability = await this.session.registry.get(name);
+    return objectInput(capability) ? args : args.input;
+  }
+
+  private describe(tool: AgentTool): McpTool {
+    let described = this.described.get(tool);
+    if (described === undefined) {
+      described = mcpToolOf(tool);
+      this.described.set(tool, described);
+    }
+    return described;
+  }
+
+  private toolsChanged(): void {
+    void this.server.sendToolListChanged().catch(() => undefined);
   }
 
   get session(): AgentSession {

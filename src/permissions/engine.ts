@@ -45,6 +45,7 @@ import {
   type SessionEntry,
   type SessionGrantOptions,
 } from './session-allowlist.js';
+import { deniedByOf, type Denial } from './denial.js';
 import type { AskAnswer, Decision, PermissionGate, PermissionRequest } from './types.js';
 
 export interface PermissionEngineOptions {
@@ -125,6 +126,23 @@ function withSessionDeny(options: readonly AskAnswer[]): AskAnswer[] {
   return options.includes('Deny') && !options.includes('DenyThisSession')
     ? [...options, 'DenyThisSession']
     : [...options];
+}
+
+/** A denial as data (see denial.ts): the one place the engine builds it. */
+function denialOf(
+  request: PermissionRequest,
+  source: string,
+  what: string,
+  extra: { matched?: string | undefined; ceiling?: Denial['ceiling']; ceilingSkipped?: boolean } = {},
+): Denial {
+  return {
+    by: deniedByOf(source, extra.ceilingSkipped === true),
+    source,
+    key: request.key.raw,
+    matched: extra.matched,
+    ceiling: extra.ceiling,
+    what,
+  };
 }
 
 /** Parsed commands kept per engine (cleared when full). */
@@ -543,13 +561,19 @@ export class PermissionEngine implements PermissionGate {
       this.sessionDenials.add(key);
       const reason = `Permission denied: ${key} was refused at the prompt for the rest of this session; capsule will not ask again.`;
       await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
-      return { outcome: 'deny', source: 'prompt', reason, key };
+      const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
+      return { outcome: 'deny', source: 'prompt', reason, key, denial };
     }
     if (answer === 'Deny') {
-      const source = this.prompter.interactive ? 'prompt' : 'no-prompt';
-      const reason = this.denialMessage(request, verdict.ceiling, this.prompter.interactive);
+      const asked = this.prompter.interactive;
+      const source = asked ? 'prompt' : 'no-prompt';
+      const reason = this.denialMessage(request, verdict.ceiling, asked);
       await this.record(request, { decision: 'deny', source, reason, answer });
-      return { outcome: 'deny', source, reason, key };
+      const denial = denialOf(request, source, this.denialHead(request, asked, verdict.ignored), {
+        ceiling: verdict.ceiling.ceiling,
+        ceilingSkipped: verdict.ignored.length > 0,
+      });
+      return { outcome: 'deny', source, reason, key, denial };
     }
     let reason = `${key} allowed at the prompt (${answer}).`;
     if (answer === 'AlwaysThisSession') {
@@ -575,7 +599,8 @@ export class PermissionEngine implements PermissionGate {
     const key = request.key.raw;
     const reason = `Permission denied: ${key} was refused for this session at the prompt; capsule does not ask again. Do something else, or ask the person in your reply.`;
     await this.record(request, { decision: 'deny', source: 'session-deny', reason });
-    return { outcome: 'deny', source: 'session-deny', reason, key };
+    const denial = denialOf(request, 'session-deny', reason, { ceiling: ceilingFor(request).ceiling });
+    return { outcome: 'deny', source: 'session-deny', reason, key, denial };
   }
 
   /** A run_command request gets what the command runs (deny rules match each program it runs). */
@@ -648,6 +673,13 @@ export class PermissionEngine implements PermissionGate {
       reason: verdict.reason,
       key: request.key.raw,
       matched: verdict.matched,
+      denial:
+        verdict.outcome === 'deny'
+          ? denialOf(request, verdict.source, verdict.reason, {
+              matched: verdict.matched,
+              ceiling: ceilingFor(request).ceiling,
+            })
+          : undefined,
     };
   }
 
@@ -665,6 +697,17 @@ export class PermissionEngine implements PermissionGate {
       sandboxed: request.sandboxed,
       ...event,
     });
+  }
+
+  /** What happened at an Ask that ended in a denial, without how to allow it (surfaces add that). */
+  private denialHead(request: PermissionRequest, asked: boolean, ignored: readonly string[]): string {
+    const key = request.key.raw;
+    if (asked) return `${key} was refused at the prompt.`;
+    const skipped =
+      ignored.length > 0
+        ? ` ${ignored.join(' and ')} would allow it, but it is not sandboxed, and a project file cannot allow host code.`
+        : '';
+    return `${key} needs approval and no one can be asked.${skipped}`;
   }
 
   /** The denial text: names the key and says exactly how to allow it. */

@@ -1,3 +1,5 @@
+import type { Denial } from './denial.js';
+
 /**
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
  */
@@ -83,6 +85,8 @@ export interface Decision {
   key: string;
   /** The rule text or allowlist key that decided, when one did. */
   matched?: string | undefined;
+  /** For a denial: what stopped it (a rule, the mode, the ceiling, a person, nobody), as data. */
+  denial?: Denial | undefined;
 }
 
 /** The gate every mutating tool call passes before `execute()`. */

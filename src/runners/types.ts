@@ -23,6 +23,13 @@ export interface RunResult {
   /** The pids limit refused a new process and the run was stopped (set only where it is enforced). */
   pidsLimited?: boolean;
   durationMs: number;
+  /** The manifest's outputSchema: stdout parsed as JSON, set only when it matched. */
+  output?: unknown;
+  /**
+   * The manifest's outputSchema did not match stdout (names the field): the run failed, whatever its
+   * exit code, and its output must not be passed on as valid.
+   */
+  outputInvalid?: string | undefined;
 }
 
 export interface RunRequest {

@@ -32,6 +32,7 @@ import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import { ScanIndex, scanIndexPath } from '../registry/scan-index.js';
 import type { Runner } from '../runners/types.js';
+import { defaultTelemetry, type Telemetry } from '../telemetry/telemetry.js';
 
 export interface RuntimeOptions {
   /** Where capsule was started; the project root is the nearest ancestor of its real path holding capsule.json. */
@@ -58,6 +59,11 @@ export interface RuntimeOptions {
    * one session is then not adopted by the next). CLI commands do not.
    */
   recordFirstUse?: boolean | undefined;
+  /**
+   * Where decisions and runs are exported as OpenTelemetry spans. Default: the process's registered
+   * tracer provider when there is one (docs/telemetry.md), else nowhere.
+   */
+  telemetry?: Telemetry | undefined;
 }
 
 export interface GateOptions {
@@ -110,6 +116,8 @@ export interface Runtime {
   readonly grants: readonly string[];
   readonly registry: Registry;
   readonly runners: readonly Runner[];
+  /** Decision and run spans (a no-op unless a tracer provider is registered or one was passed). */
+  readonly telemetry: Telemetry;
   /** The bash parser (run_command keying), built once on first use. */
   commandParser(): Promise<CommandParser>;
   /** A registry over other roots of this project, with the same protected set. */
@@ -218,6 +226,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       onProgress: options.onRunnerProgress,
     });
   const registry = registryFor(project.config.roots);
+  const telemetry = options.telemetry ?? (await defaultTelemetry());
   return {
     project,
     root,
@@ -232,6 +241,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     grants,
     registry,
     runners,
+    telemetry,
     commandParser,
     registryFor,
     async openGate(gate) {
@@ -261,6 +271,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         runners,
         isolation: executorOptions.isolation,
         stage: new CapabilityStage({ parent: stageDir }),
+        telemetry,
       });
     },
   };

@@ -56,6 +56,12 @@ const common = {
     .record(z.string(), z.unknown())
     .optional()
     .describe('JSON Schema the input document must satisfy (default {"type":"object"}).'),
+  outputSchema: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe(
+      'JSON Schema (an object schema) the output must satisfy: stdout is parsed as JSON and checked after every run; MCP clients get it as structured output.',
+    ),
   limits: limitsSchema
     .partial()
     .optional()
@@ -173,6 +179,7 @@ function baseManifest(
     name: string;
     description: string;
     inputSchema?: Record<string, unknown> | undefined;
+    outputSchema?: Record<string, unknown> | undefined;
     limits?: object | undefined;
     grants?: object | undefined;
   },
@@ -186,6 +193,7 @@ function baseManifest(
     environment,
     entry,
     inputSchema: args.inputSchema ?? { type: 'object' },
+    ...(args.outputSchema !== undefined ? { outputSchema: args.outputSchema } : {}),
     ...(args.limits !== undefined ? { limits: args.limits as ManifestInput['limits'] } : {}),
     ...(args.grants !== undefined ? { grants: args.grants as ManifestInput['grants'] } : {}),
   };

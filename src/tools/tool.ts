@@ -4,6 +4,8 @@ import type { Permission, ToolKind } from '../permissions/types.js';
 /** What a tool can reach while it runs; built by the executor for one session. */
 export interface ToolContext {
   signal?: AbortSignal | undefined;
+  /** The caller's id of this call (an MCP request id), for telemetry. */
+  callId?: string | undefined;
 }
 
 /**

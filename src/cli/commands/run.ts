@@ -15,6 +15,7 @@ export function limitNote(result: RunResult, timeoutMs: number, outputBytes: num
   if (result.oomKilled) notes.push('hit its memory limit (limits.memoryMb) and was killed');
   if (result.pidsLimited === true) notes.push('hit its process limit (limits.pids) and was stopped');
   if (result.canceled) notes.push('was canceled');
+  if (result.outputInvalid !== undefined) notes.push(`failed: ${result.outputInvalid}`);
   return notes.length ? `capsule: the run ${notes.join('; ')}\n` : '';
 }
 
@@ -87,7 +88,8 @@ export function registerRun(program: Command, io: CliIO): void {
               json({ capability: name, contentHash: cap.contentHash, decision, result }),
             );
           } else {
-            await write(io.stdout, result.stdout);
+            // Output that broke the outputSchema is not passed on: nothing downstream reads it as valid.
+            if (result.outputInvalid === undefined) await write(io.stdout, result.stdout);
             await write(io.stderr, result.stderr);
             await write(
               io.stderr,

@@ -57,6 +57,7 @@ export function registerShow(program: Command, io: CliIO): void {
           `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
           `grants:      ${grants.length ? grants.join('; ') : 'none (everything denied)'}`,
           `input:       ${JSON.stringify(m.inputSchema)}`,
+          ...(m.outputSchema !== undefined ? [`output:      ${JSON.stringify(m.outputSchema)}`] : []),
           `permission:  run_capability:${cap.name}`,
         ];
         await write(io.stdout, `${lines.join('\n')}\n`);

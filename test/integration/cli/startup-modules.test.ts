@@ -11,7 +11,9 @@ const DOCKER = ['dockerode', 'tar-fs'];
 const MCP = ['@modelcontextprotocol/sdk'];
 const COMPONENTS = ['@bytecodealliance/jco-transpile', 'componentize-qjs'];
 const BASH_PARSER = ['web-tree-sitter', 'tree-sitter-bash'];
-const HEAVY = [...DOCKER, ...MCP, ...COMPONENTS, ...BASH_PARSER];
+// Loaded only when a tracer provider is registered (docs/telemetry.md).
+const TELEMETRY = ['@opentelemetry/api'];
+const HEAVY = [...DOCKER, ...MCP, ...COMPONENTS, ...BASH_PARSER, ...TELEMETRY];
 
 const HOOK = path.join(REPO_ROOT, 'test', 'helpers', 'module-log.mjs');
 
