@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
+import type { DirGrant } from '../../runners/wasm/dir-grants.js';
 import { EXIT } from '../exit-codes.js';
 import { action, type CliIO } from '../output.js';
 

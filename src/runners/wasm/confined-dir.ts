@@ -33,7 +33,6 @@ import {
   fstatSync,
   linkSync,
   lstatSync,
-  lutimesSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -44,6 +43,7 @@ import {
   unlinkSync,
 } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 
 /** Symlinks one walk may follow before it is ELOOP (Linux's own limit is 40). */
 export const MAX_SYMLINK_HOPS = 40;
@@ -59,7 +59,8 @@ const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
  */
 export class ConfinedError extends Error {
   constructor(
-    readonly code: 'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST',
+    readonly code:
+      'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST' | 'EISDIR',
     message: string,
   ) {
     super(`${code}: ${message}`);
@@ -224,7 +225,7 @@ export class ConfinedDir {
     this.at(guestPath, { follow: false }, (r) => {
       if (r.trailingSlash) {
         const st = lstatSync(r.path);
-        throw new ConfinedError(st.isDirectory() ? 'EINVAL' : 'ENOTDIR', `${guestPath}: trailing slash`);
+        throw new ConfinedError(st.isDirectory() ? 'EISDIR' : 'ENOTDIR', `${guestPath}: trailing slash`);
       }
       unlinkSync(r.path);
     });
@@ -279,10 +280,10 @@ export class ConfinedDir {
     );
   }
 
-  /** Sets access and modification times (seconds, fractional) without following the final component. */
-  utimes(guestPath: string, options: WalkOptions, atime: number, mtime: number): void {
+  /** Sets access and/or modification times without following the final component (see setTimes). */
+  utimes(guestPath: string, options: WalkOptions, times: FileTimes): void {
     this.#writable(guestPath);
-    this.at(guestPath, options, (r) => lutimesSync(r.path, atime, mtime));
+    this.at(guestPath, options, (r) => setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true));
   }
 
   close(): void {
@@ -407,4 +408,43 @@ export function staysInside(target: string, depth: number): boolean {
     if (d < 0) return false;
   }
   return true;
+}
+
+/** New times in nanoseconds since the epoch; `now` for the current time, absent to leave one as is. */
+export interface FileTimes {
+  atime?: bigint | 'now' | undefined;
+  mtime?: bigint | 'now' | undefined;
+}
+
+const TOUCH = ['/usr/bin/touch', '/bin/touch'].find((p) => existsSync(p));
+
+/**
+ * Sets file times to the nanosecond. Node's utimes takes seconds as a double and libuv keeps only
+ * microseconds (and cannot leave one time unchanged), so preview1's exact times go through
+ * coreutils' touch (utimensat with UTIME_OMIT), run without environment on a /proc path of this
+ * process; `noDeref` (-h) never follows a symlink there.
+ */
+export function setTimes(procPath: string, times: FileTimes, noDeref: boolean): void {
+  if (TOUCH === undefined) throw new ConfinedError('EINVAL', 'setting file times needs touch(1)');
+  const spec = (t: bigint): string => `@${t / 1_000_000_000n}.${String(t % 1_000_000_000n).padStart(9, '0')}`;
+  const run = (which: string[], t: bigint | 'now'): void => {
+    const args = [
+      ...which,
+      ...(noDeref ? ['-h'] : []),
+      ...(t === 'now' ? [] : ['-d', spec(t)]),
+      '--',
+      procPath,
+    ];
+    try {
+      execFileSync(TOUCH, args, { env: {}, stdio: 'ignore' });
+    } catch {
+      throw new ConfinedError('EACCES', 'cannot set the file times');
+    }
+  };
+  const { atime, mtime } = times;
+  if (atime !== undefined && atime === mtime) run(['-a', '-m'], atime);
+  else {
+    if (atime !== undefined) run(['-a'], atime);
+    if (mtime !== undefined) run(['-m'], mtime);
+  }
 }

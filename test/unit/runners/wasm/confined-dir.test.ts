@@ -223,7 +223,7 @@ describe('ConfinedDir: changes', () => {
       expect(codeOf(() => ro.symlink('a.txt', 'l'))).toBe('EROFS');
       expect(codeOf(() => ro.rename('a.txt', ro, 'b.txt'))).toBe('EROFS');
       expect(codeOf(() => ro.link('a.txt', { follow: false }, ro, 'h'))).toBe('EROFS');
-      expect(codeOf(() => ro.utimes('a.txt', { follow: true }, 1, 1))).toBe('EROFS');
+      expect(codeOf(() => ro.utimes('a.txt', { follow: true }, { mtime: 1n }))).toBe('EROFS');
       // A directory opened beneath a read-only one is read-only too.
       const sub = ro.openDir('sub', { follow: true });
       expect(codeOf(() => sub.mkdir('x'))).toBe('EROFS');
