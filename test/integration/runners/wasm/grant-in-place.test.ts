@@ -12,6 +12,7 @@ import {
 import { mkdir, mkdtemp, readdir, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isCapsuleError } from '../../../../src/errors.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
@@ -79,8 +80,8 @@ describe('guest-made symlinks', () => {
     expect(lstatSync(path.join(data, 'mine')).isSymbolicLink()).toBe(true);
     expect(text((await run(['read', 'mine'], rw)).stdout)).toBe('deep\n');
     expect(text((await run(['kread', 'mine'], rw)).stdout)).toBe('sub/deep.txt');
-    expect((await run(['link', '../hello.txt', 'sub/up'], rw)).exitCode).toBe(0);
-    expect(text((await run(['read', 'sub/up'], rw)).stdout)).toBe('hello\n');
+    expect((await run(['link', 'deep.txt', 'sub/again'], rw)).exitCode).toBe(0);
+    expect(text((await run(['read', 'sub/again'], rw)).stdout)).toBe('deep\n');
   });
 
   it.each([
@@ -95,6 +96,15 @@ describe('guest-made symlinks', () => {
       expect(lstatSync(path.join(data, 'escape'), { throwIfNoEntry: false })).toBeUndefined();
     },
   );
+
+  it('refuses a .. target even when it is inside when made: composed with a second link it would lead host tools out', async () => {
+    const rw = [grant(data, '/data', 'rw')];
+    // sub/up -> .. is the grant itself; x -> sub/up/.. would then be the grant's parent for any host tool.
+    expect(text((await run(['link', '..', 'sub/up'], rw)).stderr)).toBe('errno=76\n');
+    expect(text((await run(['link', 'sub/up/..', 'x'], rw)).stderr)).toBe('errno=76\n');
+    expect(lstatSync(path.join(data, 'sub', 'up'), { throwIfNoEntry: false })).toBeUndefined();
+    expect(lstatSync(path.join(data, 'x'), { throwIfNoEntry: false })).toBeUndefined();
+  });
 
   it('refuses symlink creation in a read-only preopen', async () => {
     const r = await run(['link', 'hello.txt', 'ro-link'], [grant(data, '/data', 'ro')]);
@@ -242,5 +252,17 @@ describe('the grant itself, concurrently and at size', () => {
     for (const n of fresh) expect(await bigFiles(path.join(os.tmpdir(), n))).toEqual([]);
     // The file's blocks are still the sparse original's (a copy through copyFile would be a new inode).
     expect(statSync(file).blocks * 512).toBeLessThan(1024 * 1024);
+  });
+});
+
+describe('special files the host left in a grant', () => {
+  it('a FIFO planted in a grant cannot pin the worker: the read fails at once, the next call runs', async () => {
+    const dir = path.join(root, 'fifo');
+    await mkdir(dir);
+    execFileSync('mkfifo', [path.join(dir, 'pipe')]);
+    const r = await run(['read', 'pipe'], [grant(dir, '/fifo', 'ro')], { timeoutMs: 20_000 });
+    expect(r.timedOut).toBe(false);
+    expect(r.exitCode).not.toBe(0);
+    expect(text((await run(['preopen'], [grant(dir, '/fifo', 'ro')])).stdout)).toBe('/fifo');
   });
 });
