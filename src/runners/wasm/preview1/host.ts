@@ -132,6 +132,8 @@ const {
   O_DSYNC,
 } = constants;
 const MAX_U64 = (1n << 64n) - 1n;
+/** Open fds one call may hold (stdio and preopens included). */
+export const MAX_OPEN_FDS = 1024;
 const RO_DROPPED = R.FD_ALLOCATE | R.FD_FILESTAT_SET_SIZE | R.FD_FILESTAT_SET_TIMES;
 const U64 = (v: bigint): bigint => BigInt.asUintN(64, v);
 const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -630,6 +632,8 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       fdOut: number,
     ) => {
       const d = dirOf(dirfd, R.PATH_OPEN);
+      // Host fds are the capsule process's own: one call cannot exhaust them for everyone else.
+      if (table.size >= MAX_OPEN_FDS) return E.MFILE;
       const guestPath = str(pathPtr, pathLen);
       if ((oflags & OFLAGS.CREAT) !== 0) need(d, R.PATH_CREATE_FILE);
       if ((oflags & OFLAGS.TRUNC) !== 0) need(d, R.PATH_FILESTAT_SET_SIZE);

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { E, OFLAGS, R } from '../../../../../src/runners/wasm/preview1/abi.js';
-import { createPreview1, Preview1Exit } from '../../../../../src/runners/wasm/preview1/host.js';
+import { createPreview1, MAX_OPEN_FDS, Preview1Exit } from '../../../../../src/runners/wasm/preview1/host.js';
 import type { Preview1Host } from '../../../../../src/runners/wasm/preview1/host.js';
 
 // The host's calls driven directly, as a guest would through its imports, on a real folder.
@@ -122,6 +122,21 @@ describe('preview1 host: the rest of the ABI', () => {
     expect(call('fd_close', 99)).toBe(E.BADF);
     expect(call('sock_shutdown', 99, 0)).toBe(E.BADF);
     expect(call('sock_shutdown', 1, 0)).toBe(E.NOTSOCK);
+  });
+
+  it('caps the fds one call may hold open (EMFILE), so a guest cannot exhaust the host process', () => {
+    make(false);
+    const fds: number[] = [];
+    let last = 0;
+    for (let i = 0; i < MAX_OPEN_FDS + 10; i++) {
+      last = open(3, 'f.txt', 0, R.FD_READ);
+      if (last < 0) break;
+      fds.push(last);
+    }
+    expect(last).toBe(-E.MFILE);
+    expect(fds.length).toBe(MAX_OPEN_FDS - 4);
+    expect(call('fd_close', fds[0] as number)).toBe(E.SUCCESS);
+    expect(open(3, 'f.txt', 0, R.FD_READ)).toBeGreaterThan(3);
   });
 
   it('ends the guest on proc_exit with its code', () => {
