@@ -1,14 +1,13 @@
 /**
- * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker file
- * must stay self-contained (it may be loaded from a data: URL under vitest, where it can import only
- * `node:` builtins and absolute URLs).
+ * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker and
+ * what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
  */
 import type { WasmModule } from './wasm-types.js';
 
 export interface GuestPreopen {
   /** Path the guest sees, e.g. `/data`. */
   guest: string;
-  /** Host directory backing it: a disposable copy, never the granted directory itself. */
+  /** The granted host directory itself (absolute, canonical); the guest works on it through ConfinedDir. */
   host: string;
   readOnly: boolean;
 }
@@ -29,6 +28,8 @@ export interface ModuleJob {
   env: Record<string, string>;
   stdin: Uint8Array;
   preopens: GuestPreopen[];
+  /** Source of a case-insensitive pattern of names hidden in granted folders (capsule's own state). */
+  hiddenNames: string | undefined;
   outputBytes: number;
   /** Pages the (single) memory may reach after the rewrite, for OOM reporting. */
   maxPages: number;
