@@ -173,4 +173,19 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(r.stdout).toContain('Hello, x!');
     expect([...DOCKER, ...MCP, ...BASH_PARSER].filter((p) => r.packages.has(p))).toEqual([]);
   });
+
+  // The executor hints a runner once the capability resolves, before the gate decides: the hint may
+  // start a Wasm worker (no capability code), but must not load what a denied call never uses.
+  it('a docker run the gate denies loads no docker module (the runner hint loads nothing for it)', async () => {
+    const r = await loaded(['run', 'boxed', '--no-prompt']);
+    expect(r.code).toBe(77);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('a component run the gate denies loads no component toolchain', async () => {
+    const r = await loaded(['run', 'hello', '--no-prompt', '--input', '{"name":"x"}']);
+    expect(r.code).toBe(77);
+    expect(r.stdout).toBe('');
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
 });
