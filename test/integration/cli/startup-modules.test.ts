@@ -110,6 +110,11 @@ describe('CLI start-up loads only what the command uses', () => {
     );
     expect(names.sort()).toEqual(['boxed', 'greet', 'hello']);
     expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+    // Input schemas are checked with the meta-schema validator the build compiled: no Ajv compiler
+    // (only the runtime helper that generated code requires).
+    expect(
+      r.modules.filter((m) => m.includes('/node_modules/ajv/') && !m.includes('/ajv/dist/runtime/')),
+    ).toEqual([]);
   });
 
   it('--help and a command help load none of them, and still list every command and option', async () => {
