@@ -20,6 +20,13 @@ const SCHEMAS: Record<string, unknown>[] = [
   { $schema: 'https://json-schema.org/draft/2020-12/schema' },
   { properties: { a: { $ref: '#/definitions/x' } }, definitions: { x: { type: 'integer' } } },
   { patternProperties: { '^a': { maximum: 'ten' } } },
+  // Hostile or odd manifests: a $schema that is not a string, a draft-07 $schema over an invalid body,
+  // a schema that refers to the meta-schema itself, an unknown remote meta-schema.
+  { $schema: 123 },
+  { $schema: 'http://json-schema.org/draft-07/schema#', type: 12 },
+  { $ref: 'http://json-schema.org/draft-07/schema#' },
+  { $schema: 'https://attacker.example/meta', type: 'object' },
+  { allOf: [{ type: 'object' }, { not: { required: 7 } }] },
 ];
 
 describe('the precompiled input meta-schema (built dist)', () => {
@@ -63,5 +70,16 @@ describe('the precompiled input meta-schema (built dist)', () => {
     expect(v.validate(cap(schema), '{"n":1}')).toBe('{"n":1}');
     expect(() => v.validate(cap(schema), '{"n":"one"}')).toThrow(/input\.n must be integer/);
     expect(() => v.validate(cap({ type: 12 }), '{}')).toThrow(/cannot be compiled: schema is invalid/);
+    // A foreign $schema is not judged by the precompiled validator: refused, never compiled unchecked.
+    expect(() => v.validate(cap({ $schema: 'https://attacker.example/meta', type: 'object' }), '{}')).toThrow(
+      /cannot be compiled/,
+    );
+    // A schema built on the meta-schema still validates input (Ajv compiles the meta-schema on demand).
+    expect(v.validate(cap({ $ref: 'http://json-schema.org/draft-07/schema#' }), '{"type":"string"}')).toBe(
+      '{"type":"string"}',
+    );
+    expect(() => v.validate(cap({ $ref: 'http://json-schema.org/draft-07/schema#' }), '{"type":12}')).toThrow(
+      /Input does not match/,
+    );
   });
 });
