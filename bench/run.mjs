@@ -25,7 +25,17 @@ const suites = [
   ['permissions', () => benchPermissions()],
   ['limits', () => benchLimits({ root })],
 ];
+// `npm run bench -- process wasm` (or BENCH=process,wasm) runs only those suites; the full run is what
+// docs/benchmarks.md reports.
+const only = new Set([...process.argv.slice(2), ...(process.env.BENCH ?? '').split(',')].filter(Boolean));
+for (const name of only) {
+  if (!suites.some(([n]) => n === name)) {
+    process.stderr.write(`bench: no suite "${name}" (suites: ${suites.map(([n]) => n).join(', ')})\n`);
+    process.exit(2);
+  }
+}
 for (const [name, run] of suites) {
+  if (only.size > 0 && !only.has(name)) continue;
   process.stderr.write(`bench: ${name}…\n`);
   rows.push(...(await run()));
 }

@@ -10,7 +10,7 @@ export async function benchShell({ root, iterations = 50 }) {
   const { ShellRunner } = await import('../dist/runners/shell-runner.js');
   const { Executor } = await import('../dist/executor/executor.js');
   const { HostProcesses, describeConfinement } = await import('../dist/runners/host-process.js');
-  const { protectedPaths } = await import('../dist/permissions/self-protection.js');
+  const { protectedPaths } = await import('../dist/permissions/protected-state.js');
   const processes = new HostProcesses();
   const confinement = processes.confinement();
   process.stderr.write(`bench: shell confinement here: ${describeConfinement(confinement)}\n`);

@@ -123,6 +123,11 @@ export class Executor {
   async #prepare(name: string): Promise<Capability> {
     for (let attempt = 1; ; attempt++) {
       const capability = await this.registry.get(name);
+      // One worker's start overlaps staging, the gate and the audit append; nothing runs before the permit.
+      void this.#runners
+        .get(capability.environment)
+        ?.warm?.(1)
+        .catch(() => undefined);
       try {
         return await this.#stage.stage(capability);
       } catch (err) {

@@ -26,12 +26,17 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
     // shell capabilities.
     new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot, readOnlyPaths: options.readOnlyPaths }),
-    // Workers start on the first wasm call; transpiled components are cached per user, outside
+    // Workers start on the first wasm call (or its hint); transpiled components are cached per user, outside
     // every project, so no grant can reach code capsule imports.
-    new LazyRunner('wasm', async () => {
-      const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
-      return new WasmRunner({ cacheDir, projectRoot: options.projectRoot, hostEnv: env });
-    }),
+    new LazyRunner(
+      'wasm',
+      async () => {
+        const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
+        return new WasmRunner({ cacheDir, projectRoot: options.projectRoot, hostEnv: env });
+      },
+      // Its first call waits for a worker: the executor's hint starts one while the call is staged and judged.
+      { warms: true },
+    ),
     // A missing capsule image is built on first use, with its progress reported.
     new LazyRunner('docker', async () => {
       const { DockerRunner } = await import('../runners/docker/runner.js');

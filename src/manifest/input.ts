@@ -1,13 +1,67 @@
-import { Ajv, type ValidateFunction } from 'ajv';
+import { createRequire } from 'node:module';
+import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
 
+/** The options every input schema is compiled with; the build compiles the meta-schema with them too. */
+export const INPUT_AJV_OPTIONS: Readonly<Options> = Object.freeze({ allErrors: true, strict: false });
+
+/** Ajv's default meta-schema (draft-07): schemas without `$schema` are checked against it. */
+export const DRAFT_07_META = 'http://json-schema.org/draft-07/schema';
+
+const require = createRequire(import.meta.url);
+
+/**
+ * The draft-07 meta-schema validator, compiled ahead by the build (scripts/build-input-meta.mjs writes
+ * dist/manifest/input-meta.cjs with Ajv's standalone code, from INPUT_AJV_OPTIONS): compiling the
+ * meta-schema is most of what Ajv costs a command that reads one manifest. Absent when capsule runs
+ * from its sources; then Ajv compiles it, as it would anyway.
+ */
+function precompiledMeta(): ValidateFunction | undefined {
+  try {
+    const m = require('./input-meta.cjs') as ValidateFunction & { default?: ValidateFunction };
+    return typeof m.default === 'function' ? m.default : typeof m === 'function' ? m : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Validates input documents against a capability's JSON Schema (compiled once per schema). */
 export class InputValidator {
-  private readonly ajv = new Ajv({ allErrors: true, strict: false });
+  #ajv: Ajv | undefined;
+  #meta: ValidateFunction | null | undefined;
   private readonly cache = new Map<string, ValidateFunction>();
+
+  /** Loaded on first need (ajv is CommonJS, so this stays synchronous): a check with the precompiled meta-schema needs none. */
+  private get ajv(): Ajv {
+    if (this.#ajv === undefined) {
+      const { Ajv: AjvClass } = require('ajv') as { Ajv: typeof Ajv };
+      // Schemas are checked against their meta-schema (schemaProblem) before they are compiled.
+      this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false });
+    }
+    return this.#ajv;
+  }
+
+  /** The precompiled validator when it applies to `schema` (no `$schema`, or draft-07's). */
+  private metaFor(schema: Record<string, unknown>): ValidateFunction | undefined {
+    if (this.#meta === undefined) this.#meta = precompiledMeta() ?? null;
+    const declared = schema.$schema;
+    const draft07 = declared === undefined || declared === DRAFT_07_META || declared === `${DRAFT_07_META}#`;
+    return draft07 && this.#meta !== null ? this.#meta : undefined;
+  }
+
+  /** Why `schema` is not a valid JSON Schema for its meta-schema, or undefined when it is. */
+  private schemaProblem(schema: Record<string, unknown>, field: string): string | undefined {
+    const meta = this.metaFor(schema);
+    if (meta !== undefined) {
+      if (meta(schema) === true) return undefined;
+      return this.ajv.errorsText(meta.errors, { dataVar: field });
+    }
+    if (this.ajv.validateSchema(schema) === true) return undefined;
+    return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
+  }
 
   /**
    * undefined when the schema is a valid JSON Schema; otherwise the reason. Checked against the
@@ -15,8 +69,7 @@ export class InputValidator {
    */
   check(schema: Record<string, unknown>, field = 'inputSchema'): string | undefined {
     try {
-      if (this.ajv.validateSchema(schema) === true) return undefined;
-      return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
+      return this.schemaProblem(schema, field);
     } catch (err) {
       return (err as Error).message;
     }
@@ -111,6 +164,8 @@ export class InputValidator {
     const key = JSON.stringify(schema);
     let fn = this.cache.get(key);
     if (fn === undefined) {
+      const problem = this.schemaProblem(schema, 'schema');
+      if (problem !== undefined) throw new Error(`schema is invalid: ${problem}`);
       fn = this.ajv.compile(schema);
       this.cache.set(key, fn);
     }

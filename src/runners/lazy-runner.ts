@@ -9,9 +9,15 @@ import type { Runner, RunRequest, RunResult } from './types.js';
 export class LazyRunner implements Runner {
   #runner: Promise<Runner> | undefined;
 
+  /**
+   * `options.warms`: the loaded runner has a start-up cost worth starting early (see Runner.warm), so
+   * a warm() hint loads it. Otherwise warm() loads nothing: a call the gate then denies never pays
+   * for the module (dockerode and its gRPC stack).
+   */
   constructor(
     readonly environment: Environment,
     private readonly load: () => Promise<Runner>,
+    private readonly options: { warms?: boolean } = {},
   ) {}
 
   async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
@@ -20,6 +26,12 @@ export class LazyRunner implements Runner {
 
   async run(request: RunRequest): Promise<RunResult> {
     return (await this.#get()).run(request);
+  }
+
+  /** Passes the hint on, loading the runner for it only when it warms (see the constructor). */
+  async warm(count?: number): Promise<void> {
+    if (this.options.warms !== true) return;
+    await (await this.#get()).warm?.(count);
   }
 
   async close(): Promise<void> {

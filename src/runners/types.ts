@@ -45,6 +45,12 @@ export interface Runner {
   /** Whether this runner can run here now (e.g. the Docker engine answers), with a reason when not. */
   available(): Promise<{ ok: true } | { ok: false; reason: string }>;
   run(request: RunRequest): Promise<RunResult>;
+  /**
+   * A hint that one of this runner's capabilities is about to run (resolved, not yet judged): start
+   * what a first call waits for (a Wasm worker) so it overlaps staging and the gate. Runs no
+   * capability code and decides nothing; a runner without such a start-up cost leaves it out.
+   */
+  warm?(count?: number): Promise<void>;
   /** Release pooled workers / containers. Safe to call twice. */
   close(): Promise<void>;
 }

@@ -113,9 +113,10 @@ export class WasmRunner implements Runner {
       : { ok: false, reason: 'this Node has no WebAssembly' };
   }
 
-  /** Starts the pooled workers now instead of on the first call. */
-  async warm(): Promise<void> {
-    await this.#pool.warm();
+  /** Starts the pooled workers (all, or up to `count`) now instead of on the first call. */
+  async warm(count?: number): Promise<void> {
+    if (this.#closed) return;
+    await this.#pool.warm(count);
   }
 
   async run(request: RunRequest): Promise<RunResult> {

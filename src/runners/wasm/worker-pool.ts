@@ -62,9 +62,36 @@ export class WorkerPool {
     this.#options = options;
   }
 
-  /** Starts the workers ahead of the first call. */
-  async warm(): Promise<void> {
-    while (this.#slots.length < this.#options.size) this.#slots.push(await this.#spawn());
+  /**
+   * Starts workers ahead of the first call (all of them, or up to `count`): a worker's start (~50–100
+   * ms) then overlaps whatever the caller does before its first job. A worker that cannot start is
+   * dropped here; the job that needs it reports why.
+   */
+  async warm(count = this.#options.size): Promise<void> {
+    const target = Math.min(count, this.#options.size);
+    const starting: Array<Promise<void>> = [];
+    while (!this.#closed && this.#slots.length < target) {
+      // Reserved before the await, so a job pumped meanwhile never starts a worker beyond the size.
+      const slot: Slot = { worker: undefined as unknown as Worker, busy: true, known: new Set() };
+      this.#slots.push(slot);
+      starting.push(
+        this.#spawn().then(
+          (w) => {
+            slot.worker = w.worker;
+            slot.busy = false;
+            if (this.#closed) void w.worker.terminate();
+            else void this.#pump();
+          },
+          () => {
+            const i = this.#slots.indexOf(slot);
+            if (i >= 0) this.#slots.splice(i, 1);
+            this.#url = undefined;
+            void this.#pump();
+          },
+        ),
+      );
+    }
+    await Promise.all(starting);
   }
 
   run(job: Job, options: { timeoutMs: number; signal?: AbortSignal | undefined }): Promise<PoolOutcome> {
@@ -133,6 +160,10 @@ export class WorkerPool {
         this.#slots.push(fresh);
         try {
           fresh.worker = (await this.#spawn()).worker;
+          if (this.#closed) {
+            void fresh.worker.terminate();
+            return;
+          }
         } catch (err) {
           this.#slots.splice(this.#slots.indexOf(fresh), 1);
           const t = this.#queue.shift();

@@ -112,6 +112,11 @@ describe('CLI start-up loads only what the command uses', () => {
     );
     expect(names.sort()).toEqual(['boxed', 'greet', 'hello']);
     expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+    // Input schemas are checked with the meta-schema validator the build compiled: no Ajv compiler
+    // (only the runtime helper that generated code requires).
+    expect(
+      r.modules.filter((m) => m.includes('/node_modules/ajv/') && !m.includes('/ajv/dist/runtime/')),
+    ).toEqual([]);
   });
 
   it('--help and a command help load none of them, and still list every command and option', async () => {
@@ -174,5 +179,20 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('Hello, x!');
     expect([...DOCKER, ...MCP, ...BASH_PARSER].filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  // The executor hints a runner once the capability resolves, before the gate decides: the hint may
+  // start a Wasm worker (no capability code), but must not load what a denied call never uses.
+  it('a docker run the gate denies loads no docker module (the runner hint loads nothing for it)', async () => {
+    const r = await loaded(['run', 'boxed', '--no-prompt']);
+    expect(r.code).toBe(77);
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
+  });
+
+  it('a component run the gate denies loads no component toolchain', async () => {
+    const r = await loaded(['run', 'hello', '--no-prompt', '--input', '{"name":"x"}']);
+    expect(r.code).toBe(77);
+    expect(r.stdout).toBe('');
+    expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
   });
 });

@@ -52,4 +52,39 @@ describe('LazyRunner', () => {
     await expect(lazy.run({ capability, input: '{}' })).rejects.toMatchObject({ code: 'RUNNER_UNAVAILABLE' });
     await expect(lazy.close()).resolves.toBeUndefined();
   });
+
+  it('a warm() hint loads nothing unless the runner warms, and then passes the count on', async () => {
+    let loads = 0;
+    const warmed: Array<number | undefined> = [];
+    const fake = (): Runner => ({
+      environment: 'wasm',
+      available: async () => ({ ok: true }),
+      run: async () => {
+        throw new Error('not run');
+      },
+      warm: async (count) => {
+        warmed.push(count);
+      },
+      close: async () => {},
+    });
+    const cold = new LazyRunner('wasm', async () => {
+      loads++;
+      return fake();
+    });
+    await cold.warm(1);
+    expect(loads).toBe(0);
+    expect(warmed).toEqual([]);
+    const warming = new LazyRunner(
+      'wasm',
+      async () => {
+        loads++;
+        return fake();
+      },
+      { warms: true },
+    );
+    await warming.warm(1);
+    await warming.warm(2);
+    expect(loads).toBe(1);
+    expect(warmed).toEqual([1, 2]);
+  });
 });
