@@ -252,7 +252,7 @@ export class AgentSession {
   }
 
   /**
-   * A read-only child session (seed 000 §4.8): only Permission::None tools, depth 1 (it cannot create
+   * A read-only child session (docs/mcp.md, "Sub-agents"): only Permission::None tools, depth 1 (it cannot create
    * a grandchild), and grants that are the intersection of what it asks for and what this session holds.
    */
   async createSubAgent(options: SubAgentOptions = {}): Promise<AgentSession> {

@@ -11,7 +11,7 @@ import { parseRule } from '../permissions/rules.js';
 import { PROFILES_DIR } from '../permissions/protected-state.js';
 import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
 
-/** An agent profile (seed 001): front matter validated, body kept as the system prompt. */
+/** An agent profile (docs/mcp.md, "Profiles"): front matter validated, body kept as the system prompt. */
 export interface AgentProfile {
   name: string;
   description: string;

@@ -15,7 +15,7 @@ export const EXIT = {
   /** A runner (e.g. the Docker engine) is unavailable. */
   UNAVAILABLE: 69,
   INTERNAL: 70,
-  /** Permission denied by the gate (MISSION.md contract). */
+  /** Permission denied by the gate (EX_NOPERM; docs/cli.md lists every exit code). */
   DENIED: 77,
   /** capsule.json or a profile is invalid. */
   CONFIG: 78,

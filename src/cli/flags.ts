@@ -6,7 +6,7 @@ function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
-/** The gate flags shared by every command that runs something (MISSION.md section 6). */
+/** The gate flags shared by every command that runs something (docs/cli.md, "Grants on the command line"). */
 export function addGateFlags(command: Command): Command {
   return command
     .option(

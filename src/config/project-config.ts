@@ -8,7 +8,7 @@ import { ENVIRONMENTS } from '../manifest/schema.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
 
-/** seed 001's modes; see docs/permissions.md for the mode × kind table. */
+/** The permission modes; see docs/permissions.md for the mode × kind table. */
 export const PERMISSION_MODES = ['default', 'plan', 'edit', 'bypass'] as const;
 export type PermissionMode = (typeof PERMISSION_MODES)[number];
 

@@ -47,7 +47,7 @@ export function parseRule(text: string, origin: string, trust: Trust = 'persiste
   return { text, tool: m[1], pattern: m[2], origin, trust };
 }
 
-/** Union of every source (seed 001: deny(user ∪ agent) → allow(user ∪ agent)). */
+/** Union of every source (deny(user ∪ agent) is asked before allow(user ∪ agent): a deny anywhere wins). */
 export function buildRuleSet(sources: readonly RuleSource[]): RuleSet {
   const allow: Rule[] = [];
   const deny: Rule[] = [];

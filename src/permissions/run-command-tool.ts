@@ -98,7 +98,7 @@ export function commandRequest(parser: CommandParser, command: string, cwd?: str
 }
 
 /**
- * run_command (seed 000): a host shell command. Not a sandbox, so its keys reach the session allowlist
+ * run_command: a host shell command. Not a sandbox, so its keys reach the session allowlist
  * at most. permission() keys the command with the bash parser; execute() runs only after the gate allowed.
  */
 export function createRunCommandTool<Ctx extends ToolContext = ToolContext>(

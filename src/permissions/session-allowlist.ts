@@ -34,8 +34,8 @@ export interface SessionEntry {
 export type SessionLookup = { found: true; entry: SessionEntry } | { found: false; reason: string };
 
 /**
- * seed 000's SessionAllowlist: `(tool, key) → expiry`, in memory, gone with the session; beyond the
- * seed, an optional use count and content-hash binding. Keys already carry their tool (`tool:action`).
+ * The session allowlist: `(tool, key) → expiry`, in memory, gone with the session, with an optional
+ * use count and content-hash binding. Keys already carry their tool (`tool:action`).
  */
 export class SessionAllowlist {
   private readonly entries = new Map<string, SessionEntry>();

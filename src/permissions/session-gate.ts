@@ -73,7 +73,7 @@ export function cliPrompter(options: {
 }
 
 /**
- * The gate of one CLI (or server) session, with MISSION §6 semantics: `--grant` gives session grants,
+ * The gate of one CLI (or server) session (docs/permissions.md): `--grant` gives session grants,
  * `--no-prompt` or no TTY turns every Ask into a denial (never a hang), `--mode` sets the mode.
  */
 export async function createSessionEngine(options: SessionGateOptions): Promise<PermissionEngine> {

@@ -2,7 +2,7 @@
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
  */
 
-/** seed 001: the kind of a tool decides what the mode does with it. */
+/** The kind of a tool decides what the mode does with it (docs/permissions.md, the mode × kind table). */
 export type ToolKind = 'READ_ONLY' | 'FILE_EDIT' | 'OTHER';
 
 /** A narrow permission key, e.g. `run_command:git`, `run_capability:hello`. */
@@ -17,7 +17,7 @@ export interface PermissionKey {
   compound: boolean;
 }
 
-/** seed 000: every tool declares None (no check) or Ask(key). */
+/** Every tool call declares None (no check) or Ask(key): the key the gate decides on. */
 export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
 
 /** Answers to an Ask. */

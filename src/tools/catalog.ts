@@ -55,7 +55,7 @@ export function isToolName(name: string): name is ToolName {
 
 /**
  * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
- * (seed 000 §4.8). run_subagent is not among them: a child can never create a grandchild.
+ * (docs/mcp.md, "Sub-agents"). run_subagent is not among them: a child can never create a grandchild.
  */
 export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
   'read_file',

@@ -7,7 +7,7 @@ export interface ToolContext {
 }
 
 /**
- * seed 000's Tool: permission() is evaluated before execute(); a denied call never reaches execute().
+ * A tool: permission() is evaluated before execute(); a denied call never reaches execute().
  * Parameters are a zod schema so MCP, the CLI and tests share one validation.
  */
 export interface Tool<
