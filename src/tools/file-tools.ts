@@ -5,7 +5,7 @@ import { CapsuleError } from '../errors.js';
 import { GlobCache } from '../permissions/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, noCheck, type AgentTool } from './define.js';
-import { unifiedDiff } from './text-diff.js';
+import { unifiedDiff } from '../text-diff.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */
@@ -290,11 +290,10 @@ export function createDiffTool(): AgentTool {
         newText = args.content ?? '';
         newLabel = `${file.relative} (proposed)`;
       }
-      const diff = unifiedDiff(oldText, newText, {
+      return unifiedDiff(oldText, newText, {
         old: file.exists ? file.relative : '/dev/null',
         new: newLabel,
       });
-      return { identical: diff === '', diff };
     },
   });
 }
