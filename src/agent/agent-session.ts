@@ -52,6 +52,8 @@ export type ChildGateFactory = (options: { grants: string[]; profile: AgentProfi
 
 export interface AgentSessionOptions {
   projectRoot: string;
+  /** capsule's own environment (run_command passes bash the harmless part of it). */
+  env: NodeJS.ProcessEnv;
   registry: Registry;
   runners: readonly Runner[];
   gate: AgentGate;
@@ -118,7 +120,7 @@ export class AgentSession {
       isolation: options.isolation,
       stage: new CapabilityStage({ parent: options.stageDir }),
     });
-    const tools = createToolCatalog();
+    const tools = createToolCatalog({ env: options.env });
     if (this.depth === 0 && options.childGate !== undefined) tools.push(createRunSubagentTool());
     this.catalog = new Map(tools.map((t) => [t.name, t]));
     this.profileValue = options.profile;

@@ -20,6 +20,17 @@ export interface PermissionKey {
 /** Every tool call declares None (no check) or Ask(key): the key the gate decides on. */
 export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
 
+/** permission() result: the declared Permission plus what the gate needs to judge it. */
+export interface PermissionCheck {
+  permission: Permission;
+  subject: string;
+  sandboxed: boolean;
+  isolation?: string | undefined;
+  contentHash?: string | undefined;
+  /** run_command: every simple command inside a compound one (deny rules match each part). */
+  parts?: readonly string[] | undefined;
+}
+
 /** Answers to an Ask. */
 export type GrantLevel = 'Once' | 'AlwaysThisSession' | 'AlwaysThisProject';
 /** DenyThisSession: denied, and the same key is denied without asking for the rest of the session. */

@@ -9,7 +9,7 @@ import {
   createReloadTool,
   createSleepTool,
 } from './control-tools.js';
-import type { AgentTool } from './define.js';
+import { defineTool, type AgentTool } from './define.js';
 import {
   createDiffTool,
   createEditFileTool,
@@ -66,8 +66,13 @@ export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
   'describe_capability',
 ];
 
+export interface ToolCatalogOptions {
+  /** capsule's own environment (run_command passes bash the harmless part of it). */
+  env: NodeJS.ProcessEnv;
+}
+
 /** A fresh catalog of the built-in tools (run_subagent is added by the agent session that owns it). */
-export function createToolCatalog(): AgentTool[] {
+export function createToolCatalog(options: ToolCatalogOptions): AgentTool[] {
   return [
     createReadFileTool(),
     createGlobTool(),
@@ -77,7 +82,7 @@ export function createToolCatalog(): AgentTool[] {
     createDescribeCapabilityTool(),
     createWriteFileTool(),
     createEditFileTool(),
-    createRunCommandTool(),
+    defineTool(createRunCommandTool({ env: options.env })),
     createGenerateShellCapabilityTool(),
     createGenerateWasmCapabilityTool(),
     createGenerateDockerCapabilityTool(),
