@@ -45,8 +45,7 @@ export { userStateDir } from './config/user-state.js';
 // Adding a tool: defineTool with a zod schema, permission() (noCheck or askHost with a makeKey key)
 // and execute(ctx); run it with executor.call(tool, args, context).
 export type { Tool, ToolContext } from './tools/tool.js';
-export type { CapabilityContext } from './tools/context.js';
-export type { AgentToolContext } from './tools/agent-context.js';
+export type { CapabilityContext, AgentToolContext } from './tools/ports.js';
 export { defineTool, noCheck, askHost, type AgentTool } from './tools/define.js';
 export { createToolCatalog, type ToolCatalogOptions } from './tools/catalog.js';
 export {

@@ -19,8 +19,8 @@ import type {
   ProgressReporter,
   ReloadSummary,
   SessionControl,
-} from '../tools/agent-context.js';
-import type { CapabilityContext } from '../tools/context.js';
+  CapabilityContext,
+} from '../tools/ports.js';
 import { createToolCatalog, isToolName, READ_ONLY_TOOL_NAMES } from '../tools/catalog.js';
 import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
 import type { AgentTool } from '../tools/define.js';

@@ -17,8 +17,7 @@ import { registerValidate } from './commands/validate.js';
 import { registerWasmRun } from './commands/wasm-run.js';
 import { EXIT } from './exit-codes.js';
 import { reportError, write, type CliIO } from './output.js';
-
-export const VERSION = '0.1.0';
+import { VERSION } from './version.js';
 
 /** Build the command tree. Each command lives in its own file under commands/. */
 export function buildProgram(io: CliIO): Command {

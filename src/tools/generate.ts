@@ -16,19 +16,12 @@ import {
 } from '../manifest/schema.js';
 import type { Environment } from '../manifest/types.js';
 import { GENERATE_CAPABILITY, makeKey } from '../permissions/keys.js';
-import type { AgentToolContext } from './agent-context.js';
+import type { AgentToolContext, Componentize } from './ports.js';
+
+export type { Componentize };
 import { capabilitySummary } from './capability-tools.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
 import { isReservedName } from '../permissions/protected-state.js';
-
-/**
- * JS module source (exporting `run(input: string): string`) → a Wasm component. Provided by the Wasm
- * runner; injected so generate_wasm_capability does not depend on how it is built.
- */
-export type Componentize = (
-  source: string,
-  options: { signal?: AbortSignal | undefined; onProgress?: ((message: string) => void) | undefined },
-) => Promise<Uint8Array>;
 
 /** Images capsule builds offline from runtimes/docker (see src/runners/docker/images.ts). */
 export const RUNTIME_IMAGES: Readonly<Record<string, string>> = {

@@ -5,7 +5,7 @@ import { commandCheck } from '../permissions/command-check.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import { HostProcesses } from '../runners/host-process.js';
 import type { RunResult } from '../runners/types.js';
-import type { CapabilityContext } from './context.js';
+import type { CapabilityContext } from './ports.js';
 import type { Tool } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { commandLine } from './key.js';
+import { commandLine } from '../args.js';
 
 /** `capsule exec --json` captures this much per stream; past it the command is stopped. */
 const EXEC_CAPTURE_BYTES = 16 * 1024 * 1024;

@@ -4,7 +4,7 @@ import type { PlanApproval } from '../../agent/agent-session.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, write, type CliIO } from '../output.js';
-import { VERSION } from '../program.js';
+import { VERSION } from '../version.js';
 
 const noPromptPlanApproval: PlanApproval = () =>
   Promise.resolve({

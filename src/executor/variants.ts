@@ -7,7 +7,7 @@ import type { Capability, Environment } from '../manifest/types.js';
 
 /** The JS adapter that gives a `run(input)` module the stdin/stdout contract (runtimes/js). */
 export function defaultAdapterPath(): string {
-  // From src/compare or dist/compare alike, runtimes/ is two levels up.
+  // From src/executor or dist/executor alike, runtimes/ is two levels up.
   return fileURLToPath(new URL('../../runtimes/js/run-module.mjs', import.meta.url));
 }
 

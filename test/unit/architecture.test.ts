@@ -1,0 +1,136 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/*
+ * The layers of docs/architecture.md, lowest first: a module may import its own folder and any lower
+ * rank, never a higher one, and no import cycle may exist at all. Within the middle layer the order
+ * is what calls what: tools are run by the executor, which compare, ci and the runtime drive, which
+ * agent sessions are built from.
+ */
+const RANK: Record<string, number> = {
+  // shared leaves: the one error class, the one text diff
+  '(root)': 0,
+  // core
+  config: 1,
+  manifest: 1,
+  checks: 1,
+  registry: 1,
+  permissions: 1,
+  runners: 1,
+  // sessions/tools
+  tools: 2,
+  executor: 3,
+  compare: 4,
+  ci: 4,
+  runtime: 5,
+  agent: 6,
+  // interfaces
+  mcp: 7,
+  cli: 8,
+};
+/** The library API sits above everything it exports. */
+const TOP = new Set(['index.ts']);
+
+const SRC = path.resolve('src');
+const IMPORT =
+  /(?:^|\n)\s*(?:import|export)\s+(?:type\s+)?(?:[^'";]*?\sfrom\s+)?['"](\.[^'"]+)['"]|import\(\s*['"](\.[^'"]+)['"]\s*\)/g;
+
+function sourceFiles(dir: string, out: string[] = []): string[] {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, entry.name);
+    if (entry.isDirectory()) sourceFiles(p, out);
+    else if (entry.name.endsWith('.ts')) out.push(p);
+  }
+  return out;
+}
+
+/** src-relative file → the src-relative files it imports (static, type-only and dynamic alike). */
+function importGraph(): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  for (const file of sourceFiles(SRC)) {
+    const text = readFileSync(file, 'utf8');
+    const deps = new Set<string>();
+    for (const m of text.matchAll(IMPORT)) {
+      const spec = (m[1] ?? m[2]) as string;
+      deps.add(path.relative(SRC, path.resolve(path.dirname(file), spec.replace(/\.js$/, '.ts'))));
+    }
+    graph.set(path.relative(SRC, file), [...deps]);
+  }
+  return graph;
+}
+
+const part = (file: string): string => (file.includes('/') ? (file.split('/')[0] as string) : '(root)');
+
+function cycles(graph: Map<string, string[]>): string[][] {
+  const found: string[][] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const visit = (v: string): void => {
+    state.set(v, 'open');
+    stack.push(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!graph.has(w)) continue;
+      if (state.get(w) === 'open') found.push([...stack.slice(stack.indexOf(w)), w]);
+      else if (state.get(w) === undefined) visit(w);
+    }
+    stack.pop();
+    state.set(v, 'done');
+  };
+  for (const v of graph.keys()) if (state.get(v) === undefined) visit(v);
+  return found;
+}
+
+describe('architecture: dependencies point inward', () => {
+  const graph = importGraph();
+
+  it('reads the import graph (the test itself can fail)', () => {
+    expect(graph.get('cli/main.ts')?.length ?? 0).toBeGreaterThan(0);
+    expect(
+      cycles(
+        new Map([
+          ['a', ['b']],
+          ['b', ['a']],
+        ]),
+      ),
+    ).toEqual([['a', 'b', 'a']]);
+  });
+
+  it('every folder of src/ has a layer', () => {
+    const unknown = [...graph.keys()].map(part).filter((p) => RANK[p] === undefined);
+    expect([...new Set(unknown)]).toEqual([]);
+  });
+
+  it('has no import cycle', () => {
+    expect(cycles(graph).map((c) => c.join(' → '))).toEqual([]);
+  });
+
+  it('has no edge from a lower layer to a higher one', () => {
+    const back: string[] = [];
+    for (const [from, deps] of graph) {
+      if (TOP.has(from)) continue;
+      for (const to of deps) {
+        if (TOP.has(to)) back.push(`${from} → ${to}`);
+        const a = RANK[part(from)] as number;
+        const b = RANK[part(to)] as number;
+        if (part(from) !== part(to) && b > a) back.push(`${from} → ${to}`);
+      }
+    }
+    expect(back).toEqual([]);
+  });
+
+  it('a CLI command imports no other command (shared parts live in src/cli)', () => {
+    const across: string[] = [];
+    for (const [from, deps] of graph) {
+      if (!from.startsWith('cli/commands/')) continue;
+      const own = path.basename(from, '.ts');
+      for (const to of deps) {
+        // A command's own lazily loaded action module (rules.ts → rules-check.ts) is that command.
+        if (to.startsWith('cli/commands/') && !path.basename(to).startsWith(`${own}-`)) {
+          across.push(`${from} → ${to}`);
+        }
+      }
+    }
+    expect(across).toEqual([]);
+  });
+});
