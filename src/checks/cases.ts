@@ -47,7 +47,11 @@ export function parseCases(text: string, file: string): CheckCase[] {
   }
   const parsed = casesFileSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
+    const issues = zodIssues(parsed.error, json.value).map((i) => ({
+      file,
+      field: i.field,
+      message: i.message,
+    }));
     throw new CapsuleError(
       'MANIFEST_INVALID',
       `${file}: ${issues[0]?.field ?? '(top level)'} ${issues[0]?.message ?? ''}`,

@@ -43,6 +43,8 @@ export function exitCodeFor(code: ErrorCode): number {
     case 'CONFIG_INVALID':
     case 'PROFILE_INVALID':
       return EXIT.CONFIG;
+    case 'CANCELED':
+      return EXIT.CANCELED;
     default:
       return EXIT.FAILURE;
   }

@@ -42,6 +42,22 @@ export class CliExit extends Error {
 }
 
 /** Render an error for a person (or as JSON with --json); returns the exit code. */
+const debugging = (io: CliIO): boolean => io.env.CAPSULE_DEBUG !== undefined && io.env.CAPSULE_DEBUG !== '';
+
+/** `caused by:` lines for every `cause` under an error (CAPSULE_DEBUG=1): what a wrap site hid. */
+function causeChain(err: Error): string {
+  let out = '';
+  const seen = new Set<unknown>([err]);
+  for (let at: unknown = err.cause; at !== undefined && !seen.has(at) && seen.size < 10;) {
+    seen.add(at);
+    const code = (at as { code?: unknown }).code;
+    const text = at instanceof Error ? at.message : String(at);
+    out += `caused by: ${typeof code === 'string' ? `${code}: ` : ''}${text}\n`;
+    at = at instanceof Error ? at.cause : undefined;
+  }
+  return out;
+}
+
 export async function reportError(io: CliIO, err: unknown, asJson: boolean): Promise<number> {
   if (err instanceof CliExit) return err.exitCode;
   if (err instanceof CapsuleError) {
@@ -55,11 +71,12 @@ export async function reportError(io: CliIO, err: unknown, asJson: boolean): Pro
       text += `  ${issue.file ? `${issue.file}: ` : ''}${issue.field ? `${issue.field}: ` : ''}${issue.message}\n`;
     }
     if (err.details.hint) text += `hint: ${err.details.hint}\n`;
+    if (debugging(io)) text += causeChain(err);
     await write(io.stderr, text);
     return exitCode;
   }
   const message = err instanceof Error ? err.message : String(err);
-  const stack = io.env.CAPSULE_DEBUG && err instanceof Error ? `\n${err.stack}` : '';
+  const stack = debugging(io) && err instanceof Error ? `\n${err.stack}${causeChain(err)}` : '';
   await write(
     io.stderr,
     `capsule: internal error: ${message}${stack}\nThis is a bug in capsule; set CAPSULE_DEBUG=1 for details and report it.\n`,

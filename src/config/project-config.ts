@@ -161,7 +161,11 @@ export function parseProjectConfig(text: string, file: string): ProjectConfig {
   }
   const parsed = projectConfigSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
+    const issues = zodIssues(parsed.error, json.value).map((i) => ({
+      file,
+      field: i.field,
+      message: i.message,
+    }));
     const first = issues[0];
     throw new CapsuleError(
       'CONFIG_INVALID',

@@ -151,7 +151,7 @@ export class Executor {
   ): Promise<CallOutcome<R>> {
     const parsed = tool.parameters.safeParse(rawArgs);
     if (!parsed.success) {
-      const issues = zodIssues(parsed.error);
+      const issues = zodIssues(parsed.error, rawArgs);
       const first = issues[0];
       throw new CapsuleError(
         'USAGE',

@@ -385,7 +385,7 @@ async function writeDraft(
     });
     await draft.build?.(stageDir, ctx);
     if (ctx.signal?.aborted)
-      throw new CapsuleError('USAGE', 'Canceled before the capability was stored; nothing was written.');
+      throw new CapsuleError('CANCELED', 'Canceled before the capability was stored; nothing was written.');
 
     const loaded = await loadCapability(stageDir, {
       root: await realpath(staging),
