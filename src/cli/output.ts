@@ -2,7 +2,27 @@ import { CapsuleError } from '../errors.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /** Where the CLI writes; injected so tests can capture it. */
+/** Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. */
+export interface SignalSource {
+  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+  removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+}
+
+/** What a command reads from the terminal: a stream, and whether it is a TTY. */
+export type CliInput = NodeJS.ReadableStream & { isTTY?: boolean | undefined };
+
+/**
+ * Every piece of the outside world a command touches, injected (src/cli/main.ts builds it from the
+ * process; tests build their own), so each command runs in-process the same way.
+ */
 export interface CliIO {
+  /**
+   * Standard input, built on first use: creating process.stdin costs start-up time that a command
+   * which never reads it should not pay.
+   */
+  stdin: () => CliInput;
+  /** SIGINT / SIGTERM: a command that runs something stops it on these. */
+  signals: SignalSource;
   stdout: NodeJS.WritableStream;
   stderr: NodeJS.WritableStream;
   cwd: string;

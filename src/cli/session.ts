@@ -68,7 +68,12 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     parser: flags.parser,
     onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
   });
-  const prompter = cliPrompter({ noPrompt: flags.noPrompt, interactive: io.interactive, output: io.stderr });
+  const prompter = cliPrompter({
+    noPrompt: flags.noPrompt,
+    interactive: io.interactive,
+    input: io.stdin,
+    output: io.stderr,
+  });
   // Warnings (a project file's mode or rule that does not apply) go where the person looks.
   const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
   if (runtime.starting.warning !== undefined) logger(runtime.starting.warning);

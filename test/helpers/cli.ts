@@ -1,8 +1,10 @@
+import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
+import type { CliInput, SignalSource } from '../../src/cli/output.js';
 import { runCli } from '../../src/cli/program.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -17,7 +19,12 @@ export interface CliRun {
 /** Run the CLI in-process (same code path as the binary, minus process.exit). */
 export async function cli(
   args: string[],
-  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+  options: {
+    cwd?: string;
+    env?: NodeJS.ProcessEnv;
+    stdin?: CliInput;
+    signals?: SignalSource;
+  } = {},
 ): Promise<CliRun> {
   const stdout = new PassThrough();
   const stderr = new PassThrough();
@@ -26,6 +33,8 @@ export async function cli(
   stdout.on('data', (c: Buffer) => (out += c.toString()));
   stderr.on('data', (c: Buffer) => (err += c.toString()));
   const code = await runCli(args, {
+    stdin: () => options.stdin ?? new PassThrough({}).end(),
+    signals: options.signals ?? new EventEmitter(),
     stdout,
     stderr,
     cwd: options.cwd ?? REPO_ROOT,

@@ -46,7 +46,7 @@ export function registerExec(program: Command, io: CliIO): void {
       });
       const abort = new AbortController();
       const onSigint = (): void => abort.abort();
-      process.once('SIGINT', onSigint);
+      io.signals.once('SIGINT', onSigint);
       try {
         // The agent's run_command, with the terminal's output and no wall-clock limit.
         const tool = createRunCommandTool({
@@ -72,7 +72,7 @@ export function registerExec(program: Command, io: CliIO): void {
         }
         return code;
       } finally {
-        process.removeListener('SIGINT', onSigint);
+        io.signals.removeListener('SIGINT', onSigint);
         await session.close();
         parser.close();
       }

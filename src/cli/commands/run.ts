@@ -79,7 +79,7 @@ export function registerRun(program: Command, io: CliIO): void {
         });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        process.once('SIGINT', onSigint);
+        io.signals.once('SIGINT', onSigint);
         try {
           // The capability that was judged and run: no second read of its folder.
           const {
@@ -104,7 +104,7 @@ export function registerRun(program: Command, io: CliIO): void {
           }
           return exitCodeOf(result);
         } finally {
-          process.removeListener('SIGINT', onSigint);
+          io.signals.removeListener('SIGINT', onSigint);
           await session.close();
         }
       },

@@ -58,7 +58,7 @@ export interface WasmRunnerOptions {
   scratchDir?: string | undefined;
   /** Largest total size of granted directories copied for one call (default 256 MiB). */
   maxGrantCopyBytes?: number | undefined;
-  /** Host environment that granted variable names are read from (default: process.env). */
+  /** Host environment that granted variable names are read from (default: none; openRuntime passes it). */
   hostEnv?: NodeJS.ProcessEnv | undefined;
 }
 
@@ -151,7 +151,7 @@ export class WasmRunner implements Runner {
       also: [this.#options.cacheDir],
       file: capability.manifestPath,
     });
-    const hostEnv = this.#options.hostEnv ?? process.env;
+    const hostEnv = this.#options.hostEnv ?? {};
     const env: Record<string, string> = {};
     for (const name of grants.env) {
       const v = hostEnv[name];

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { reportError, type CliIO } from '../../../src/cli/output.js';
@@ -10,7 +11,18 @@ function io(env: NodeJS.ProcessEnv = {}): CliIO & { err: () => string; out: () =
   let err = '';
   stdout.on('data', (c: Buffer) => (out += c.toString()));
   stderr.on('data', (c: Buffer) => (err += c.toString()));
-  return { stdout, stderr, cwd: '/', env, interactive: false, exitCode: 0, err: () => err, out: () => out };
+  return {
+    stdin: () => new PassThrough().end(),
+    signals: new EventEmitter(),
+    stdout,
+    stderr,
+    cwd: '/',
+    env,
+    interactive: false,
+    exitCode: 0,
+    err: () => err,
+    out: () => out,
+  };
 }
 
 const wrapped = (): CapsuleError => {
