@@ -1,6 +1,5 @@
 import { Option, type Command } from 'commander';
-
-export const MODES = ['default', 'plan', 'edit', 'bypass'] as const;
+import { PERMISSION_MODES, type PermissionMode } from '../config/modes.js';
 
 function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
@@ -16,12 +15,12 @@ export function addGateFlags(command: Command): Command {
       [],
     )
     .option('--no-prompt', 'never ask: every Ask becomes a denial (exit 77)')
-    .addOption(new Option('--mode <mode>', 'permission mode').choices(MODES));
+    .addOption(new Option('--mode <mode>', 'permission mode').choices(PERMISSION_MODES));
 }
 
 export interface GateFlags {
   grant: string[];
   /** commander maps --no-prompt to prompt=false. */
   prompt: boolean;
-  mode?: (typeof MODES)[number];
+  mode?: PermissionMode;
 }

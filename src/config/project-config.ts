@@ -5,21 +5,17 @@ import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import { parseStrictJson } from './strict-json.js';
 import { ENVIRONMENTS } from '../manifest/schema.js';
+import { KEY_SYNTAX, RULE_SYNTAX } from '../permissions/key-syntax.js';
+import { PERMISSION_MODES, type PermissionMode } from './modes.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
 
-/** The permission modes; see docs/permissions.md for the mode × kind table. */
-export const PERMISSION_MODES = ['default', 'plan', 'edit', 'bypass'] as const;
-export type PermissionMode = (typeof PERMISSION_MODES)[number];
+export { PERMISSION_MODES, type PermissionMode };
 
 /** Levels a capsule.json allowlist entry may hold. Once / AlwaysThisSession never reach the file. */
 export const PROJECT_ENTRY_LEVELS = ['AlwaysThisProject', 'Deny'] as const;
 export type ProjectEntryLevel = (typeof PROJECT_ENTRY_LEVELS)[number];
 
-/** `tool:action` with a lower-case tool name; the action is free text (see the key grammar). */
-const KEY_SYNTAX = /^[a-z][a-z0-9_]*:[\s\S]+$/;
-/** `Tool` or `Tool(glob)`. */
-const RULE_SYNTAX = /^[a-z][a-z0-9_]*(\([\s\S]*\))?$/;
 const CONTENT_HASH = /^sha256:[0-9a-f]{64}$/;
 
 const ENTRY_LEVEL_MESSAGE =

@@ -22,12 +22,10 @@ export type { Componentize };
 import { capabilitySummary } from './capability-tools.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
 import { isReservedName } from '../permissions/protected-state.js';
+import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 
 /** Images capsule builds offline from runtimes/docker (see src/runners/docker/images.ts). */
-export const RUNTIME_IMAGES: Readonly<Record<string, string>> = {
-  busybox: 'capsule/busybox:1',
-  node: 'capsule/node:1',
-};
+export const RUNTIME_IMAGES: Readonly<Record<string, string>> = SANDBOX_IMAGES;
 
 const MAX_FILE_BYTES = 4 * 1024 * 1024;
 const MAX_WASM_BYTES = 32 * 1024 * 1024;
