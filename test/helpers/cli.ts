@@ -1,11 +1,10 @@
-import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import type { CliInput, SignalSource } from '../../src/cli/output.js';
 import { runCli } from '../../src/cli/program.js';
+import { memoryIO } from './io.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const BUILT_CLI = path.join(REPO_ROOT, 'dist', 'cli', 'main.js');
@@ -26,23 +25,14 @@ export async function cli(
     signals?: SignalSource;
   } = {},
 ): Promise<CliRun> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const code = await runCli(args, {
-    stdin: () => options.stdin ?? new PassThrough({}).end(),
-    signals: options.signals ?? new EventEmitter(),
-    stdout,
-    stderr,
+  const mem = memoryIO({
     cwd: options.cwd ?? REPO_ROOT,
     env: options.env ?? process.env,
-    interactive: false,
-    exitCode: 0,
+    stdin: options.stdin,
+    signals: options.signals,
   });
-  return { code, stdout: out, stderr: err };
+  const code = await runCli(args, mem.io);
+  return { code, stdout: mem.stdout(), stderr: mem.stderr() };
 }
 
 /** Run the built binary (`npm run build` first; scripts/test.mjs does). */

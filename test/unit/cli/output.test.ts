@@ -1,28 +1,11 @@
-import { EventEmitter } from 'node:events';
-import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { reportError, type CliIO } from '../../../src/cli/output.js';
 import { CapsuleError } from '../../../src/errors.js';
+import { memoryIO } from '../../helpers/io.js';
 
 function io(env: NodeJS.ProcessEnv = {}): CliIO & { err: () => string; out: () => string } {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  return {
-    stdin: () => new PassThrough().end(),
-    signals: new EventEmitter(),
-    stdout,
-    stderr,
-    cwd: '/',
-    env,
-    interactive: false,
-    exitCode: 0,
-    err: () => err,
-    out: () => out,
-  };
+  const mem = memoryIO({ cwd: '/', env });
+  return Object.assign(mem.io, { err: mem.stderr, out: mem.stdout });
 }
 
 const wrapped = (): CapsuleError => {
