@@ -77,6 +77,7 @@ export async function loadCases(capability: Capability): Promise<CheckCase[] | u
       'MANIFEST_INVALID',
       `${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
       { file },
+      { cause: err },
     );
   }
   return parseCases(text, file);

@@ -189,10 +189,15 @@ export async function readProjectConfigFile(
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return { exists: false, config: projectConfigSchema.parse({}) };
-    throw new CapsuleError('CONFIG_INVALID', `${file} cannot be read (${code ?? 'error'}).`, {
-      file,
-      hint: 'Check that capsule.json is a readable file.',
-    });
+    throw new CapsuleError(
+      'CONFIG_INVALID',
+      `${file} cannot be read (${code ?? 'error'}).`,
+      {
+        file,
+        hint: 'Check that capsule.json is a readable file.',
+      },
+      { cause: err },
+    );
   }
   return { exists: true, config: parseProjectConfig(text, file) };
 }

@@ -210,6 +210,7 @@ export function createGrepTool(): AgentTool {
           {
             field: 'pattern',
           },
+          { cause: err },
         );
       }
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');

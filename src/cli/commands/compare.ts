@@ -25,9 +25,14 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
   try {
     return [{ name: 'input', input: JSON.parse(opts.input ?? '{}') }];
   } catch (err) {
-    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
-      field: '--input',
-    });
+    throw new CapsuleError(
+      'INPUT_INVALID',
+      `--input is not valid JSON: ${(err as Error).message}`,
+      {
+        field: '--input',
+      },
+      { cause: err },
+    );
   }
 }
 

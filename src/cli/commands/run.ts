@@ -38,16 +38,23 @@ async function readInput(opts: { input?: string; inputFile?: string }): Promise<
       throw new CapsuleError(
         'NOT_FOUND',
         `Cannot read --input-file ${opts.inputFile}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
+        {},
+        { cause: err },
       );
     }
   }
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
-      field: '--input',
-      hint: `Quote the JSON for your shell, e.g. --input '{"name":"world"}'.`,
-    });
+    throw new CapsuleError(
+      'INPUT_INVALID',
+      `--input is not valid JSON: ${(err as Error).message}`,
+      {
+        field: '--input',
+        hint: `Quote the JSON for your shell, e.g. --input '{"name":"world"}'.`,
+      },
+      { cause: err },
+    );
   }
 }
 
