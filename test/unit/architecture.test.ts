@@ -215,3 +215,24 @@ describe('errors: a wrap keeps its cause', () => {
     ).toEqual([]);
   });
 });
+
+describe('the code speaks for itself', () => {
+  it('no file under src/, test/ or docs/ cites documents that are not in the repository', () => {
+    const roots = ['src', 'test', 'docs'].map((r) => path.resolve(r));
+    const all = (dir: string, out: string[] = []): string[] => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        const p = path.join(dir, e.name);
+        if (e.isDirectory()) all(p, out);
+        else if (/\.(ts|mjs|md)$/.test(e.name)) out.push(p);
+      }
+      return out;
+    };
+    // Split so this file does not match itself.
+    const cite = new RegExp(['(^|[^R])MISS', 'ION\\b|\\bseed 0\\d'].join(''));
+    const citing = roots
+      .flatMap((r) => all(r))
+      .filter((f) => cite.test(readFileSync(f, 'utf8')))
+      .map((f) => path.relative(process.cwd(), f));
+    expect(citing).toEqual([]);
+  });
+});
