@@ -56,6 +56,8 @@ export function isToolName(name: string): name is ToolName {
 /**
  * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
  * (docs/mcp.md, "Sub-agents"). run_subagent is not among them: a child can never create a grandchild.
+ * Narrower than `kind: 'READ_ONLY'` (what a mode allows): the control tools are READ_ONLY for the
+ * modes but change the session (its mode, a reload), which a read-only child must not.
  */
 export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
   'read_file',
