@@ -20,6 +20,8 @@ export type ErrorCode =
   | 'ALREADY_EXISTS'
   | 'AUDIT_BROKEN'
   | 'LOCK_TIMEOUT'
+  /** The person or a signal stopped the work before it finished (SIGINT, a canceled call). */
+  | 'CANCELED'
   | 'UNSUPPORTED';
 
 export interface ErrorDetails {

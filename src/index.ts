@@ -19,28 +19,35 @@ export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './
 export { userCacheDir } from './config/cache-dir.js';
 export { confinedPaths, protectedPaths, type ConfinedPath } from './permissions/protected-state.js';
 
+// Adding a runner: implement Runner (run a Capability's environment, return the one RunResult shape).
 export type { Runner, RunRequest, RunResult } from './runners/types.js';
 export { ShellRunner } from './runners/shell-runner.js';
 export { WasmRunner } from './runners/wasm/wasm-runner.js';
 export { componentizeJs } from './runners/wasm/componentize.js';
 export { DockerRunner } from './runners/docker/runner.js';
-export { dockerIsolation } from './runners/docker/isolation.js';
 
 export type {
   PermissionGate,
   PermissionRequest,
+  PermissionCheck,
+  PermissionKey,
   Decision,
   ToolKind,
   Permission,
 } from './permissions/types.js';
+export { makeKey } from './permissions/keys.js';
 export { PermissionEngine } from './permissions/engine.js';
-export { createCommandParser, keyCommand } from './permissions/command-parser.js';
+export { createCommandParser } from './permissions/command-parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
 export { auditHeadPath, auditLogPath, verifyAuditLog } from './permissions/audit-log.js';
 export { userStateDir } from './config/user-state.js';
 
-export type { Tool } from './tools/tool.js';
-export { createToolCatalog } from './tools/catalog.js';
+// Adding a tool: defineTool with a zod schema, permission() (noCheck or askHost with a makeKey key)
+// and execute(ctx); run it with executor.call(tool, args, context).
+export type { Tool, ToolContext } from './tools/tool.js';
+export type { CapabilityContext, AgentToolContext } from './tools/ports.js';
+export { defineTool, noCheck, askHost, type AgentTool } from './tools/define.js';
+export { createToolCatalog, type ToolCatalogOptions } from './tools/catalog.js';
 export {
   Executor,
   type ExecutorOptions,

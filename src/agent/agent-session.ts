@@ -20,8 +20,8 @@ import type {
   ProgressReporter,
   ReloadSummary,
   SessionControl,
-} from '../tools/agent-context.js';
-import type { CapabilityContext } from '../tools/context.js';
+  CapabilityContext,
+} from '../tools/ports.js';
 import { createToolCatalog, isToolName, READ_ONLY_TOOL_NAMES } from '../tools/catalog.js';
 import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
 import type { AgentTool } from '../tools/define.js';
@@ -53,6 +53,8 @@ export type ChildGateFactory = (options: { grants: string[]; profile: AgentProfi
 
 export interface AgentSessionOptions {
   projectRoot: string;
+  /** capsule's own environment (run_command passes bash the harmless part of it). */
+  env: NodeJS.ProcessEnv;
   registry: Registry;
   runners: readonly Runner[];
   gate: AgentGate;
@@ -124,7 +126,7 @@ export class AgentSession {
       stage: new CapabilityStage({ parent: options.stageDir }),
       telemetry: options.telemetry,
     });
-    const tools = createToolCatalog();
+    const tools = createToolCatalog({ env: options.env });
     if (this.depth === 0 && options.childGate !== undefined) tools.push(createRunSubagentTool());
     this.catalog = new Map(tools.map((t) => [t.name, t]));
     this.profileValue = options.profile;
@@ -258,7 +260,7 @@ export class AgentSession {
   }
 
   /**
-   * A read-only child session (seed 000 §4.8): only Permission::None tools, depth 1 (it cannot create
+   * A read-only child session (docs/mcp.md, "Sub-agents"): only Permission::None tools, depth 1 (it cannot create
    * a grandchild), and grants that are the intersection of what it asks for and what this session holds.
    */
   async createSubAgent(options: SubAgentOptions = {}): Promise<AgentSession> {

@@ -89,6 +89,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   });
   const session = await AgentSession.create({
     projectRoot: root,
+    env: runtime.env,
     cacheDir: runtime.cacheDir,
     stateDir: runtime.stateDir,
     stageDir: runtime.stageDir,

@@ -11,7 +11,7 @@ import { parseRule } from '../permissions/rules.js';
 import { PROFILES_DIR } from '../permissions/protected-state.js';
 import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
 
-/** An agent profile (seed 001): front matter validated, body kept as the system prompt. */
+/** An agent profile (docs/mcp.md, "Profiles"): front matter validated, body kept as the system prompt. */
 export interface AgentProfile {
   name: string;
   description: string;
@@ -69,12 +69,19 @@ export const profileFrontMatterSchema = z
   })
   .describe('Agent profile front matter (YAML between --- lines at the top of a Markdown file).');
 
-function invalid(file: string, field: string | undefined, message: string, hint?: string): CapsuleError {
-  return new CapsuleError('PROFILE_INVALID', `${file}: ${field !== undefined ? `${field} ` : ''}${message}`, {
-    file,
-    field,
-    hint: hint ?? 'See docs/mcp.md ("Profiles") for the format.',
-  });
+function invalid(
+  file: string,
+  field: string | undefined,
+  message: string,
+  hint?: string,
+  cause?: unknown,
+): CapsuleError {
+  return new CapsuleError(
+    'PROFILE_INVALID',
+    `${file}: ${field !== undefined ? `${field} ` : ''}${message}`,
+    { file, field, hint: hint ?? 'See docs/mcp.md ("Profiles") for the format.' },
+    cause === undefined ? undefined : { cause },
+  );
 }
 
 /** The key a DUPLICATE_KEY error points at: the text from there to the `:` on its line, unquoted. */
@@ -128,7 +135,7 @@ export function parseProfile(text: string, file: string, trust: Trust = 'persist
   }
   const parsed = profileFrontMatterSchema.safeParse(raw);
   if (!parsed.success) {
-    const first = zodIssues(parsed.error)[0];
+    const first = zodIssues(parsed.error, raw)[0];
     let message = first?.message ?? 'is invalid';
     if (first?.field === 'mode') message = `must be one of ${PERMISSION_MODES.join(', ')}`;
     throw invalid(file, first?.field, message);
@@ -158,7 +165,7 @@ export function parseProfile(text: string, file: string, trust: Trust = 'persist
       try {
         parseRule(rule, `profile:${fm.name}`);
       } catch (err) {
-        throw invalid(file, `${list}[${i}]`, (err as Error).message);
+        throw invalid(file, `${list}[${i}]`, (err as Error).message, undefined, err);
       }
     }
   }
@@ -248,8 +255,11 @@ async function readFolder(
   let files: string[];
   try {
     files = (await readdir(dir)).filter((f) => f.endsWith('.md')).sort();
-  } catch {
-    return; // no such folder: nothing to add
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // no such folder: nothing to add
+    // There but unreadable is an error, never "no profiles": its rules would silently not apply.
+    const why = `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`;
+    throw invalid(dir, undefined, why, 'Make it a readable folder of .md profiles, or remove it.', err);
   }
   for (const f of files) {
     const abs = path.join(dir, f);
@@ -258,7 +268,7 @@ async function readFolder(
     try {
       text = await readFile(abs, 'utf8');
     } catch (err) {
-      const error = invalid(shown, undefined, `cannot be read: ${(err as Error).message}`);
+      const error = invalid(shown, undefined, `cannot be read: ${(err as Error).message}`, undefined, err);
       entries.set(f.slice(0, -3), { error, file: shown });
       continue;
     }

@@ -52,7 +52,7 @@ export function createRunSubagentTool(): AgentTool {
       try {
         const results: Array<{ tool: string; ok: boolean; result?: unknown; error?: string }> = [];
         for (const call of args.calls) {
-          if (ctx.signal?.aborted) throw new CapsuleError('USAGE', 'run_subagent was canceled.');
+          if (ctx.signal?.aborted) throw new CapsuleError('CANCELED', 'run_subagent was canceled.');
           try {
             results.push({
               tool: call.tool,

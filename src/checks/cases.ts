@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
@@ -46,7 +47,11 @@ export function parseCases(text: string, file: string): CheckCase[] {
   }
   const parsed = casesFileSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
+    const issues = zodIssues(parsed.error, json.value).map((i) => ({
+      file,
+      field: i.field,
+      message: i.message,
+    }));
     throw new CapsuleError(
       'MANIFEST_INVALID',
       `${file}: ${issues[0]?.field ?? '(top level)'} ${issues[0]?.message ?? ''}`,
@@ -72,19 +77,10 @@ export async function loadCases(capability: Capability): Promise<CheckCase[] | u
       'MANIFEST_INVALID',
       `${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
       { file },
+      { cause: err },
     );
   }
   return parseCases(text, file);
-}
-
-function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  if (ka.length !== kb.length) return false;
-  return ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
 }
 
 /** Pure: why a run does not meet a case's expectation, or undefined when it passes. */
@@ -112,7 +108,7 @@ export function judgeCase(check: CheckCase, result: RunResult): string | undefin
     } catch {
       return `stdout is not JSON: ${JSON.stringify(result.stdout.slice(0, 500))}`;
     }
-    if (!sameJson(actual, expect.json))
+    if (!isDeepStrictEqual(actual, expect.json))
       return `stdout JSON ${JSON.stringify(actual).slice(0, 500)}, expected ${JSON.stringify(expect.json)}`;
   }
   return undefined;

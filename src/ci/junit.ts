@@ -30,7 +30,11 @@ export function xmlEscape(text: string): string {
 
 const seconds = (ms: number): string => (ms / 1000).toFixed(3);
 
-/** Pure: JUnit XML with one testsuite per capability and one testcase per case and environment. */
+/**
+ * Pure: JUnit XML with one testsuite per capability and one testcase per case and environment.
+ * Written by hand on purpose: the report is three element kinds and an escape, and an XML or JUnit
+ * library would be a dependency the CLI loads for a string this size (tests parse it with a real one).
+ */
 export function renderJunit(outcomes: readonly CheckOutcome[], name = 'capsule ci'): string {
   const suites = new Map<string, CheckOutcome[]>();
   for (const o of outcomes) {

@@ -17,7 +17,7 @@ export const EXIT = {
   /** A runner (e.g. the Docker engine) is unavailable. */
   UNAVAILABLE: 69,
   INTERNAL: 70,
-  /** Permission denied by the gate (MISSION.md contract). */
+  /** Permission denied by the gate (EX_NOPERM; docs/cli.md lists every exit code). */
   DENIED: 77,
   /** capsule.json or a profile is invalid. */
   CONFIG: 78,
@@ -47,6 +47,8 @@ export function exitCodeFor(code: ErrorCode): number {
     case 'CONFIG_INVALID':
     case 'PROFILE_INVALID':
       return EXIT.CONFIG;
+    case 'CANCELED':
+      return EXIT.CANCELED;
     default:
       return EXIT.FAILURE;
   }

@@ -1,12 +1,11 @@
 import { Option, type Command } from 'commander';
-
-export const MODES = ['default', 'plan', 'edit', 'bypass'] as const;
+import { PERMISSION_MODES, type PermissionMode } from '../config/modes.js';
 
 function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
-/** The gate flags shared by every command that runs something (MISSION.md section 6). */
+/** The gate flags shared by every command that runs something (docs/cli.md, "Grants on the command line"). */
 export function addGateFlags(command: Command): Command {
   return command
     .option(
@@ -16,12 +15,12 @@ export function addGateFlags(command: Command): Command {
       [],
     )
     .option('--no-prompt', 'never ask: every Ask becomes a denial (exit 77)')
-    .addOption(new Option('--mode <mode>', 'permission mode').choices(MODES));
+    .addOption(new Option('--mode <mode>', 'permission mode').choices(PERMISSION_MODES));
 }
 
 export interface GateFlags {
   grant: string[];
   /** commander maps --no-prompt to prompt=false. */
   prompt: boolean;
-  mode?: (typeof MODES)[number];
+  mode?: PermissionMode;
 }

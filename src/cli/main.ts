@@ -10,6 +10,8 @@ const argv = process.argv.slice(2);
 if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
 
 const code = await runCli(argv, {
+  stdin: () => process.stdin,
+  signals: process,
   stdout: process.stdout,
   stderr: process.stderr,
   cwd: process.cwd(),

@@ -2,7 +2,27 @@ import { CapsuleError } from '../errors.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /** Where the CLI writes; injected so tests can capture it. */
+/** Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. */
+export interface SignalSource {
+  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+  removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+}
+
+/** What a command reads from the terminal: a stream, and whether it is a TTY. */
+export type CliInput = NodeJS.ReadableStream & { isTTY?: boolean | undefined };
+
+/**
+ * Every piece of the outside world a command touches, injected (src/cli/main.ts builds it from the
+ * process; tests build their own), so each command runs in-process the same way.
+ */
 export interface CliIO {
+  /**
+   * Standard input, built on first use: creating process.stdin costs start-up time that a command
+   * which never reads it should not pay.
+   */
+  stdin: () => CliInput;
+  /** SIGINT / SIGTERM: a command that runs something stops it on these. */
+  signals: SignalSource;
   stdout: NodeJS.WritableStream;
   stderr: NodeJS.WritableStream;
   cwd: string;
@@ -42,6 +62,22 @@ export class CliExit extends Error {
 }
 
 /** Render an error for a person (or as JSON with --json); returns the exit code. */
+const debugging = (io: CliIO): boolean => io.env.CAPSULE_DEBUG !== undefined && io.env.CAPSULE_DEBUG !== '';
+
+/** `caused by:` lines for every `cause` under an error (CAPSULE_DEBUG=1): what a wrap site hid. */
+function causeChain(err: Error): string {
+  let out = '';
+  const seen = new Set<unknown>([err]);
+  for (let at: unknown = err.cause; at !== undefined && !seen.has(at) && seen.size < 10;) {
+    seen.add(at);
+    const code = (at as { code?: unknown }).code;
+    const text = at instanceof Error ? at.message : String(at);
+    out += `caused by: ${typeof code === 'string' ? `${code}: ` : ''}${text}\n`;
+    at = at instanceof Error ? at.cause : undefined;
+  }
+  return out;
+}
+
 export async function reportError(io: CliIO, err: unknown, asJson: boolean): Promise<number> {
   if (err instanceof CliExit) return err.exitCode;
   if (err instanceof CapsuleError) {
@@ -55,11 +91,12 @@ export async function reportError(io: CliIO, err: unknown, asJson: boolean): Pro
       text += `  ${issue.file ? `${issue.file}: ` : ''}${issue.field ? `${issue.field}: ` : ''}${issue.message}\n`;
     }
     if (err.details.hint) text += `hint: ${err.details.hint}\n`;
+    if (debugging(io)) text += causeChain(err);
     await write(io.stderr, text);
     return exitCode;
   }
   const message = err instanceof Error ? err.message : String(err);
-  const stack = io.env.CAPSULE_DEBUG && err instanceof Error ? `\n${err.stack}` : '';
+  const stack = debugging(io) && err instanceof Error ? `\n${err.stack}${causeChain(err)}` : '';
   await write(
     io.stderr,
     `capsule: internal error: ${message}${stack}\nThis is a bug in capsule; set CAPSULE_DEBUG=1 for details and report it.\n`,

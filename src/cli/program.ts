@@ -19,8 +19,7 @@ import { CapsuleError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
 import { helpSettings, helpWidth } from './help.js';
 import { reportError, write, type CliIO } from './output.js';
-
-export const VERSION = '0.1.0';
+import { VERSION } from './version.js';
 
 export interface ProgramOptions {
   /** Usage errors are reported as JSON by the caller (`--json`): commander's own text is held back. */

@@ -1,3 +1,4 @@
+import type { PermissionMode } from '../config/modes.js';
 import type { LoadedProjectConfig } from '../config/project-config.js';
 import type { Executor } from '../executor/executor.js';
 import { homedir } from 'node:os';
@@ -5,7 +6,7 @@ import { userStateDir } from '../config/user-state.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
-import { cliPrompter, fileModeWarning, parseMode } from '../permissions/session-gate.js';
+import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
 import type { CliIO } from './output.js';
@@ -15,7 +16,8 @@ export { projectRegistry };
 export interface SessionFlags {
   grants?: readonly string[];
   noPrompt?: boolean;
-  mode?: string | undefined;
+  /** `--mode`, already one of the modes (commander checks the choice: the CLI's one parse of it). */
+  mode?: PermissionMode | undefined;
   /** A bash parser the command already has (exec, explain), reused by the gate. */
   parser?: CommandParser | undefined;
 }
@@ -60,7 +62,7 @@ export function cliStateDir(io: CliIO): string {
  * repository's file from lifting unsandboxed calls).
  */
 export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSession> {
-  const mode = parseMode(flags.mode);
+  const mode = flags.mode;
   const runtime = await openRuntime({
     cwd: io.cwd,
     env: io.env,
@@ -68,7 +70,12 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     parser: flags.parser,
     onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
   });
-  const prompter = cliPrompter({ noPrompt: flags.noPrompt, interactive: io.interactive, output: io.stderr });
+  const prompter = cliPrompter({
+    noPrompt: flags.noPrompt,
+    interactive: io.interactive,
+    input: io.stdin,
+    output: io.stderr,
+  });
   // Warnings (a project file's mode or rule that does not apply) go where the person looks.
   const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
   if (runtime.starting.warning !== undefined) logger(runtime.starting.warning);

@@ -41,6 +41,7 @@ export async function updateProjectConfigFile(
             {
               file,
             },
+            { cause: err },
           );
         }
       }

@@ -5,21 +5,17 @@ import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import { parseStrictJson } from './strict-json.js';
 import { ENVIRONMENTS } from '../manifest/schema.js';
+import { KEY_SYNTAX, RULE_SYNTAX } from '../permissions/key-syntax.js';
+import { PERMISSION_MODES, type PermissionMode } from './modes.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
 
-/** seed 001's modes; see docs/permissions.md for the mode × kind table. */
-export const PERMISSION_MODES = ['default', 'plan', 'edit', 'bypass'] as const;
-export type PermissionMode = (typeof PERMISSION_MODES)[number];
+export { PERMISSION_MODES, type PermissionMode };
 
 /** Levels a capsule.json allowlist entry may hold. Once / AlwaysThisSession never reach the file. */
 export const PROJECT_ENTRY_LEVELS = ['AlwaysThisProject', 'Deny'] as const;
 export type ProjectEntryLevel = (typeof PROJECT_ENTRY_LEVELS)[number];
 
-/** `tool:action` with a lower-case tool name; the action is free text (see the key grammar). */
-const KEY_SYNTAX = /^[a-z][a-z0-9_]*:[\s\S]+$/;
-/** `Tool` or `Tool(glob)`. */
-const RULE_SYNTAX = /^[a-z][a-z0-9_]*(\([\s\S]*\))?$/;
 const CONTENT_HASH = /^sha256:[0-9a-f]{64}$/;
 
 const ENTRY_LEVEL_MESSAGE =
@@ -161,7 +157,11 @@ export function parseProjectConfig(text: string, file: string): ProjectConfig {
   }
   const parsed = projectConfigSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error).map((i) => ({ file, field: i.field, message: i.message }));
+    const issues = zodIssues(parsed.error, json.value).map((i) => ({
+      file,
+      field: i.field,
+      message: i.message,
+    }));
     const first = issues[0];
     throw new CapsuleError(
       'CONFIG_INVALID',
@@ -189,10 +189,15 @@ export async function readProjectConfigFile(
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return { exists: false, config: projectConfigSchema.parse({}) };
-    throw new CapsuleError('CONFIG_INVALID', `${file} cannot be read (${code ?? 'error'}).`, {
-      file,
-      hint: 'Check that capsule.json is a readable file.',
-    });
+    throw new CapsuleError(
+      'CONFIG_INVALID',
+      `${file} cannot be read (${code ?? 'error'}).`,
+      {
+        file,
+        hint: 'Check that capsule.json is a readable file.',
+      },
+      { cause: err },
+    );
   }
   return { exists: true, config: parseProjectConfig(text, file) };
 }

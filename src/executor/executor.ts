@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { deriveVariant } from '../compare/variants.js';
+import { deriveVariant } from './variants.js';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import type { Capability, Environment } from '../manifest/types.js';
@@ -7,7 +7,9 @@ import type { Decision, PermissionGate, PermissionRequest } from '../permissions
 import type { Registry } from '../registry/registry.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { RunResult, Runner } from '../runners/types.js';
-import type { CapabilityContext } from '../tools/context.js';
+import type { CapabilityContext, RunPermit } from '../tools/ports.js';
+
+export type { RunPermit };
 import { capabilityKey, createRunCapabilityTool } from '../tools/run-capability.js';
 import type { Tool } from '../tools/tool.js';
 import { noTelemetry, type Telemetry, type ToolCallSpan } from '../telemetry/telemetry.js';
@@ -31,17 +33,6 @@ export interface CallOutcome<R> {
   result: R;
   /** The capabilities the call resolved: exactly what permission() judged and execute() ran (staged). */
   capabilities: Capability[];
-}
-
-/**
- * Proof that the gate allowed running some staged capabilities. Only the executor creates one (after
- * the gate said allow) and only the executor that created it accepts it: a look-alike object, or a
- * permit used after its call ended or its plan was released, runs nothing.
- */
-export interface RunPermit {
-  readonly capability: string;
-  readonly contentHash: string;
-  readonly key: string;
 }
 
 /** One requested environment of a plan: the staged variant that would run there, or why it cannot. */
@@ -200,7 +191,7 @@ export class Executor {
     try {
       const parsed = tool.parameters.safeParse(rawArgs);
       if (!parsed.success) {
-        const issues = zodIssues(parsed.error);
+        const issues = zodIssues(parsed.error, rawArgs);
         const first = issues[0];
         throw new CapsuleError(
           'USAGE',

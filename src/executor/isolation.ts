@@ -1,15 +1,9 @@
 import type { Capability } from '../manifest/types.js';
 import { dockerIsolation } from '../runners/docker/isolation.js';
 import { describeConfinement, type HostConfinement } from '../runners/host-process.js';
+import type { IsolationReport } from '../tools/ports.js';
 
-export interface IsolationReport {
-  /** Runs in a real sandbox (may reach the project allowlist). */
-  sandboxed: boolean;
-  /** One line saying what is enforced, or why it is not a sandbox. */
-  summary: string;
-  /** Shell only: what the probe measured on this machine (absent when it was not measured). */
-  confinement?: HostConfinement | undefined;
-}
+export type { IsolationReport };
 
 /** Judged from the effective configuration at run time, never from a cached grant. */
 export type IsolationJudge = (capability: Capability) => IsolationReport;

@@ -5,8 +5,8 @@ import type { Runner } from '../runners/types.js';
 
 export interface DefaultRunnerOptions {
   projectRoot: string;
-  /** Host environment granted variables are taken from. */
-  env?: NodeJS.ProcessEnv;
+  /** Host environment granted variables are taken from (openRuntime passes its own; no default). */
+  env: NodeJS.ProcessEnv;
   /** capsule's per-user cache folder (default: `userCacheDir(env)`, never inside the project). */
   cacheDir?: string | undefined;
   /** What shell capabilities see read-only (default: the project's protected paths). */
@@ -20,7 +20,7 @@ export interface DefaultRunnerOptions {
  * engine, and the wasm and docker runners' modules load only when a capability of theirs runs.
  */
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
-  const env = options.env ?? process.env;
+  const { env } = options;
   const cacheDir = options.cacheDir ?? userCacheDir(env);
   return [
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
+import { CapsuleError } from '../errors.js';
 import { isInside } from './paths.js';
 import type { Manifest } from './schema.js';
 
@@ -115,10 +116,23 @@ async function readAndHash(dir: string, files: readonly string[], keep: boolean)
     let mode: number;
     try {
       const st = await handle.stat();
-      if (!st.isFile()) throw new Error(`${rel} is not a regular file`);
+      if (!st.isFile()) {
+        throw new CapsuleError('MANIFEST_INVALID', `${rel} is not a regular file`, {
+          file: path.join(dir, rel),
+          hint: 'A capability folder holds regular files (and folders) only.',
+        });
+      }
       total += st.size;
-      if (total > MAX_TOTAL_BYTES)
-        throw new Error(`capability folder is larger than ${MAX_TOTAL_BYTES} bytes`);
+      if (total > MAX_TOTAL_BYTES) {
+        throw new CapsuleError(
+          'MANIFEST_INVALID',
+          `capability folder is larger than ${MAX_TOTAL_BYTES} bytes`,
+          {
+            file: dir,
+            hint: 'Keep large data out of the capability folder.',
+          },
+        );
+      }
       bytes = await handle.readFile();
       mode = st.mode;
     } finally {

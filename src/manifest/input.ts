@@ -84,10 +84,15 @@ export class InputValidator {
     try {
       value = JSON.parse(inputText);
     } catch (err) {
-      throw new CapsuleError('INPUT_INVALID', `Input is not valid JSON: ${(err as Error).message}`, {
-        field: 'input',
-        hint: `Pass a JSON document, e.g. --input '{"name":"world"}'.`,
-      });
+      throw new CapsuleError(
+        'INPUT_INVALID',
+        `Input is not valid JSON: ${(err as Error).message}`,
+        {
+          field: 'input',
+          hint: `Pass a JSON document, e.g. --input '{"name":"world"}'.`,
+        },
+        { cause: err },
+      );
     }
     let validate: ValidateFunction;
     try {
@@ -100,6 +105,7 @@ export class InputValidator {
           file: capability.manifestPath,
           field: 'inputSchema',
         },
+        { cause: err },
       );
     }
     if (!validate(value)) {

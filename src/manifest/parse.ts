@@ -20,7 +20,28 @@ export function fieldPath(path: ReadonlyArray<PropertyKey>): string | undefined 
   return out;
 }
 
-export function zodIssues(error: z.ZodError): ManifestIssue[] {
+/** What was at `path` in the parsed input (undefined when it is not there). */
+function valueAt(input: unknown, path: ReadonlyArray<PropertyKey>): unknown {
+  let at: unknown = input;
+  for (const part of path) {
+    if (at === null || typeof at !== 'object') return undefined;
+    at = (at as Record<PropertyKey, unknown>)[part];
+  }
+  return at;
+}
+
+/** A value as a message shows it: JSON, cut short. */
+function shown(value: unknown): string {
+  const text = Array.isArray(value) ? 'an array' : value === null ? 'null' : JSON.stringify(value);
+  return text.length > 40 ? `${text.slice(0, 39)}…` : text;
+}
+
+/**
+ * The one formatter of zod issues for every on-disk document and tool call: each issue as a dotted
+ * field and what was wrong with it. `input` is what was parsed, so a wrong type says what it got
+ * (`expected a number, got "5000"`) and only a missing field says "is required".
+ */
+export function zodIssues(error: z.ZodError, input: unknown): ManifestIssue[] {
   return error.issues.flatMap((issue) => {
     if (issue.code === 'unrecognized_keys') {
       return issue.keys.map((key) => ({
@@ -28,8 +49,14 @@ export function zodIssues(error: z.ZodError): ManifestIssue[] {
         message: 'is not a known field (check the spelling; see docs/manifest.md)',
       }));
     }
-    if (issue.code === 'invalid_type' && issue.input === undefined) {
-      return [{ field: fieldPath(issue.path), message: 'is required' }];
+    if (issue.code === 'invalid_type') {
+      const value = valueAt(input, issue.path);
+      if (value === undefined) return [{ field: fieldPath(issue.path), message: 'is required' }];
+      const expected = String(issue.expected);
+      const article = /^[aeiou]/.test(expected) ? 'an' : 'a';
+      return [
+        { field: fieldPath(issue.path), message: `expected ${article} ${expected}, got ${shown(value)}` },
+      ];
     }
     return [{ field: fieldPath(issue.path), message: issue.message }];
   });
@@ -51,6 +78,6 @@ export function parseManifest(text: string): ParseResult {
     return { ok: false, issues: [{ message: 'must be a JSON object' }] };
   }
   const parsed = manifestSchema.safeParse(raw);
-  if (!parsed.success) return { ok: false, issues: zodIssues(parsed.error) };
+  if (!parsed.success) return { ok: false, issues: zodIssues(parsed.error, raw) };
   return { ok: true, manifest: parsed.data };
 }

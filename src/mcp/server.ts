@@ -13,7 +13,7 @@ import type { AgentSession, PlanApproval } from '../agent/agent-session.js';
 import { CapsuleError } from '../errors.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { Prompter } from '../permissions/prompter.js';
-import type { ProgressReporter } from '../tools/agent-context.js';
+import type { ProgressReporter } from '../tools/ports.js';
 import type { Capability } from '../manifest/types.js';
 import type { IsolationReport } from '../executor/isolation.js';
 import type { RunResult } from '../runners/types.js';

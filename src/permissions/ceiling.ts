@@ -25,7 +25,7 @@ export interface PolicySource {
 }
 
 /**
- * The environment-aware ceiling rule (seed 000 §4.3, MISSION §3): whatever runs outside a real sandbox
+ * The environment-aware ceiling rule (docs/permissions.md, "The ceiling rule"): whatever runs outside a real sandbox
  * (every run_command key, shell capabilities, docker that is not hardened) reaches the session allowlist
  * at most. `request.sandboxed` is judged by the caller from the effective configuration at run time.
  */

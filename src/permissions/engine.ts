@@ -583,7 +583,7 @@ export class PermissionEngine implements PermissionGate {
         await this.grantProject(request);
       } catch (err) {
         if (isCapsuleError(err, 'CEILING_VIOLATION')) throw err;
-        // seed 001: a failed persist is not fatal: log it, allow this once.
+        // A failed persist is not fatal (the human did say yes): log it, allow this once.
         const why = err instanceof Error ? err.message : String(err);
         this.logger(
           `could not save the project grant for ${key} in ${this.configFile}: ${why}; allowed once.`,

@@ -1,8 +1,10 @@
 /**
  * Two small glob dialects, compiled to anchored regular expressions (pure, no I/O):
- * - rule globs (`Tool(glob)`, seed 001's fnmatch): `*` any run of characters (spaces and `/` too),
- *   `?` one character, `[abc]` / `[!abc]` a class, `\x` a literal x;
+ * - rule globs (`Tool(glob)`, fnmatch without FNM_PATHNAME, docs/permissions.md): `*` any run of
+ *   characters (spaces and `/` too), `?` one character, `[abc]` / `[!abc]` a class, `\x` a literal x;
  * - path globs (`write_file:` keys): `*` and `?` stay inside one path segment, `**` spans segments.
+ * Kept here rather than a glob library: the rule dialect matches a whole command line, where `*`
+ * must cross `/` and spaces, which path-glob libraries (picomatch, minimatch) do not offer.
  */
 
 function escapeRegex(ch: string): string {

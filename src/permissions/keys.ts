@@ -1,5 +1,6 @@
 import { CapsuleError } from '../errors.js';
 import { matchPathGlob } from './glob.js';
+import { TOOL_NAME } from './key-syntax.js';
 import type { PermissionKey } from './types.js';
 
 /**
@@ -10,7 +11,7 @@ import type { PermissionKey } from './types.js';
  * Wildcards (grants only, never requests): `tool:*` covers every non-compound action of the tool;
  * `tool:prefix:*` covers `tool:prefix` and `tool:prefix:…`. For write_file the action is a path glob.
  */
-export const TOOL_NAME = /^[a-z][a-z0-9_]*$/;
+export { TOOL_NAME };
 
 export const RUN_COMMAND = 'run_command';
 export const RUN_CAPABILITY = 'run_capability';

@@ -4,6 +4,7 @@ import { canonicalOptions } from './command-semantics.js';
 import { hasGlobMeta, type GlobCache } from './glob.js';
 import { RUN_COMMAND } from './keys.js';
 import type { PermissionRequest } from './types.js';
+import { RULE_SYNTAX } from './key-syntax.js';
 
 /** A parsed `Tool` / `Tool(glob)` rule and where it came from. */
 export interface Rule {
@@ -34,10 +35,8 @@ export interface RuleSource {
   deny?: readonly string[] | undefined;
 }
 
-const RULE = /^([a-z][a-z0-9_]*)(?:\(([\s\S]*)\))?$/;
-
 export function parseRule(text: string, origin: string, trust: Trust = 'persistent'): Rule {
-  const m = RULE.exec(text.trim());
+  const m = RULE_SYNTAX.exec(text.trim());
   if (m === null || m[1] === undefined) {
     throw new CapsuleError('CONFIG_INVALID', `Rule "${text}" (from ${origin}) must be Tool or Tool(glob).`, {
       field: 'permissions',
@@ -47,7 +46,7 @@ export function parseRule(text: string, origin: string, trust: Trust = 'persiste
   return { text, tool: m[1], pattern: m[2], origin, trust };
 }
 
-/** Union of every source (seed 001: deny(user ∪ agent) → allow(user ∪ agent)). */
+/** Union of every source (deny(user ∪ agent) is asked before allow(user ∪ agent): a deny anywhere wins). */
 export function buildRuleSet(sources: readonly RuleSource[]): RuleSet {
   const allow: Rule[] = [];
   const deny: Rule[] = [];

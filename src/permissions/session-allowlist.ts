@@ -1,3 +1,4 @@
+import { CapsuleError } from '../errors.js';
 import { grantCovers, isWildcardGrant } from './keys.js';
 import type { PermissionRequest } from './types.js';
 
@@ -34,8 +35,8 @@ export interface SessionEntry {
 export type SessionLookup = { found: true; entry: SessionEntry } | { found: false; reason: string };
 
 /**
- * seed 000's SessionAllowlist: `(tool, key) → expiry`, in memory, gone with the session; beyond the
- * seed, an optional use count and content-hash binding. Keys already carry their tool (`tool:action`).
+ * The session allowlist: `(tool, key) → expiry`, in memory, gone with the session, with an optional
+ * use count and content-hash binding. Keys already carry their tool (`tool:action`).
  */
 export class SessionAllowlist {
   private readonly entries = new Map<string, SessionEntry>();
@@ -43,9 +44,19 @@ export class SessionAllowlist {
   constructor(private readonly clock: Clock) {}
 
   add(key: string, options: SessionGrantOptions = {}): SessionEntry {
-    if (options.ttlMs !== undefined && !(options.ttlMs > 0)) throw new RangeError('ttlMs must be positive');
+    if (options.ttlMs !== undefined && !(options.ttlMs > 0)) {
+      throw new CapsuleError('USAGE', `A session grant's ttlMs must be positive, got ${options.ttlMs}.`, {
+        key,
+      });
+    }
     if (options.uses !== undefined && !(Number.isInteger(options.uses) && options.uses > 0)) {
-      throw new RangeError('uses must be a positive integer');
+      throw new CapsuleError(
+        'USAGE',
+        `A session grant's uses must be a positive integer, got ${options.uses}.`,
+        {
+          key,
+        },
+      );
     }
     const entry: SessionEntry = {
       key,

@@ -17,8 +17,8 @@ export interface SessionGateOptions {
   mode?: string | undefined;
   /** Whether a human is at a terminal (stdin and stderr are TTYs). */
   interactive: boolean;
-  /** Where the terminal prompt reads and writes (default process.stdin / process.stderr). */
-  input?: (NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
+  /** Where the terminal prompt reads (built on first use) and writes; without both nobody is asked. */
+  input?: (() => NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
   output?: NodeJS.WritableStream | undefined;
   /** Reuse a parser the caller already has (exec, explain); one is created when a run_command grant needs it. */
   parser?: CommandParser | undefined;
@@ -61,19 +61,19 @@ export function fileModeWarning(
 export function cliPrompter(options: {
   noPrompt?: boolean | undefined;
   interactive: boolean;
-  input?: (NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
+  /** Standard input, built only when a prompt is possible (creating it costs start-up time). */
+  input?: (() => NodeJS.ReadableStream & { isTTY?: boolean | undefined }) | undefined;
   output?: NodeJS.WritableStream | undefined;
 }): Prompter {
-  return options.noPrompt === true || !options.interactive
+  // No terminal to ask on is the same as nobody there: every Ask is a denial, never a hang.
+  const { input, output } = options;
+  return options.noPrompt === true || !options.interactive || input === undefined || output === undefined
     ? createNonInteractivePrompter()
-    : createTerminalPrompter({
-        input: options.input ?? process.stdin,
-        output: options.output ?? process.stderr,
-      });
+    : createTerminalPrompter({ input: input(), output });
 }
 
 /**
- * The gate of one CLI (or server) session, with MISSION §6 semantics: `--grant` gives session grants,
+ * The gate of one CLI (or server) session (docs/permissions.md): `--grant` gives session grants,
  * `--no-prompt` or no TTY turns every Ask into a denial (never a hang), `--mode` sets the mode.
  */
 export async function createSessionEngine(options: SessionGateOptions): Promise<PermissionEngine> {

@@ -4,7 +4,7 @@ import type { Denial } from './denial.js';
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
  */
 
-/** seed 001: the kind of a tool decides what the mode does with it. */
+/** The kind of a tool decides what the mode does with it (docs/permissions.md, the mode × kind table). */
 export type ToolKind = 'READ_ONLY' | 'FILE_EDIT' | 'OTHER';
 
 /** A narrow permission key, e.g. `run_command:git`, `run_capability:hello`. */
@@ -19,8 +19,19 @@ export interface PermissionKey {
   compound: boolean;
 }
 
-/** seed 000: every tool declares None (no check) or Ask(key). */
+/** Every tool call declares None (no check) or Ask(key): the key the gate decides on. */
 export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
+
+/** permission() result: the declared Permission plus what the gate needs to judge it. */
+export interface PermissionCheck {
+  permission: Permission;
+  subject: string;
+  sandboxed: boolean;
+  isolation?: string | undefined;
+  contentHash?: string | undefined;
+  /** run_command: every simple command inside a compound one (deny rules match each part). */
+  parts?: readonly string[] | undefined;
+}
 
 /** Answers to an Ask. */
 export type GrantLevel = 'Once' | 'AlwaysThisSession' | 'AlwaysThisProject';

@@ -1,4 +1,4 @@
-import { lstat, readdir, realpath } from 'node:fs/promises';
+import { lstat, readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import { InputValidator } from '../manifest/input.js';
@@ -92,13 +92,28 @@ export class Registry {
         try {
           root = await realpath(rootPath);
           entries = await readdir(root, { withFileTypes: true });
-        } catch {
-          return undefined;
+        } catch (err) {
+          // A root that is not there is reported as missing; one that is there but cannot be read is
+          // an error (never "no capabilities").
+          if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+          throw new CapsuleError(
+            'CONFIG_INVALID',
+            `The capability root ${rootPath} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}).`,
+            { file: rootPath, hint: 'Make it a readable folder, or remove it from "roots" in capsule.json.' },
+            { cause: err },
+          );
         }
         entries.sort((a, b) => a.name.localeCompare(b.name));
-        const folders = entries.filter(
+        const candidates = entries.filter(
           (e) => !e.name.startsWith('.') && (e.isDirectory() || e.isSymbolicLink()),
         );
+        // A symlink to a file (not a folder) is simply not a capability folder; a dangling one is
+        // loaded, and reported invalid.
+        const folders: typeof candidates = [];
+        for (const e of candidates) {
+          if (e.isSymbolicLink() && (await isFileBehindLink(path.join(root, e.name)))) continue;
+          folders.push(e);
+        }
         const loaded = await mapLimit(folders, SCAN_CONCURRENCY, (entry) =>
           loadCapability(path.join(root, entry.name), {
             root,
@@ -121,9 +136,6 @@ export class Registry {
       for (const [i, entry] of folders.entries()) {
         const one = loaded[i] as Awaited<ReturnType<typeof loadCapability>>;
         if (!one.ok) {
-          // A symlink to a file (not a folder) is simply not a capability folder.
-          if (entry.isSymbolicLink() && one.invalid.issues.some((x) => x.message.includes('ENOTDIR')))
-            continue;
           result.invalid.push(one.invalid);
           continue;
         }
@@ -216,5 +228,13 @@ export class Registry {
       );
     }
     return first;
+  }
+}
+
+async function isFileBehindLink(link: string): Promise<boolean> {
+  try {
+    return !(await stat(link)).isDirectory();
+  } catch {
+    return false; // dangling: loaded, and reported invalid with its reason
   }
 }

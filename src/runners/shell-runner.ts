@@ -10,7 +10,10 @@ export const SHELL_PATH = '/usr/local/bin:/usr/bin:/bin';
 const KILL_GRACE_MS = 200;
 
 export interface ShellRunnerOptions {
-  /** The host environment that granted variables are copied from (default: process.env). */
+  /**
+   * The host environment that granted variables are copied from. Default: none (a runner built
+   * without it grants no host variable; openRuntime passes capsule's own).
+   */
   hostEnv?: NodeJS.ProcessEnv;
   /** The project whose state (capsule.json, .capsule/) the capability must not change. */
   projectRoot?: string | undefined;
@@ -50,7 +53,7 @@ export class ShellRunner implements Runner {
   private readonly processes: HostProcesses;
 
   constructor(options: ShellRunnerOptions = {}) {
-    this.hostEnv = options.hostEnv ?? process.env;
+    this.hostEnv = options.hostEnv ?? {};
     this.readOnlyPaths =
       options.readOnlyPaths ??
       (options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : []);

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineTool, noCheck, type AgentTool } from './define.js';
 import { createRunCapabilityTool } from './run-capability.js';
 import type { Capability } from '../manifest/types.js';
-import type { AgentToolContext } from './agent-context.js';
+import type { AgentToolContext } from './ports.js';
 
 /** What agents are told about a capability: where it is, its hash, and how isolated it runs. */
 export function capabilitySummary(c: Capability, ctx: Pick<AgentToolContext, 'isolation' | 'workspace'>) {

@@ -9,7 +9,7 @@ import {
   createReloadTool,
   createSleepTool,
 } from './control-tools.js';
-import type { AgentTool } from './define.js';
+import { defineTool, type AgentTool } from './define.js';
 import {
   createDiffTool,
   createEditFileTool,
@@ -55,7 +55,9 @@ export function isToolName(name: string): name is ToolName {
 
 /**
  * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
- * (seed 000 §4.8). run_subagent is not among them: a child can never create a grandchild.
+ * (docs/mcp.md, "Sub-agents"). run_subagent is not among them: a child can never create a grandchild.
+ * Narrower than `kind: 'READ_ONLY'` (what a mode allows): the control tools are READ_ONLY for the
+ * modes but change the session (its mode, a reload), which a read-only child must not.
  */
 export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
   'read_file',
@@ -66,8 +68,13 @@ export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
   'describe_capability',
 ];
 
+export interface ToolCatalogOptions {
+  /** capsule's own environment (run_command passes bash the harmless part of it). */
+  env: NodeJS.ProcessEnv;
+}
+
 /** A fresh catalog of the built-in tools (run_subagent is added by the agent session that owns it). */
-export function createToolCatalog(): AgentTool[] {
+export function createToolCatalog(options: ToolCatalogOptions): AgentTool[] {
   return [
     createReadFileTool(),
     createGlobTool(),
@@ -77,7 +84,7 @@ export function createToolCatalog(): AgentTool[] {
     createDescribeCapabilityTool(),
     createWriteFileTool(),
     createEditFileTool(),
-    createRunCommandTool(),
+    defineTool(createRunCommandTool({ env: options.env })),
     createGenerateShellCapabilityTool(),
     createGenerateWasmCapabilityTool(),
     createGenerateDockerCapabilityTool(),

@@ -93,7 +93,7 @@ export function createSleepTool(): AgentTool {
       try {
         await delay(seconds * 1000, undefined, { signal: ctx.signal });
       } catch {
-        throw new CapsuleError('USAGE', 'sleep was canceled.');
+        throw new CapsuleError('CANCELED', 'sleep was canceled.');
       }
       return { slept: seconds, capped: seconds < args.seconds };
     },

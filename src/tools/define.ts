@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import type { PermissionKey } from '../permissions/types.js';
-import type { AgentToolContext } from './agent-context.js';
+import type { AgentToolContext } from './ports.js';
 import type { PermissionCheck, Tool } from './tool.js';
 
 /** A tool of the agent catalog, as the catalog and the MCP server hold it. */

@@ -5,7 +5,7 @@ import { CapsuleError } from '../errors.js';
 import { GlobCache } from '../permissions/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, noCheck, type AgentTool } from './define.js';
-import { unifiedDiff } from './text-diff.js';
+import { unifiedDiff } from '../text-diff.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */
@@ -210,6 +210,7 @@ export function createGrepTool(): AgentTool {
           {
             field: 'pattern',
           },
+          { cause: err },
         );
       }
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
@@ -290,11 +291,10 @@ export function createDiffTool(): AgentTool {
         newText = args.content ?? '';
         newLabel = `${file.relative} (proposed)`;
       }
-      const diff = unifiedDiff(oldText, newText, {
+      return unifiedDiff(oldText, newText, {
         old: file.exists ? file.relative : '/dev/null',
         new: newLabel,
       });
-      return { identical: diff === '', diff };
     },
   });
 }

@@ -16,25 +16,16 @@ import {
 } from '../manifest/schema.js';
 import type { Environment } from '../manifest/types.js';
 import { GENERATE_CAPABILITY, makeKey } from '../permissions/keys.js';
-import type { AgentToolContext } from './agent-context.js';
+import type { AgentToolContext, Componentize } from './ports.js';
+
+export type { Componentize };
 import { capabilitySummary } from './capability-tools.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
 import { isReservedName } from '../permissions/protected-state.js';
-
-/**
- * JS module source (exporting `run(input: string): string`) → a Wasm component. Provided by the Wasm
- * runner; injected so generate_wasm_capability does not depend on how it is built.
- */
-export type Componentize = (
-  source: string,
-  options: { signal?: AbortSignal | undefined; onProgress?: ((message: string) => void) | undefined },
-) => Promise<Uint8Array>;
+import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 
 /** Images capsule builds offline from runtimes/docker (see src/runners/docker/images.ts). */
-export const RUNTIME_IMAGES: Readonly<Record<string, string>> = {
-  busybox: 'capsule/busybox:1',
-  node: 'capsule/node:1',
-};
+export const RUNTIME_IMAGES: Readonly<Record<string, string>> = SANDBOX_IMAGES;
 
 const MAX_FILE_BYTES = 4 * 1024 * 1024;
 const MAX_WASM_BYTES = 32 * 1024 * 1024;
@@ -400,7 +391,7 @@ async function writeDraft(
     });
     await draft.build?.(stageDir, ctx);
     if (ctx.signal?.aborted)
-      throw new CapsuleError('USAGE', 'Canceled before the capability was stored; nothing was written.');
+      throw new CapsuleError('CANCELED', 'Canceled before the capability was stored; nothing was written.');
 
     const loaded = await loadCapability(stageDir, {
       root: await realpath(staging),

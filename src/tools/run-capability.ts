@@ -2,7 +2,7 @@ import { z } from 'zod';
 
 import type { RunResult } from '../runners/types.js';
 import type { PermissionCheck, Tool } from './tool.js';
-import type { CapabilityContext } from './context.js';
+import type { CapabilityContext } from './ports.js';
 
 export const runCapabilityParameters = z.strictObject({
   name: z.string().min(1).max(64).describe('Capability name, as listed by list_capabilities.'),

@@ -1,14 +1,17 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
+import { commandCheck } from '../permissions/command-check.js';
+import type { CommandParser } from '../permissions/command-parser.js';
 import { HostProcesses } from '../runners/host-process.js';
 import type { RunResult } from '../runners/types.js';
-import { bashArguments, commandCheck, shellEnvironment } from '../permissions/run-command-tool.js';
-import { defineTool, type AgentTool } from './define.js';
+import type { CapabilityContext } from './ports.js';
+import type { Tool } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
 export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
+/** Captured output per stream for an agent; past it the command is stopped. */
 export const RUN_COMMAND_OUTPUT_BYTES = 1024 * 1024;
 const KILL_GRACE_MS = 500;
 
@@ -17,11 +20,34 @@ export interface CommandResult extends Omit<RunResult, 'environment' | 'oomKille
   command: string;
 }
 
-const runCommandParameters = z.strictObject({
+/** Variables a command gets from capsule's environment: what tools need to run, nothing secret. */
+const COMMAND_ENV = new Set(['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'LANGUAGE', 'TERM', 'TZ', 'TMPDIR']);
+
+/**
+ * The environment bash gets: an allowlist of the caller's variables (PATH, HOME, locale, terminal),
+ * never anything else — capsule's own environment may hold API keys, and a command must not read them.
+ * BASH_ENV / ENV / exported functions (BASH_FUNC_git%% would replace `git`) never pass, so
+ * `run_command:git` cannot end up running something that is not git.
+ */
+export function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) continue;
+    if (COMMAND_ENV.has(name) || name.startsWith('LC_')) out[name] = value;
+  }
+  return out;
+}
+
+/** bash without startup files: what runs is exactly the command that was keyed. */
+export function bashArguments(command: string): string[] {
+  return ['--noprofile', '--norc', '-c', command];
+}
+
+export const runCommandParameters = z.strictObject({
   command: z
     .string()
     .min(1)
-    .max(64 * 1024)
+    .max(256 * 1024)
     .describe(
       'A bash command line. A simple command is keyed run_command:<program>; anything compound by its whole text.',
     ),
@@ -41,11 +67,29 @@ const runCommandParameters = z.strictObject({
     ),
 });
 
+/** What run_command needs from the session it runs in (the agent's context has all of it). */
+export interface RunCommandContext extends CapabilityContext {
+  workspace: Workspace;
+  /** The permission engine's bash parser (run_command keying). */
+  commands: CommandParser;
+}
+
 export interface RunCommandToolOptions {
+  /** capsule's own environment; bash gets only shellEnvironment() of it. Required: no silent process.env. */
+  env: NodeJS.ProcessEnv;
   /** How host processes start (default: a new one, probing this machine on first use). */
   hostProcesses?: HostProcesses | undefined;
   /** Paths mounted read-only for the command (default: the workspace's, see Workspace.hostReadOnly). */
   readOnlyPaths?: ((workspace: Workspace) => readonly string[]) | undefined;
+  /** stdout/stderr pass through to capsule's own (`capsule exec`), not captured and not capped. */
+  passThrough?: boolean | undefined;
+  /**
+   * false: no wall-clock limit, `timeoutMs` is not applied (`capsule exec`: a person is there to
+   * press Ctrl-C). Default true.
+   */
+  timeLimit?: boolean | undefined;
+  /** Captured output per stream (default RUN_COMMAND_OUTPUT_BYTES). */
+  outputBytes?: number | undefined;
 }
 
 /** A command's working directory: inside the project, never in capsule's own state. */
@@ -56,17 +100,24 @@ async function resolveCwd(workspace: Workspace, cwd: string): Promise<ResolvedPa
   return resolved;
 }
 
-/** run_command: a host command through bash, gated by the engine's command keying. Not a sandbox. */
-export function createRunCommandTool(options: RunCommandToolOptions = {}): AgentTool {
+/**
+ * run_command: a host command through bash, gated by the engine's command keying. Not a sandbox, so
+ * its keys reach the session allowlist at most. The one run_command of the agent catalog and of
+ * `capsule exec`: the same keying, bash invocation and environment, so nothing can swap the keyed program.
+ */
+export function createRunCommandTool(
+  options: RunCommandToolOptions,
+): Tool<typeof runCommandParameters, CommandResult, RunCommandContext> {
   const processes = options.hostProcesses ?? new HostProcesses();
-  return defineTool({
+  return {
     name: 'run_command',
     description:
       'Run a bash command in the project root on the host (NOT a sandbox). Returns exit code, stdout and stderr.',
     kind: 'OTHER',
     parameters: runCommandParameters,
     async permission(args, ctx) {
-      const cwd = args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
+      const cwd =
+        args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
       // The engine's keying: run_command:<program>, or the whole normalized string when compound;
       // a relative program is keyed by its path resolved in the folder it runs in.
       const check = commandCheck(ctx.commands, args.command, cwd);
@@ -79,15 +130,14 @@ export function createRunCommandTool(options: RunCommandToolOptions = {}): Agent
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =
         args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
-      // The same bash invocation and environment as `capsule exec`: nothing can swap the keyed program.
       const r = await processes.run({
         file: 'bash',
         args: bashArguments(args.command),
         cwd,
-        env: shellEnvironment(process.env),
-        output: 'capture',
-        outputBytes: RUN_COMMAND_OUTPUT_BYTES,
-        timeoutMs: args.timeoutMs,
+        env: shellEnvironment(options.env),
+        output: options.passThrough === true ? 'inherit' : 'capture',
+        outputBytes: options.outputBytes ?? RUN_COMMAND_OUTPUT_BYTES,
+        timeoutMs: options.timeLimit === false ? undefined : args.timeoutMs,
         killGraceMs: KILL_GRACE_MS,
         signal: ctx.signal,
         readOnlyPaths: (options.readOnlyPaths ?? ((w: Workspace) => w.hostReadOnly))(ctx.workspace),
@@ -107,5 +157,5 @@ export function createRunCommandTool(options: RunCommandToolOptions = {}): Agent
         durationMs: Math.round(r.durationMs),
       };
     },
-  });
+  };
 }

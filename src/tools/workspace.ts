@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { lstat, open, realpath, rename, unlink } from 'node:fs/promises';
+import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
+import { writeFileAtomic } from '../config/config-store.js';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
 import { describeHit, findProtectedState, protectedPaths } from '../permissions/protected-state.js';
@@ -116,28 +116,15 @@ export class Workspace {
     }
   }
 
-  /** Write a file atomically: a temp file in the same folder, then rename (readers never see half). */
+  /**
+   * Write a file atomically (config-store's one writer: a synced temp file in the same folder, then
+   * rename, so readers never see half). rename replaces the directory entry itself, so it never writes
+   * through a symlink planted there.
+   */
   async writeAtomic(target: ResolvedPath, data: string): Promise<void> {
-    const dir = path.dirname(target.real);
-    const tmp = path.join(
-      dir,
-      `.${path.basename(target.real)}.capsule-${randomBytes(6).toString('hex')}.tmp`,
-    );
     let mode = 0o644;
     if (target.exists) mode = (await lstat(target.real)).mode & 0o777;
-    try {
-      const handle = await open(tmp, 'wx', mode);
-      try {
-        await handle.writeFile(data, 'utf8');
-      } finally {
-        await handle.close();
-      }
-      // rename replaces the directory entry itself, so it never writes through a symlink planted there.
-      await rename(tmp, target.real);
-    } catch (err) {
-      await unlink(tmp).catch(() => undefined);
-      throw err;
-    }
+    await writeFileAtomic(target.real, data, mode);
   }
 
   relativeOf(absolutePath: string): string {

@@ -53,6 +53,7 @@ export async function agentFixture(
   const profiles = await ProfileCatalog.load({ projectRoot: root });
   const session = await AgentSession.create({
     projectRoot: root,
+    env: process.env,
     registry: new Registry({
       roots: ['capabilities'],
       projectRoot: root,

@@ -1,9 +1,10 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
+import type { CliInput, SignalSource } from '../../src/cli/output.js';
 import { runCli } from '../../src/cli/program.js';
+import { memoryIO } from './io.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const BUILT_CLI = path.join(REPO_ROOT, 'dist', 'cli', 'main.js');
@@ -17,23 +18,21 @@ export interface CliRun {
 /** Run the CLI in-process (same code path as the binary, minus process.exit). */
 export async function cli(
   args: string[],
-  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+  options: {
+    cwd?: string;
+    env?: NodeJS.ProcessEnv;
+    stdin?: CliInput;
+    signals?: SignalSource;
+  } = {},
 ): Promise<CliRun> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const code = await runCli(args, {
-    stdout,
-    stderr,
+  const mem = memoryIO({
     cwd: options.cwd ?? REPO_ROOT,
     env: options.env ?? process.env,
-    interactive: false,
-    exitCode: 0,
+    stdin: options.stdin,
+    signals: options.signals,
   });
-  return { code, stdout: out, stderr: err };
+  const code = await runCli(args, mem.io);
+  return { code, stdout: mem.stdout(), stderr: mem.stderr() };
 }
 
 /** Run the built binary (`npm run build` first; scripts/test.mjs does). */

@@ -6,7 +6,7 @@ import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
-import { parseEnvs } from './compare.js';
+import { parseEnvs } from '../args.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',

@@ -3,29 +3,14 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import type { CompareInput } from '../../compare/compare.js';
 import { CapsuleError } from '../../errors.js';
-import { ENVIRONMENTS } from '../../manifest/environments.js';
-import type { Environment } from '../../manifest/types.js';
 import { EXIT } from '../exit-codes.js';
+import { parseEnvs } from '../args.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 
 /** compare's own exit code when a requested environment could not run but the others agree. */
 export const EXIT_INCOMPLETE = 2;
-
-export function parseEnvs(value: string): Environment[] {
-  const envs = value
-    .split(',')
-    .map((e) => e.trim())
-    .filter(Boolean);
-  const bad = envs.filter((e) => !(ENVIRONMENTS as readonly string[]).includes(e));
-  if (bad.length > 0 || envs.length === 0) {
-    throw new CapsuleError('USAGE', `--env ${value}: unknown environment ${bad.join(', ')}`.trim(), {
-      hint: 'Use a comma list of shell, wasm, docker.',
-    });
-  }
-  return [...new Set(envs)] as Environment[];
-}
 
 async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): Promise<CompareInput[]> {
   if (opts.input !== undefined && opts.cases !== undefined)
@@ -41,9 +26,14 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
   try {
     return [{ name: 'input', input: JSON.parse(opts.input ?? '{}') }];
   } catch (err) {
-    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
-      field: '--input',
-    });
+    throw new CapsuleError(
+      'INPUT_INVALID',
+      `--input is not valid JSON: ${(err as Error).message}`,
+      {
+        field: '--input',
+      },
+      { cause: err },
+    );
   }
 }
 

@@ -1,9 +1,11 @@
 import type { Command } from 'commander';
-import type { CapabilityContext } from '../../tools/context.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { commandLine } from './key.js';
+import { commandLine } from '../args.js';
+
+/** `capsule exec --json` captures this much per stream; past it the command is stopped. */
+const EXEC_CAPTURE_BYTES = 16 * 1024 * 1024;
 
 export function registerExec(program: Command, io: CliIO): void {
   addGateFlags(
@@ -22,13 +24,19 @@ export function registerExec(program: Command, io: CliIO): void {
   ).action(
     action(io, async (words: string[], opts: GateFlags & { json?: boolean }) => {
       const command = commandLine(words);
-      const [{ createCommandParser }, { createRunCommandTool }, { openSession }, { exitStatus }] =
-        await Promise.all([
-          import('../../permissions/command-parser.js'),
-          import('../../permissions/run-command-tool.js'),
-          import('../session.js'),
-          import('../../runners/exit-status.js'),
-        ]);
+      const [
+        { createCommandParser },
+        { createRunCommandTool },
+        { Workspace },
+        { openSession },
+        { exitStatus },
+      ] = await Promise.all([
+        import('../../permissions/command-parser.js'),
+        import('../../tools/run-command.js'),
+        import('../../tools/workspace.js'),
+        import('../session.js'),
+        import('../../runners/exit-status.js'),
+      ]);
       const parser = await createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
@@ -38,16 +46,22 @@ export function registerExec(program: Command, io: CliIO): void {
       });
       const abort = new AbortController();
       const onSigint = (): void => abort.abort();
-      process.once('SIGINT', onSigint);
+      io.signals.once('SIGINT', onSigint);
       try {
-        const tool = createRunCommandTool<CapabilityContext>({
-          parser,
-          cwd: session.project.root,
-          passThrough: opts.json !== true,
+        // The agent's run_command, with the terminal's output and no wall-clock limit.
+        const tool = createRunCommandTool({
           env: io.env,
-          readOnlyPaths: session.hostReadOnly,
+          passThrough: opts.json !== true,
+          timeLimit: false,
+          outputBytes: EXEC_CAPTURE_BYTES,
+          readOnlyPaths: () => session.hostReadOnly,
         });
-        const { decision, result } = await session.executor.call(tool, { command }, { signal: abort.signal });
+        const workspace = await Workspace.open({ projectRoot: session.project.root });
+        const { decision, result } = await session.executor.call(
+          tool,
+          { command },
+          { signal: abort.signal, workspace, commands: parser },
+        );
         const code = exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
         if (opts.json) {
           const key = decision?.key;
@@ -58,7 +72,7 @@ export function registerExec(program: Command, io: CliIO): void {
         }
         return code;
       } finally {
-        process.removeListener('SIGINT', onSigint);
+        io.signals.removeListener('SIGINT', onSigint);
         await session.close();
         parser.close();
       }

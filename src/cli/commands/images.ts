@@ -11,9 +11,14 @@ async function connect(io: CliIO): Promise<DockerodeEngine> {
   try {
     await engine.ping(5000);
   } catch (err) {
-    throw new CapsuleError('RUNNER_UNAVAILABLE', `no Docker engine answers: ${engineMessage(err)}`, {
-      hint: 'start one (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
-    });
+    throw new CapsuleError(
+      'RUNNER_UNAVAILABLE',
+      `no Docker engine answers: ${engineMessage(err)}`,
+      {
+        hint: 'start one (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
+      },
+      { cause: err },
+    );
   }
   return engine;
 }

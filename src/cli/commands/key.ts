@@ -1,26 +1,7 @@
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
+import { commandLine } from '../args.js';
 import { action, write, type CliIO } from '../output.js';
-
-/**
- * The command after `--`: one word is the command line as given (`-- 'git status && ls'`); several
- * words (`-- git commit -m "a b"`) are re-quoted one by one, so the shell sees the same words.
- */
-export function commandLine(words: readonly string[]): string {
-  const command =
-    words.length === 1
-      ? (words[0] as string)
-      : words
-          .map((w) => (/^[A-Za-z0-9_./:=@%+,-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`))
-          .join(' ');
-  if (command.trim() === '') {
-    throw new CapsuleError('USAGE', 'No command given.', {
-      hint: `Pass it after --, e.g. -- 'git status && ls'.`,
-    });
-  }
-  return command;
-}
 
 export function registerKey(program: Command, io: CliIO): void {
   program

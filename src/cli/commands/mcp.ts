@@ -1,10 +1,10 @@
-import type { Writable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import type { Command } from 'commander';
 import type { PlanApproval } from '../../agent/agent-session.js';
 import { EXIT } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, write, type CliIO } from '../output.js';
-import { VERSION } from '../program.js';
+import { VERSION } from '../version.js';
 
 const noPromptPlanApproval: PlanApproval = () =>
   Promise.resolve({
@@ -56,15 +56,19 @@ export function registerMcp(program: Command, io: CliIO): void {
             onRunnerProgress: (m) => void write(io.stderr, `capsule: ${m}\n`),
           }),
       });
-      await server.start(new StdioServerTransport(process.stdin, io.stdout as Writable));
-      await new Promise<void>((resolve) => {
-        // The client ends stdin to stop the server (or signals it): then close runners and exit.
-        process.stdin.once('end', resolve);
-        process.stdin.once('close', resolve);
-        process.once('SIGTERM', resolve);
-        process.once('SIGINT', resolve);
-        server.server.onclose = () => resolve();
-      });
+      const stdin = io.stdin();
+      await server.start(new StdioServerTransport(stdin as Readable, io.stdout as Writable));
+      // The client ends stdin to stop the server (or signals it): then close runners and exit.
+      let stop = (): void => undefined;
+      const stopped = new Promise<void>((resolve) => (stop = resolve));
+      stdin.once('end', stop);
+      stdin.once('close', stop);
+      io.signals.once('SIGTERM', stop);
+      io.signals.once('SIGINT', stop);
+      server.server.onclose = stop;
+      await stopped;
+      io.signals.removeListener('SIGTERM', stop);
+      io.signals.removeListener('SIGINT', stop);
       await server.close();
       return EXIT.OK;
     }),

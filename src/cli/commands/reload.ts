@@ -72,7 +72,7 @@ export function registerReload(program: Command, io: CliIO): void {
           return EXIT.DENIED;
         }
         const yes = await askYesNo(
-          { input: process.stdin, output: io.stderr },
+          { input: io.stdin(), output: io.stderr },
           'Adopt this policy for the project?',
         );
         if (!yes) {

@@ -31,16 +31,23 @@ async function readInput(opts: { input?: string; inputFile?: string }): Promise<
       throw new CapsuleError(
         'NOT_FOUND',
         `Cannot read --input-file ${opts.inputFile}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
+        {},
+        { cause: err },
       );
     }
   }
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw new CapsuleError('INPUT_INVALID', `--input is not valid JSON: ${(err as Error).message}`, {
-      field: '--input',
-      hint: `Quote the JSON for your shell, e.g. --input '{"name":"world"}'.`,
-    });
+    throw new CapsuleError(
+      'INPUT_INVALID',
+      `--input is not valid JSON: ${(err as Error).message}`,
+      {
+        field: '--input',
+        hint: `Quote the JSON for your shell, e.g. --input '{"name":"world"}'.`,
+      },
+      { cause: err },
+    );
   }
 }
 
@@ -72,7 +79,7 @@ export function registerRun(program: Command, io: CliIO): void {
         });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        process.once('SIGINT', onSigint);
+        io.signals.once('SIGINT', onSigint);
         try {
           // The capability that was judged and run: no second read of its folder.
           const {
@@ -98,7 +105,7 @@ export function registerRun(program: Command, io: CliIO): void {
           }
           return runExitCode(result);
         } finally {
-          process.removeListener('SIGINT', onSigint);
+          io.signals.removeListener('SIGINT', onSigint);
           await session.close();
         }
       },

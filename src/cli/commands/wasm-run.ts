@@ -63,9 +63,11 @@ function parseEnv(specs: readonly string[], hostEnv: NodeJS.ProcessEnv): Record<
 
 async function readStdin(io: CliIO): Promise<Uint8Array> {
   // A terminal cannot be read ahead of the run; the guest then sees an empty stdin.
-  if (io.interactive || process.stdin.isTTY === true) return new Uint8Array(0);
+  if (io.interactive) return new Uint8Array(0);
+  const stdin = io.stdin();
+  if (stdin.isTTY === true) return new Uint8Array(0);
   const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  for await (const chunk of stdin) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks);
 }
 
@@ -130,7 +132,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
         const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        process.once('SIGINT', onSigint);
+        io.signals.once('SIGINT', onSigint);
         try {
           const result = await runner.runRaw({
             file,
@@ -166,7 +168,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
             );
           return code;
         } finally {
-          process.removeListener('SIGINT', onSigint);
+          io.signals.removeListener('SIGINT', onSigint);
           await runner.close();
         }
       }),

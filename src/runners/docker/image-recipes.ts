@@ -8,7 +8,13 @@ export interface ImageRecipe {
   withNode: boolean;
 }
 
+/** The sandbox images by short name: the one place their tags are written. */
+export const SANDBOX_IMAGES = {
+  busybox: 'capsule/busybox:1',
+  node: 'capsule/node:1',
+} as const;
+
 export const IMAGE_RECIPES: readonly ImageRecipe[] = [
-  { tag: 'capsule/busybox:1', folder: 'busybox', withNode: false },
-  { tag: 'capsule/node:1', folder: 'node', withNode: true },
+  { tag: SANDBOX_IMAGES.busybox, folder: 'busybox', withNode: false },
+  { tag: SANDBOX_IMAGES.node, folder: 'node', withNode: true },
 ];

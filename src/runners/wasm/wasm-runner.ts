@@ -54,7 +54,7 @@ export interface WasmRunnerOptions {
   projectRoot?: string | undefined;
   /** Pooled workers (default: min(2, available cores)). */
   poolSize?: number | undefined;
-  /** Host environment that granted variable names are read from (default: process.env). */
+  /** Host environment that granted variable names are read from (default: none; openRuntime passes it). */
   hostEnv?: NodeJS.ProcessEnv | undefined;
 }
 
@@ -149,7 +149,7 @@ export class WasmRunner implements Runner {
       also: [this.#options.cacheDir],
       file: capability.manifestPath,
     });
-    const hostEnv = this.#options.hostEnv ?? process.env;
+    const hostEnv = this.#options.hostEnv ?? {};
     const env: Record<string, string> = {};
     for (const name of grants.env) {
       const v = hostEnv[name];

@@ -71,6 +71,14 @@ describe('plan mode and sleep', () => {
     ac.abort();
     await expect(p).rejects.toThrow(/canceled/);
   });
+
+  it('a canceled sleep is CANCELED (exit 130), not a usage error', async () => {
+    const f = await agentFixture();
+    const ac = new AbortController();
+    const p = f.session.call('sleep', { seconds: 1000 }, { signal: ac.signal });
+    ac.abort();
+    expect(await codeOf(p)).toBe('CANCELED');
+  });
 });
 
 describe('sub-agents', () => {

@@ -1,23 +1,16 @@
 import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import type { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../../../src/cli/program.js';
 import { tempProject } from '../../helpers/capability.js';
 import { builtCli, cli } from '../../helpers/cli.js';
+import { memoryIO } from '../../helpers/io.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 function program(): Command {
-  return buildProgram({
-    stdout: new PassThrough(),
-    stderr: new PassThrough(),
-    cwd: process.cwd(),
-    env: {},
-    interactive: false,
-    exitCode: 0,
-  });
+  return buildProgram(memoryIO({ cwd: process.cwd(), env: {} }).io);
 }
 
 /** Every command that does something: the leaves of the tree, by their full name. */

@@ -70,6 +70,7 @@ async function fixture(
   const profiles = await ProfileCatalog.load({ projectRoot: root });
   const session = await AgentSession.create({
     projectRoot: root,
+    env: process.env,
     registry: new Registry({
       roots: ['capabilities'],
       projectRoot: root,

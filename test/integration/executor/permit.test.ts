@@ -8,7 +8,7 @@ import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { Registry } from '../../../src/registry/registry.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
-import type { CapabilityContext } from '../../../src/tools/context.js';
+import type { CapabilityContext } from '../../../src/tools/ports.js';
 import type { Tool } from '../../../src/tools/tool.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { codeOf } from '../../helpers/agent-fixture.js';

@@ -9,9 +9,9 @@ import { Registry } from '../../../src/registry/registry.js';
 import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
-import { createRunCommandTool } from '../../../src/permissions/run-command-tool.js';
+import { createRunCommandTool } from '../../../src/tools/run-command.js';
+import { Workspace } from '../../../src/tools/workspace.js';
 import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
-import type { CapabilityContext } from '../../../src/tools/context.js';
 import { isCapsuleError } from '../../../src/errors.js';
 
 let parser: CommandParser;
@@ -47,9 +47,10 @@ async function attempt(
     gate: engine,
     runners: [],
   });
-  const tool = createRunCommandTool<CapabilityContext>({ parser, cwd: root, env });
+  const tool = createRunCommandTool({ env: env ?? process.env });
+  const workspace = await Workspace.open({ projectRoot: root });
   try {
-    await executor.call(tool, { command }, {});
+    await executor.call(tool, { command }, { workspace, commands: parser });
     return 'ran';
   } catch (err) {
     if (isCapsuleError(err, 'PERMISSION_DENIED')) return 'denied';

@@ -25,6 +25,15 @@ describe('Registry', () => {
     expect(scan.invalid).toHaveLength(2);
   });
 
+  it('a root that is there but cannot be read is an error naming it; a missing one is reported missing', async () => {
+    const { root } = await tempProject();
+    await writeFile(path.join(root, 'not-a-folder'), 'x');
+    await expect(new Registry({ roots: ['not-a-folder'], projectRoot: root }).scan()).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      details: { file: path.join(root, 'not-a-folder') },
+    });
+  });
+
   it('requires the name to match the folder and rejects duplicates across roots', async () => {
     const { root, capRoot } = await tempProject();
     await writeCapability(capRoot, 'alpha', { name: 'beta' }, SCRIPT);

@@ -84,3 +84,16 @@ describe('profile catalog', () => {
     expect(parseProfile(fm('name: x\ndescription: d\ntools: "*"'), 'x.md').trust).toBe('persistent');
   });
 });
+
+describe('profile folders', () => {
+  it('a profiles folder that is there but cannot be read is an error naming it, not "no profiles"', async () => {
+    const { root } = await tempProject();
+    await mkdir(path.join(root, '.capsule'), { recursive: true });
+    // A file where the folder should be: readdir fails with ENOTDIR (as root, EACCES cannot be made).
+    await writeFile(path.join(root, '.capsule', 'profiles'), 'not a folder');
+    await expect(ProfileCatalog.load({ projectRoot: root })).rejects.toMatchObject({
+      code: 'PROFILE_INVALID',
+      details: { file: path.join(root, '.capsule', 'profiles') },
+    });
+  });
+});

@@ -6,11 +6,11 @@ import { describe, expect, it } from 'vitest';
 import { withFileLock } from '../../../src/config/file-lock.js';
 
 describe('withFileLock', () => {
-  it('breaks an empty lock left by a holder killed between creating it and writing its pid', async () => {
+  it('breaks an empty lock left by a holder killed long ago (older than the stale threshold)', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'capsule-lock-'));
     const lock = path.join(dir, 'x.lock');
     await writeFile(lock, '');
-    const old = new Date(Date.now() - 5000);
+    const old = new Date(Date.now() - 60_000);
     await utimes(lock, old, old);
     let ran = false;
     await withFileLock(lock, () => Promise.resolve((ran = true)), { timeoutMs: 3000 });

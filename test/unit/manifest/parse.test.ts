@@ -17,6 +17,17 @@ function issuesOf(doc: unknown): Array<{ field?: string | undefined; message: st
 }
 
 describe('parseManifest', () => {
+  it('says what a wrong type got, and "is required" only for a missing field', () => {
+    expect(issuesOf({ ...valid, limits: { timeoutMs: '5000' } })).toEqual([
+      { field: 'limits.timeoutMs', message: 'expected a number, got "5000"' },
+    ]);
+    expect(issuesOf({ ...valid, grants: { env: 'HOME' } })).toEqual([
+      { field: 'grants.env', message: 'expected an array, got "HOME"' },
+    ]);
+    const { description: _, ...missing } = valid;
+    expect(issuesOf(missing)).toEqual([{ field: 'description', message: 'is required' }]);
+  });
+
   it('accepts a minimal manifest and fills defaults (deny by default)', () => {
     const r = parseManifest(JSON.stringify(valid));
     expect(r.ok).toBe(true);

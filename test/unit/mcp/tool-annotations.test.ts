@@ -38,7 +38,7 @@ const hintsOf = (c: Capability) => {
 
 describe('MCP tool annotations', () => {
   it('every catalog tool has a title and all four hints', () => {
-    const tools = createToolCatalog().map(mcpToolOf);
+    const tools = createToolCatalog({ env: {} }).map(mcpToolOf);
     expect(tools.map((t) => t.name)).toEqual(TOOL_NAMES.filter((n) => n !== 'run_subagent'));
     for (const t of tools) {
       expect(t.title, t.name).toBeTruthy();

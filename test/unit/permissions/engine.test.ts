@@ -26,7 +26,7 @@ async function engine(
   return { e, prompter, audit, logs, ...project };
 }
 
-describe('modes × kinds (seed 001)', () => {
+describe('modes × kinds (docs/permissions.md)', () => {
   const table: Array<[string, 'READ_ONLY' | 'FILE_EDIT' | 'OTHER', 'allow' | 'deny' | 'ask']> = [
     ['default', 'READ_ONLY', 'allow'],
     ['default', 'FILE_EDIT', 'ask'],

@@ -55,7 +55,7 @@ describe('globs', () => {
 
 describe('commandLine (the words after --)', () => {
   it('keeps one word as the command line and re-quotes several', async () => {
-    const { commandLine } = await import('../../../src/cli/commands/key.js');
+    const { commandLine } = await import('../../../src/cli/args.js');
     expect(commandLine(['git status && ls'])).toBe('git status && ls');
     expect(commandLine(['git', 'commit', '-m', "a b's"])).toBe("git commit -m 'a b'\\''s'");
     expect(commandLine(['git', 'status', '&&', 'touch', 'X'])).toBe("git status '&&' touch X");

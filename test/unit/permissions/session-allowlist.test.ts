@@ -113,3 +113,19 @@ describe('SessionAllowlist.reserve', () => {
     expect(list.reserve(timed)).toBe(false);
   });
 });
+
+describe('SessionAllowlist: bad grant options', () => {
+  it('a ttlMs or uses that is not positive is a USAGE error naming the key, and grants nothing', () => {
+    const list = new SessionAllowlist({ now: () => 0 });
+    for (const options of [{ ttlMs: 0 }, { uses: 0 }, { uses: 1.5 }]) {
+      let caught: unknown;
+      try {
+        list.add('run_capability:x', options);
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).toMatchObject({ code: 'USAGE', details: { key: 'run_capability:x' } });
+    }
+    expect(list.list()).toEqual([]);
+  });
+});

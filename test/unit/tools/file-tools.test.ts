@@ -111,6 +111,26 @@ describe('file tools: behaviour', () => {
     expect(f.asked()).toEqual([]);
   });
 
+  it('diff of two 3000-line files differing in every line answers "too large", and shows a final-newline change', async () => {
+    const f = await agentFixture();
+    const side = (tag: string): string =>
+      Array.from({ length: 3000 }, (_, i) => `${tag} ${i}`).join('\n') + '\n';
+    await writeFile(path.join(f.root, 'old.txt'), side('old'));
+    await writeFile(path.join(f.root, 'new.txt'), side('new'));
+    expect(await f.session.call('diff', { path: 'old.txt', otherPath: 'new.txt' })).toMatchObject({
+      identical: false,
+      tooLarge: true,
+      diff: '',
+    });
+    await writeFile(path.join(f.root, 'nl.txt'), 'a\nb\n');
+    const nl = (await f.session.call('diff', { path: 'nl.txt', content: 'a\nb' })) as {
+      identical: boolean;
+      diff: string;
+    };
+    expect(nl.identical).toBe(false);
+    expect(nl.diff).toContain('-b\n+b\n\\ No newline at end of file\n');
+  });
+
   it('write_file asks write_file:<path>, writes atomically and leaves no temp file; edit_file needs a unique match', async () => {
     const f = await agentFixture({ answers: ['Once', 'Once', 'Once', 'Once'] });
     expect(

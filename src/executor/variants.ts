@@ -4,17 +4,18 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { dockerSchema } from '../manifest/schema.js';
 import type { Capability, Environment } from '../manifest/types.js';
+import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 
 /** The JS adapter that gives a `run(input)` module the stdin/stdout contract (runtimes/js). */
 export function defaultAdapterPath(): string {
-  // From src/compare or dist/compare alike, runtimes/ is two levels up.
+  // From src/executor or dist/executor alike, runtimes/ is two levels up.
   return fileURLToPath(new URL('../../runtimes/js/run-module.mjs', import.meta.url));
 }
 
 const ADAPTER_NAME = '.capsule-run-module.mjs';
 const IMAGE_FOR_INTERPRETER: Partial<Record<string, string>> = {
-  sh: 'capsule/busybox:1',
-  node: 'capsule/node:1',
+  sh: SANDBOX_IMAGES.busybox,
+  node: SANDBOX_IMAGES.node,
 };
 
 export type Variant =
@@ -82,9 +83,9 @@ export async function deriveVariant(
     }
     return {
       ok: true,
-      how: `node in capsule/node:1 running ${m.source}`,
+      how: `node in ${SANDBOX_IMAGES.node} running ${m.source}`,
       cleanup,
-      capability: dockerVariant(base, 'capsule/node:1', overrides),
+      capability: dockerVariant(base, SANDBOX_IMAGES.node, overrides),
     };
   }
 
@@ -93,7 +94,7 @@ export async function deriveVariant(
     if (image === undefined) {
       return {
         ok: false,
-        reason: `a shell capability run by ${m.interpreter ?? 'its own entry'} has no matching sandbox image (sh → capsule/busybox:1, node → capsule/node:1)`,
+        reason: `a shell capability run by ${m.interpreter ?? 'its own entry'} has no matching sandbox image (sh → ${SANDBOX_IMAGES.busybox}, node → ${SANDBOX_IMAGES.node})`,
       };
     }
     return {

@@ -1,0 +1,39 @@
+import { CapsuleError } from '../errors.js';
+import { ENVIRONMENTS } from '../manifest/environments.js';
+import type { Environment } from '../manifest/types.js';
+
+/* Argument parsing more than one command shares (light: loaded before any command runs). */
+
+/**
+ * The command after `--`: one word is the command line as given (`-- 'git status && ls'`); several
+ * words (`-- git commit -m "a b"`) are re-quoted one by one, so the shell sees the same words.
+ */
+export function commandLine(words: readonly string[]): string {
+  const command =
+    words.length === 1
+      ? (words[0] as string)
+      : words
+          .map((w) => (/^[A-Za-z0-9_./:=@%+,-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`))
+          .join(' ');
+  if (command.trim() === '') {
+    throw new CapsuleError('USAGE', 'No command given.', {
+      hint: `Pass it after --, e.g. -- 'git status && ls'.`,
+    });
+  }
+  return command;
+}
+
+/** `--env shell,wasm`: the environments asked for, each once. */
+export function parseEnvs(value: string): Environment[] {
+  const envs = value
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
+  const bad = envs.filter((e) => !(ENVIRONMENTS as readonly string[]).includes(e));
+  if (bad.length > 0 || envs.length === 0) {
+    throw new CapsuleError('USAGE', `--env ${value}: unknown environment ${bad.join(', ')}`.trim(), {
+      hint: 'Use a comma list of shell, wasm, docker.',
+    });
+  }
+  return [...new Set(envs)] as Environment[];
+}

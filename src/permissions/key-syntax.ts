@@ -1,0 +1,13 @@
+/*
+ * The syntax of keys and rules (docs/permissions.md), in one place for the parsers in permissions/ and
+ * the capsule.json schema. A leaf: it imports nothing, so config/ can use it without pulling the gate in.
+ */
+
+/** A tool name: lower case, digits and `_` (`run_command`, `write_file`). */
+const TOOL = '[a-z][a-z0-9_]*';
+
+export const TOOL_NAME = new RegExp(`^${TOOL}$`);
+/** `tool:action`; the action is free text (everything after the first `:`). */
+export const KEY_SYNTAX = new RegExp(`^${TOOL}:[\\s\\S]+$`);
+/** `Tool` or `Tool(glob)`; group 1 is the tool, group 2 the glob. */
+export const RULE_SYNTAX = new RegExp(`^(${TOOL})(?:\\(([\\s\\S]*)\\))?$`);
