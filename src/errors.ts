@@ -1,10 +1,36 @@
-import type { Denial } from './permissions/denial.js';
-
 /**
  * The one error class of capsule. `code` is a stable string that callers branch on;
  * `details` names the file / field / key involved and a hint saying what to do.
  * A CapsuleError is a user-facing error: the CLI prints its message, never a stack trace.
  */
+/**
+ * What stopped a call, in the four words a person and an agent act on (plus "nobody"):
+ * - `rule`: a deny rule, an allowlist "Deny" entry or capsule's own self-protection;
+ * - `mode`: the permission mode (plan mode denies every change);
+ * - `ceiling`: the call is not sandboxed, so a project file's allow (entry, rule, mode) cannot apply;
+ * - `person`: a person answered no at the prompt (now or earlier in this session);
+ * - `nobody`: it needed a person and none could be asked (`--no-prompt`, no terminal, a client without
+ *   elicitation).
+ */
+export type DeniedBy = 'rule' | 'mode' | 'ceiling' | 'person' | 'nobody';
+
+/**
+ * A denial as data (decided in permissions/denial.ts; it travels in an error's details, hence here): every
+ * surface (CLI, MCP, telemetry) renders it from this, never by parsing text.
+ */
+export interface Denial {
+  by: DeniedBy;
+  /** The engine's step or answer that decided (`deny-rule`, `mode`, `prompt`, `no-prompt`, …). */
+  source: string;
+  key: string;
+  /** The rule text or allowlist key that decided, when one did. */
+  matched?: string | undefined;
+  /** How far a grant of this key may reach: `project` only for sandboxed calls. */
+  ceiling?: 'session' | 'project' | undefined;
+  /** What happened, without the surface-specific "how to allow it". */
+  what: string;
+}
+
 export type ErrorCode =
   | 'USAGE'
   | 'NOT_FOUND'
