@@ -9,6 +9,7 @@ import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
+import { benchWasmFiles } from './wasm-files.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
@@ -16,6 +17,7 @@ const suites = [
   ['process', () => benchProcess({ root })],
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
+  ['wasm files', () => benchWasmFiles({ root })],
   ['docker', () => benchDocker({ root })],
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
