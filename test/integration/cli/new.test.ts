@@ -100,6 +100,11 @@ describe('capsule new', () => {
     expect(envless.code).toBe(64);
     expect(envless.stderr).toMatch(/--env/);
 
+    const outside = await builtCli(['new', 'stray', '--env', 'shell', '--root', '..'], { cwd: root });
+    expect(outside.code).toBe(65);
+    expect(outside.stderr).toMatch(/--root|root: "\.\."/);
+    expect(existsSync(path.join(path.dirname(root), 'stray'))).toBe(false);
+
     // Only the folder that was there before: no partial capability, no staging folder.
     expect(entries(capRoot)).toEqual(['taken']);
   });
