@@ -132,6 +132,9 @@ const {
   O_DSYNC,
 } = constants;
 const MAX_U64 = (1n << 64n) - 1n;
+/** Open fds one call may hold (stdio and preopens included). */
+export const MAX_OPEN_FDS = 1024;
+const RO_DROPPED = R.FD_ALLOCATE | R.FD_FILESTAT_SET_SIZE | R.FD_FILESTAT_SET_TIMES;
 const U64 = (v: bigint): bigint => BigInt.asUintN(64, v);
 const decoder = new TextDecoder('utf-8', { fatal: true });
 const encoder = new TextEncoder();
@@ -400,8 +403,8 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     },
     fd_pwrite: (fd: number, iovsPtr: number, iovsLen: number, offset: bigint, nwritten: number) => {
       const e = fileOf(fd);
-      need(e, R.FD_WRITE | R.FD_SEEK);
       if (e.readOnly) return E.ROFS;
+      need(e, R.FD_WRITE | R.FD_SEEK);
       if (!e.writable) return E.BADF;
       let pos = U64(offset);
       let total = 0;
@@ -468,6 +471,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     },
     fd_fdstat_set_flags: (fd: number, flags: number) => {
       const e = entry(fd);
+      if (e.kind === 'file' && e.readOnly && (flags & FDFLAGS.APPEND) !== 0) return E.ROFS;
       need(e, R.FD_FDSTAT_SET_FLAGS);
       if ((flags & ~0x1f) !== 0) return E.INVAL;
       if (e.kind !== 'file') {
@@ -508,8 +512,8 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     },
     fd_filestat_set_size: (fd: number, size: bigint) => {
       const e = fileOf(fd);
-      need(e, R.FD_FILESTAT_SET_SIZE);
       if (e.readOnly) return E.ROFS;
+      need(e, R.FD_FILESTAT_SET_SIZE);
       if (!e.writable) return E.BADF;
       const n = U64(size);
       if (n > BigInt(Number.MAX_SAFE_INTEGER)) return E.FBIG;
@@ -518,17 +522,17 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     },
     fd_filestat_set_times: (fd: number, atim: bigint, mtim: bigint, flags: number) => {
       const e = entry(fd);
-      need(e, R.FD_FILESTAT_SET_TIMES);
       if (e.kind === 'stdio') return E.BADF;
       if (e.kind === 'dir' ? e.dir.readOnly : e.readOnly) return E.ROFS;
+      need(e, R.FD_FILESTAT_SET_TIMES);
       const hostFd = e.kind === 'dir' ? e.dir.fd : e.fd;
       setTimes(`/proc/${process.pid}/fd/${hostFd}`, times(atim, mtim, flags), false);
       return E.SUCCESS;
     },
     fd_allocate: (fd: number, offset: bigint, len: bigint) => {
       const e = fileOf(fd);
-      need(e, R.FD_ALLOCATE);
       if (e.readOnly) return E.ROFS;
+      need(e, R.FD_ALLOCATE);
       if (!e.writable) return E.BADF;
       const end = U64(offset) + U64(len);
       if (end > BigInt(Number.MAX_SAFE_INTEGER)) return E.FBIG;
@@ -628,10 +632,14 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       fdOut: number,
     ) => {
       const d = dirOf(dirfd, R.PATH_OPEN);
+      // Host fds are the capsule process's own: one call cannot exhaust them for everyone else.
+      if (table.size >= MAX_OPEN_FDS) return E.MFILE;
       const guestPath = str(pathPtr, pathLen);
       if ((oflags & OFLAGS.CREAT) !== 0) need(d, R.PATH_CREATE_FILE);
       if ((oflags & OFLAGS.TRUNC) !== 0) need(d, R.PATH_FILESTAT_SET_SIZE);
-      const wanted = U64(rightsBase) & d.inheriting;
+      // On a read-only grant the rights that modify a file are dropped, not refused: like a read-only
+      // mount, opening to read works whatever rights come along; using them is ROFS (checked first below).
+      const wanted = U64(rightsBase) & d.inheriting & (d.dir.readOnly ? ~RO_DROPPED : MAX_U64);
       const wantedInheriting = U64(rightsInheriting) & d.inheriting;
       const asDir = (oflags & OFLAGS.DIRECTORY) !== 0;
       if (asDir && (U64(rightsBase) & R.FD_WRITE) !== 0n) return E.ISDIR;

@@ -147,6 +147,21 @@ describe('hard links and renames', () => {
   });
 });
 
+describe('creating through planted links', () => {
+  it('never creates a file where a planted (dangling) link points out, with or without O_EXCL', async () => {
+    const target = path.join(root, 'created-outside.txt');
+    await symlink(target, path.join(data, 'dangling-abs'));
+    await symlink('../created-outside-rel.txt', path.join(data, 'dangling-rel'));
+    const rw = [grant(data, '/data', 'rw')];
+    for (const name of ['dangling-abs', 'dangling-rel']) {
+      const r = await run(['write', name], rw);
+      expect(r.exitCode, name).not.toBe(0);
+    }
+    expect(existsSync(target)).toBe(false);
+    expect(existsSync(path.join(root, 'created-outside-rel.txt'))).toBe(false);
+  });
+});
+
 describe('where the preopen is', () => {
   it('a preopen at guest / still confines to the grant', async () => {
     const atRoot = [grant(data, '/', 'ro')];
