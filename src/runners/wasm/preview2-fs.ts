@@ -18,6 +18,7 @@ import {
   type Stats,
 } from 'node:fs';
 import { ConfinedDir, ConfinedError, setTimes, type FileTimes } from './confined-dir.js';
+import { MAX_OPEN_FDS } from './preview1/host.js';
 import type { GuestPreopen } from './protocol.js';
 import {
   InputStream,
@@ -147,6 +148,8 @@ interface Preopen {
   /** Files and directories the guest opened (closed when it drops them, or when the call ends). */
   readonly files: Set<number>;
   readonly dirs: Set<ConfinedDir>;
+  /** Shared by every preopen of the call: how many host fds the guest holds now. */
+  readonly open: { count: number };
 }
 
 /**
@@ -301,6 +304,9 @@ class Descriptor {
     if (openFlags.exclusive === true) mode |= constants.O_EXCL;
     if (openFlags.truncate === true) mode |= constants.O_TRUNC;
     if (openFlags.directory === true) mode |= constants.O_DIRECTORY;
+    // Host fds are the capsule process's own: a guest that never drops what it opens is stopped at
+    // the same per-call cap as a preview1 guest (files and folders of all its preopens together).
+    if (this.preopen.open.count >= MAX_OPEN_FDS) throw 'insufficient-memory';
     const fd = guarded(() =>
       dir.openFile(p, { follow: pathFlags.symlinkFollow === true, flags: mode, mode: 0o644 }),
     );
@@ -317,6 +323,7 @@ class Descriptor {
     if (st.isDirectory()) {
       const sub = guarded(() => dir.adoptDir(fd));
       this.preopen.dirs.add(sub);
+      this.preopen.open.count += 1;
       return new Descriptor(
         this.preopen,
         sub,
@@ -326,6 +333,7 @@ class Descriptor {
       );
     }
     this.preopen.files.add(fd);
+    this.preopen.open.count += 1;
     return new Descriptor(this.preopen, undefined, fd, { read: flags.read, write: flags.write }, true);
   }
   readlinkAt(p: string): string {
@@ -374,8 +382,14 @@ class Descriptor {
   }
   [Symbol.dispose](): void {
     if (!this.owned) return;
-    if (this.fd !== undefined && this.preopen.files.delete(this.fd)) closeSync(this.fd);
-    if (this.dir !== undefined && this.preopen.dirs.delete(this.dir)) this.dir.close();
+    if (this.fd !== undefined && this.preopen.files.delete(this.fd)) {
+      closeSync(this.fd);
+      this.preopen.open.count -= 1;
+    }
+    if (this.dir !== undefined && this.preopen.dirs.delete(this.dir)) {
+      this.dir.close();
+      this.preopen.open.count -= 1;
+    }
   }
 }
 
@@ -452,12 +466,14 @@ export function componentFilesystem(
 ): ComponentFilesystem {
   const opened: Preopen[] = [];
   const roots: Array<readonly [Preopen, string, DescriptorFlags]> = [];
+  const open = { count: 0 };
   try {
     for (const p of preopens) {
       const pre: Preopen = {
         root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
         readOnly: p.readOnly,
         files: new Set(),
+        open,
         dirs: new Set(),
       };
       opened.push(pre);
@@ -483,6 +499,7 @@ export function componentFilesystem(
         for (const dir of pre.dirs) dir.close();
         pre.files.clear();
         pre.dirs.clear();
+        open.count = 0;
         pre.root.close();
       }
     },

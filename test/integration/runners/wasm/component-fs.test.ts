@@ -326,6 +326,10 @@ describe('components: wasi:filesystem on granted folders', () => {
       ]);
     }
     expect(fds()).toBeLessThanOrEqual(before);
+    // A guest that never drops what it opens is stopped at the per-call cap (host fds are capsule's).
+    const [capped] = await ops([rw(grant)], [{ op: 'leak', pre: '/data', path: 'in.txt', n: 5000 }]);
+    expect(capped).toEqual({ err: 'insufficient-memory' });
+    expect(fds()).toBeLessThanOrEqual(before);
   });
 
   it('fails the call, not the host, when a grant turned into a symlink after it was checked', async () => {
