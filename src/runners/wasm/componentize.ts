@@ -19,7 +19,7 @@ export interface ComponentizeProgress {
 export interface ComponentizeOptions {
   /** Called as the build advances (componentize takes 1–3 s). */
   onProgress?: ((event: ComponentizeProgress) => void) | undefined;
-  /** WIT file or directory; default: runtimes/wasm/capability.wit. */
+  /** WIT file or directory; default: runtimes/wasm (capability.wit and its WASI deps/). */
   witPath?: string | undefined;
   /** Name of the source file, for error messages. */
   file?: string | undefined;

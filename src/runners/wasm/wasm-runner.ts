@@ -174,7 +174,7 @@ export class WasmRunner implements Runner {
           `${spec.file} imports ${missing.join(', ')}, which the Wasm sandbox does not provide`,
           {
             file: spec.file,
-            hint: 'Components may use wasi:cli, clocks, random, io and (denied) sockets; build without the other interfaces.',
+            hint: 'Components may use wasi:cli, clocks, random, io, filesystem and (denied) sockets; build without the other interfaces.',
           },
         );
       }
