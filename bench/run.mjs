@@ -10,6 +10,7 @@ import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
+import { benchWasmFiles } from './wasm-files.mjs';
 import { benchWasmFs } from './wasm-fs.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -18,6 +19,7 @@ const suites = [
   ['process', () => benchProcess({ root })],
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
+  ['wasm files', () => benchWasmFiles({ root })],
   ['wasm-fs', () => benchWasmFs({ root })],
   ['docker', () => benchDocker({ root })],
   ['registry', () => benchRegistry()],

@@ -50,6 +50,10 @@ export interface ComponentJob {
   input: string;
   args: string[];
   env: Record<string, string>;
+  /** Granted folders, offered as wasi:filesystem preopens. */
+  preopens: GuestPreopen[];
+  /** As for a module: names hidden in granted folders (capsule's own state). */
+  hiddenNames: string | undefined;
   outputBytes: number;
   maxPages: number;
 }

@@ -12,37 +12,10 @@ import type { GuestPreopen, Job } from './protocol.js';
 import { assertDirGrants, guestPathFor } from './dir-grants.js';
 import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
+import { PREVIEW2_INTERFACES } from './preview2-host.js';
 
-/** Interfaces the component host provides (see worker.ts); anything else fails closed before running. */
-export const PROVIDED_INTERFACES: readonly string[] = [
-  'wasi:cli/environment',
-  'wasi:cli/exit',
-  'wasi:cli/stdin',
-  'wasi:cli/stdout',
-  'wasi:cli/stderr',
-  'wasi:cli/terminal-input',
-  'wasi:cli/terminal-output',
-  'wasi:cli/terminal-stdin',
-  'wasi:cli/terminal-stdout',
-  'wasi:cli/terminal-stderr',
-  'wasi:clocks/monotonic-clock',
-  'wasi:clocks/wall-clock',
-  'wasi:filesystem/preopens',
-  'wasi:filesystem/types',
-  'wasi:io/error',
-  'wasi:io/poll',
-  'wasi:io/streams',
-  'wasi:random/random',
-  'wasi:random/insecure',
-  'wasi:random/insecure-seed',
-  'wasi:sockets/instance-network',
-  'wasi:sockets/network',
-  'wasi:sockets/tcp-create-socket',
-  'wasi:sockets/udp-create-socket',
-  'wasi:sockets/tcp',
-  'wasi:sockets/udp',
-  'wasi:sockets/ip-name-lookup',
-];
+/** Interfaces the component host provides (see preview2-host.ts); anything else fails closed before running. */
+export const PROVIDED_INTERFACES: readonly string[] = PREVIEW2_INTERFACES;
 
 export interface WasmRunnerOptions {
   /**
@@ -202,18 +175,7 @@ export class WasmRunner implements Runner {
           `${spec.file} imports ${missing.join(', ')}, which the Wasm sandbox does not provide`,
           {
             file: spec.file,
-            hint: 'Components may use wasi:cli, clocks, random, io and (denied) sockets; build without the other interfaces.',
-          },
-        );
-      }
-      if (spec.dirs.length > 0) {
-        throw new CapsuleError(
-          'UNSUPPORTED',
-          `${spec.file} is a component; filesystem grants are only supported for WASI preview1 modules`,
-          {
-            file: spec.file,
-            field: 'grants.fs',
-            hint: 'Remove grants.fs, or build the capability as a preview1 module.',
+            hint: 'Components may use wasi:cli, clocks, random, io, filesystem and (denied) sockets; build without the other interfaces.',
           },
         );
       }
@@ -304,6 +266,8 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     input: Buffer.from(spec.input).toString('utf8'),
     args,
     env: spec.env,
+    preopens,
+    hiddenNames: RESERVED_NAME_PATTERN,
     outputBytes: spec.outputBytes,
     maxPages: prepared.maxPages,
   };
