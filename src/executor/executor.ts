@@ -147,7 +147,16 @@ export class Executor {
         { hint: 'This environment is not available here; see docs/runners.md.' },
       );
     }
-    return runner.run({ capability, input: inputText, signal });
+    const gate = this.gate;
+    return runner.run({
+      capability,
+      input: inputText,
+      signal,
+      egressAudit:
+        gate.recordNetwork !== undefined
+          ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()
+          : undefined,
+    });
   }
 
   // --- tool calls --------------------------------------------------------------------------

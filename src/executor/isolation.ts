@@ -1,4 +1,5 @@
 import type { Capability } from '../manifest/types.js';
+import { describeGrants } from '../network/policy.js';
 import { dockerIsolation } from '../runners/docker/isolation.js';
 import { describeConfinement, type HostConfinement } from '../runners/host-process.js';
 
@@ -54,7 +55,14 @@ function environmentIsolation(capability: Capability, hostConfinement?: HostConf
           summary: `wasm: WebAssembly sandbox, but it writes to the host through rw grant(s) ${writable.join(', ')} — not sandboxed`,
         };
       }
-      return { sandboxed: true, summary: 'wasm: WebAssembly sandbox, no network, only granted preopens' };
+      const network = capability.manifest.grants.network;
+      return {
+        sandboxed: true,
+        summary:
+          network.length > 0
+            ? `wasm: WebAssembly sandbox, only granted preopens; HTTP only through capsule's host to ${describeGrants(network)}`
+            : 'wasm: WebAssembly sandbox, no network, only granted preopens',
+      };
     }
     case 'docker': {
       // Privileged, host namespaces, added capabilities, rw host mounts: not sandboxed.

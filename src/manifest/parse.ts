@@ -28,7 +28,12 @@ export function zodIssues(error: z.ZodError): ManifestIssue[] {
         message: 'is not a known field (check the spelling; see docs/manifest.md)',
       }));
     }
-    if (issue.code === 'invalid_type' && issue.input === undefined) {
+    // zod's own wording for a missing field; a schema's custom message (grants.network) is kept.
+    if (
+      issue.code === 'invalid_type' &&
+      issue.input === undefined &&
+      issue.message.startsWith('Invalid input')
+    ) {
       return [{ field: fieldPath(issue.path), message: 'is required' }];
     }
     return [{ field: fieldPath(issue.path), message: issue.message }];

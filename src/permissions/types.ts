@@ -1,3 +1,5 @@
+import type { EgressRecord } from '../network/egress.js';
+
 /**
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
  */
@@ -88,4 +90,9 @@ export interface Decision {
 /** The gate every mutating tool call passes before `execute()`. */
 export interface PermissionGate {
   check(request: PermissionRequest, signal?: AbortSignal): Promise<Decision>;
+  /**
+   * Record one network request a running capability made through capsule (allowed or refused by its
+   * grants.network). The decision was the egress policy's; the gate keeps the log.
+   */
+  recordNetwork?(record: EgressRecord): Promise<void>;
 }
