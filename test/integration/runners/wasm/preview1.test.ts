@@ -88,7 +88,7 @@ describe('WasmRunner: WASI preview1 basics', () => {
 
   it('refuses grants.network: the Wasm sandbox has no network to give', async () => {
     const { capability } = await wasmCapability('netcap', probe, {
-      manifest: { args: ['cat'], grants: { network: ['example.com'] } },
+      manifest: { args: ['cat'], grants: { network: [{ host: 'example.com' }] } },
     });
     await expectStartError(
       runner.run({ capability, input: '{}' }),
