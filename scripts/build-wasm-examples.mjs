@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Rebuilds the shipped Wasm example capabilities from their sources:
 //   capabilities/hello/hello.js        -> hello.wasm  (component, componentize-qjs, QuickJS, sync ABI)
+//   capabilities/digest-notes/digest.js -> digest.wasm (the same, with files through wasi:filesystem)
 //   capabilities/shout-wasm/shout.wat  -> shout.wasm  (WASI preview1 module, wabt's WAT assembler)
 // Usage: node scripts/build-wasm-examples.mjs   (needs the devDependencies: npm install)
 import { readFile, rename, writeFile } from 'node:fs/promises';
@@ -17,14 +18,20 @@ async function writeAtomic(file, bytes) {
 }
 
 const { componentize } = await import('componentize-qjs');
-const started = Date.now();
-const { component } = await componentize({
-  witPath: at('runtimes/wasm/capability.wit'),
-  jsSource: await readFile(at('capabilities/hello/hello.js'), 'utf8'),
-  sync: true,
-});
-await writeAtomic(at('capabilities/hello/hello.wasm'), component);
-console.log(`capabilities/hello/hello.wasm: ${component.length} bytes (${Date.now() - started} ms)`);
+for (const [js, wasm] of [
+  ['capabilities/hello/hello.js', 'capabilities/hello/hello.wasm'],
+  ['capabilities/digest-notes/digest.js', 'capabilities/digest-notes/digest.wasm'],
+]) {
+  const started = Date.now();
+  // runtimes/wasm: the JS authoring world (capability.wit) and the WASI interfaces it offers (deps/).
+  const { component } = await componentize({
+    witPath: at('runtimes/wasm'),
+    jsSource: await readFile(at(js), 'utf8'),
+    sync: true,
+  });
+  await writeAtomic(at(wasm), component);
+  console.log(`${wasm}: ${component.length} bytes (${Date.now() - started} ms)`);
+}
 
 const wabt = await (await import('wabt')).default();
 const wat = await readFile(at('capabilities/shout-wasm/shout.wat'), 'utf8');

@@ -1,4 +1,4 @@
-import { chmod, cp, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +25,12 @@ function isJsModule(file: string | undefined): file is string {
   return file !== undefined && /\.(m?js)$/.test(file);
 }
 
+/** True when a JS module imports a WASI interface (`wasi:…`), which only the Wasm host provides. */
+async function importsWasi(file: string): Promise<boolean> {
+  const text = await readFile(file, 'utf8').catch(() => '');
+  return /\bfrom\s*['"]wasi:|\bimport\s*\(?\s*['"]wasi:/.test(text);
+}
+
 function dockerVariant(
   capability: Capability,
   image: string,
@@ -45,7 +51,8 @@ function dockerVariant(
 
 /**
  * The capability as it would run in another environment, when it is portable there:
- * - a JS-authored wasm capability (`source` exports run(input)) runs as node on the host and in the node image;
+ * - a JS-authored wasm capability (`source` exports run(input)) runs as node on the host and in the node image,
+ *   unless it imports WASI interfaces (files, environment: the Wasm host's);
  * - a shell capability interpreted by sh or node runs in the busybox or node image.
  * Anything else is not portable, with the reason.
  */
@@ -59,6 +66,12 @@ export async function deriveVariant(
 
   if (capability.environment === 'wasm' && isJsModule(m.source)) {
     if (environment === 'wasm') return { ok: true, capability, how: 'as written' };
+    if (await importsWasi(path.join(capability.dir, m.source))) {
+      return {
+        ok: false,
+        reason: `${m.source} imports WASI interfaces (wasi:…), which only the Wasm host provides`,
+      };
+    }
     // Stage a copy with the adapter inside, so the docker runner's folder mount carries it too.
     const staged = await mkdtemp(path.join(tmpdir(), `capsule-variant-${capability.name}-`));
     await cp(capability.dir, staged, { recursive: true });

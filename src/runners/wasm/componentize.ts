@@ -5,10 +5,10 @@ import { CapsuleError } from '../../errors.js';
 import { detectWasmKind } from './binary.js';
 import type { componentize as ComponentizeFn } from 'componentize-qjs';
 
-/** The WIT world JS capabilities are built against: `export run: func(input: string) -> string`. */
+/** The WIT world JS capabilities are built against (runtimes/wasm: capability.wit and its WASI deps/). */
 export function defaultWitPath(): string {
   // src/runners/wasm and dist/runners/wasm are both three levels below the package root.
-  return fileURLToPath(new URL('../../../runtimes/wasm/capability.wit', import.meta.url));
+  return fileURLToPath(new URL('../../../runtimes/wasm', import.meta.url));
 }
 
 export interface ComponentizeProgress {

@@ -1,14 +1,16 @@
 /**
- * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker file
- * must stay self-contained (it may be loaded from a data: URL under vitest, where it can import only
- * `node:` builtins and absolute URLs).
+ * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker's
+ * modules import only `node:` builtins and each other (see resolveWorkerUrl).
  */
 import type { WasmModule } from './wasm-types.js';
 
 export interface GuestPreopen {
   /** Path the guest sees, e.g. `/data`. */
   guest: string;
-  /** Host directory backing it: a disposable copy, never the granted directory itself. */
+  /**
+   * Host directory backing it: for a module a disposable copy, never the granted directory itself;
+   * for a component the granted directory (real path), reached only through capsule's resolver.
+   */
   host: string;
   readOnly: boolean;
 }
@@ -49,6 +51,8 @@ export interface ComponentJob {
   input: string;
   args: string[];
   env: Record<string, string>;
+  /** Granted folders, offered as wasi:filesystem preopens. */
+  preopens: GuestPreopen[];
   outputBytes: number;
   maxPages: number;
 }

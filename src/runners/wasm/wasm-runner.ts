@@ -10,39 +10,12 @@ import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
 import type { GuestPreopen, Job } from './protocol.js';
 import { guestPathFor, preparePreopens } from './sandbox-fs.js';
-import type { DirGrant } from './sandbox-fs.js';
+import type { DirGrant, PreparedPreopens } from './sandbox-fs.js';
 import { WorkerPool } from './worker-pool.js';
+import { PREVIEW2_INTERFACES } from './preview2-host.js';
 
-/** Interfaces the component host provides (see worker.ts); anything else fails closed before running. */
-export const PROVIDED_INTERFACES: readonly string[] = [
-  'wasi:cli/environment',
-  'wasi:cli/exit',
-  'wasi:cli/stdin',
-  'wasi:cli/stdout',
-  'wasi:cli/stderr',
-  'wasi:cli/terminal-input',
-  'wasi:cli/terminal-output',
-  'wasi:cli/terminal-stdin',
-  'wasi:cli/terminal-stdout',
-  'wasi:cli/terminal-stderr',
-  'wasi:clocks/monotonic-clock',
-  'wasi:clocks/wall-clock',
-  'wasi:filesystem/preopens',
-  'wasi:filesystem/types',
-  'wasi:io/error',
-  'wasi:io/poll',
-  'wasi:io/streams',
-  'wasi:random/random',
-  'wasi:random/insecure',
-  'wasi:random/insecure-seed',
-  'wasi:sockets/instance-network',
-  'wasi:sockets/network',
-  'wasi:sockets/tcp-create-socket',
-  'wasi:sockets/udp-create-socket',
-  'wasi:sockets/tcp',
-  'wasi:sockets/udp',
-  'wasi:sockets/ip-name-lookup',
-];
+/** Interfaces the component host provides (see preview2-host.ts); anything else fails closed before running. */
+export const PROVIDED_INTERFACES: readonly string[] = PREVIEW2_INTERFACES;
 
 export interface WasmRunnerOptions {
   /**
@@ -208,22 +181,16 @@ export class WasmRunner implements Runner {
           },
         );
       }
-      if (spec.dirs.length > 0) {
-        throw new CapsuleError(
-          'UNSUPPORTED',
-          `${spec.file} is a component; filesystem grants are only supported for WASI preview1 modules`,
-          {
-            file: spec.file,
-            field: 'grants.fs',
-            hint: 'Remove grants.fs, or build the capability as a preview1 module.',
-          },
-        );
-      }
     }
-    const fs = await preparePreopens(spec.dirs, {
-      scratchDir: this.#options.scratchDir,
-      maxCopyBytes: this.#options.maxGrantCopyBytes ?? 256 * 1024 * 1024,
-    });
+    // A component reaches its granted folders directly, through the host's confined resolver
+    // (preview2-fs.ts); a module still gets disposable copies.
+    const fs =
+      prepared.kind === 'component'
+        ? directPreopens(spec.dirs)
+        : await preparePreopens(spec.dirs, {
+            scratchDir: this.#options.scratchDir,
+            maxCopyBytes: this.#options.maxGrantCopyBytes ?? 256 * 1024 * 1024,
+          });
     try {
       const job = toJob(prepared, spec, fs.preopens);
       const outcome = await this.#pool.run(job, { timeoutMs: spec.timeoutMs, signal: spec.signal });
@@ -294,6 +261,15 @@ export class WasmRunner implements Runner {
   }
 }
 
+/** Granted folders as they are (no copy), for a host that confines every path itself. */
+function directPreopens(dirs: readonly DirGrant[]): PreparedPreopens {
+  return {
+    preopens: dirs.map((d) => ({ guest: d.guestPath, host: d.hostPath, readOnly: d.mode === 'ro' })),
+    commit: async () => {},
+    dispose: async () => {},
+  };
+}
+
 function capPages(memoryMb: number): number {
   return Math.floor((memoryMb * 1024 * 1024) / WASM_PAGE_BYTES);
 }
@@ -320,6 +296,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     input: Buffer.from(spec.input).toString('utf8'),
     args,
     env: spec.env,
+    preopens,
     outputBytes: spec.outputBytes,
     maxPages: prepared.maxPages,
   };
@@ -327,8 +304,8 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
 
 /**
  * The worker runs as plain JavaScript: from dist it is the compiled worker.js beside this file;
- * from src (vitest) worker.ts is transpiled on the fly into a data: URL (it imports only `node:`
- * builtins, so it needs nothing else).
+ * from src (vitest) worker.ts and the sibling modules it imports are transpiled on the fly into
+ * data: URLs (they import only `node:` builtins and each other, so they need nothing else).
  */
 async function resolveWorkerUrl(): Promise<URL> {
   const compiled = new URL('./worker.js', import.meta.url);
@@ -344,12 +321,29 @@ async function resolveWorkerUrl(): Promise<URL> {
     );
   }
   const ts = await import('typescript');
-  const out = ts.transpileModule(await readFile(fileURLToPath(source), 'utf8'), {
-    compilerOptions: {
-      module: ts.ModuleKind.ESNext,
-      target: ts.ScriptTarget.ES2022,
-      verbatimModuleSyntax: false,
-    },
-  });
-  return new URL(`data:text/javascript;base64,${Buffer.from(out.outputText).toString('base64')}`);
+  const urls = new Map<string, Promise<string>>();
+  const transpiled = (file: URL): Promise<string> => {
+    let url = urls.get(file.href);
+    if (url === undefined) {
+      url = (async () => {
+        const out = ts.transpileModule(await readFile(fileURLToPath(file), 'utf8'), {
+          compilerOptions: {
+            module: ts.ModuleKind.ESNext,
+            target: ts.ScriptTarget.ES2022,
+            verbatimModuleSyntax: false,
+          },
+        });
+        // Sibling imports (type-only ones are gone after transpiling) become data: URLs too.
+        let text = out.outputText;
+        for (const m of new Set(text.matchAll(/from\s+'(\.\/[\w-]+)\.js'/g))) {
+          const dep = await transpiled(new URL(`${m[1]}.ts`, file));
+          text = text.replaceAll(`'${m[1]}.js'`, `'${dep}'`);
+        }
+        return `data:text/javascript;base64,${Buffer.from(text).toString('base64')}`;
+      })();
+      urls.set(file.href, url);
+    }
+    return url;
+  };
+  return new URL(await transpiled(source));
 }

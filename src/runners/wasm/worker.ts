@@ -1,15 +1,16 @@
 /**
  * Pooled worker of the WasmRunner: instantiates a fresh instance per job and runs it.
- * Self-contained on purpose (only `node:` imports): under vitest it is transpiled to a data: URL,
- * from dist it is loaded as worker.js. The main thread enforces wall time by terminating this worker.
+ * It imports only `node:` builtins and sibling worker modules (the preview2 host): under vitest they
+ * are transpiled to data: URLs, from dist it is loaded as worker.js. The main thread enforces wall
+ * time by terminating this worker.
  */
 import { openSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
-import { randomBytes, randomInt } from 'node:crypto';
 import { setFlagsFromString } from 'node:v8';
 import { WASI } from 'node:wasi';
 import type { ComponentJob, Job, JobReply, ModuleJob } from './protocol.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
+import { preview2Imports, type Preview2Host } from './preview2-host.js';
 
 const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
 
@@ -405,184 +406,7 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
   );
 }
 
-// ---------------------------------------------------------------- components (WASI preview2 host)
-
-// Resource classes of the preview2 host. They hold no state of their own (a call's state lives in
-// the instances each call creates), so one frozen set serves every call of this worker; the
-// transpiled glue only checks `instanceof` on them and reads them.
-class IoError {
-  constructor(readonly message: string) {}
-  toDebugString(): string {
-    return this.message;
-  }
-}
-class Pollable {
-  ready(): boolean {
-    return true;
-  }
-  block(): void {}
-}
-class InputStream {
-  pos = 0;
-  constructor(readonly data: Uint8Array) {}
-  read(len: bigint): Uint8Array {
-    if (this.pos >= this.data.length) throw { tag: 'closed' };
-    const chunk = this.data.slice(this.pos, this.pos + Number(len));
-    this.pos += chunk.length;
-    return chunk;
-  }
-  blockingRead(len: bigint): Uint8Array {
-    return this.read(len);
-  }
-  skip(len: bigint): bigint {
-    return BigInt(this.read(len).length);
-  }
-  blockingSkip(len: bigint): bigint {
-    return this.skip(len);
-  }
-  subscribe(): Pollable {
-    return new Pollable();
-  }
-}
-class OutputStream {
-  constructor(readonly sink: Sink) {}
-  checkWrite(): bigint {
-    return 65_536n;
-  }
-  write(buf: Uint8Array): void {
-    this.sink.write(buf);
-  }
-  blockingWriteAndFlush(buf: Uint8Array): void {
-    this.sink.write(buf);
-  }
-  flush(): void {}
-  blockingFlush(): void {}
-  writeZeroes(len: bigint): void {
-    this.sink.write(new Uint8Array(Number(len)));
-  }
-  blockingWriteZeroesAndFlush(len: bigint): void {
-    this.writeZeroes(len);
-  }
-  subscribe(): Pollable {
-    return new Pollable();
-  }
-}
-class TerminalInput {}
-class TerminalOutput {}
-class Descriptor {}
-class DirectoryEntryStream {}
-class Network {}
-class TcpSocket {}
-class UdpSocket {}
-class IncomingDatagramStream {}
-class OutgoingDatagramStream {}
-class ResolveAddressStream {}
-for (const c of [
-  IoError,
-  Pollable,
-  InputStream,
-  OutputStream,
-  TerminalInput,
-  TerminalOutput,
-  Descriptor,
-  DirectoryEntryStream,
-  Network,
-  TcpSocket,
-  UdpSocket,
-  IncomingDatagramStream,
-  OutgoingDatagramStream,
-  ResolveAddressStream,
-]) {
-  Object.freeze(c.prototype);
-  Object.freeze(c);
-}
-
-/**
- * A deliberately small preview2 host: stdio in memory, an empty or granted environment, clocks and
- * random, no filesystem preopens, and network interfaces that answer every request with a denial.
- * Built per call: streams, sinks, environment and seed belong to that call only.
- */
-function preview2Host(
-  job: ComponentJob,
-  stdout: Sink,
-  stderr: Sink,
-): Record<string, Record<string, unknown>> {
-  const stdinStream = new InputStream(new Uint8Array(0));
-  const stdoutStream = new OutputStream(stdout);
-  const stderrStream = new OutputStream(stderr);
-  const deny = (): never => {
-    throw 'access-denied';
-  };
-  // Drawn when first asked for: most calls never ask.
-  let seed: [bigint, bigint] | undefined;
-  return {
-    'wasi:cli/environment': {
-      getEnvironment: () => Object.entries(job.env),
-      getArguments: () => job.args,
-      initialCwd: () => undefined,
-    },
-    'wasi:cli/exit': {
-      exit: (status: { tag: string }) => {
-        throw new GuestExit(status.tag === 'ok' ? 0 : 1);
-      },
-      exitWithCode: (code: number) => {
-        throw new GuestExit(code);
-      },
-    },
-    'wasi:cli/stdin': { getStdin: () => stdinStream },
-    'wasi:cli/stdout': { getStdout: () => stdoutStream },
-    'wasi:cli/stderr': { getStderr: () => stderrStream },
-    'wasi:cli/terminal-input': { TerminalInput },
-    'wasi:cli/terminal-output': { TerminalOutput },
-    'wasi:cli/terminal-stdin': { getTerminalStdin: () => undefined },
-    'wasi:cli/terminal-stdout': { getTerminalStdout: () => undefined },
-    'wasi:cli/terminal-stderr': { getTerminalStderr: () => undefined },
-    'wasi:clocks/monotonic-clock': {
-      now: () => process.hrtime.bigint(),
-      resolution: () => 1n,
-      subscribeInstant: () => new Pollable(),
-      subscribeDuration: () => new Pollable(),
-    },
-    'wasi:clocks/wall-clock': {
-      now: () => {
-        const ms = Date.now();
-        return { seconds: BigInt(Math.floor(ms / 1000)), nanoseconds: (ms % 1000) * 1_000_000 };
-      },
-      resolution: () => ({ seconds: 0n, nanoseconds: 1_000_000 }),
-    },
-    'wasi:filesystem/preopens': { getDirectories: () => [] },
-    'wasi:filesystem/types': {
-      Descriptor,
-      DirectoryEntryStream,
-      filesystemErrorCode: () => undefined,
-    },
-    'wasi:io/error': { Error: IoError },
-    'wasi:io/poll': {
-      Pollable,
-      poll: (list: unknown[]) => new Uint32Array(list.map((_, i) => i)),
-    },
-    'wasi:io/streams': { InputStream, OutputStream },
-    'wasi:random/random': {
-      getRandomBytes: (len: bigint) => new Uint8Array(randomBytes(Number(len))),
-      getRandomU64: () => randomBytes(8).readBigUInt64LE(),
-    },
-    'wasi:random/insecure': {
-      getInsecureRandomBytes: (len: bigint) => new Uint8Array(randomBytes(Number(len))),
-      getInsecureRandomU64: () => BigInt(randomInt(2 ** 47)),
-    },
-    'wasi:random/insecure-seed': {
-      insecureSeed: () => (seed ??= [randomBytes(8).readBigUInt64LE(), randomBytes(8).readBigUInt64LE()]),
-    },
-    // Network: every entry point answers with a valid WASI denial; nothing reaches a socket.
-    'wasi:sockets/instance-network': { instanceNetwork: () => new Network() },
-    'wasi:sockets/network': { Network, networkErrorCode: () => undefined },
-    'wasi:sockets/tcp-create-socket': { createTcpSocket: deny },
-    'wasi:sockets/udp-create-socket': { createUdpSocket: deny },
-    'wasi:sockets/tcp': { TcpSocket },
-    'wasi:sockets/udp': { UdpSocket, IncomingDatagramStream, OutgoingDatagramStream },
-    'wasi:sockets/ip-name-lookup': { ResolveAddressStream, resolveAddresses: deny },
-  };
-}
+// ---------------------------------------------------------------- components (see preview2-host.ts)
 
 interface TranspiledComponent {
   instantiate(
@@ -603,6 +427,28 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   const memories: WasmMemory[] = [];
+  const host = preview2Imports(job, {
+    stdout,
+    stderr,
+    exit: (status) => {
+      throw new GuestExit(status);
+    },
+  });
+  try {
+    return callComponent(id, job, code, host, { stdout, stderr, memories });
+  } finally {
+    host.dispose();
+  }
+}
+
+function callComponent(
+  id: number,
+  job: ComponentJob,
+  code: LoadedComponent,
+  host: Preview2Host,
+  io: { stdout: Sink; stderr: Sink; memories: WasmMemory[] },
+): JobReply {
+  const { stdout, stderr, memories } = io;
   let exports: Record<string, unknown>;
   let exitCode = 0;
   let truncated = false;
@@ -616,7 +462,7 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
           throw new WA.LinkError(`core module ${name} missing from the transpiled component`);
         return m;
       },
-      preview2Host(job, stdout, stderr),
+      host.imports,
       (module, imports) => {
         const instance = new WA.Instance(module, imports);
         for (const v of Object.values(instance.exports)) if (v instanceof WA.Memory) memories.push(v);

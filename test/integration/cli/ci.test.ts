@@ -78,6 +78,8 @@ describe('capsule ci', () => {
     expect(ran('hello')).toEqual(['shell', 'wasm', 'docker']);
     expect(ran('word-count')).toEqual(['shell', 'docker']);
     expect(ran('hello-docker')).toEqual(['docker']);
+    // digest-notes imports wasi:filesystem: only the Wasm host runs it.
+    expect(ran('digest-notes')).toEqual(['wasm']);
     const skipped = doc.outcomes.find((o) => o.capability === 'word-count' && o.environment === 'wasm');
     expect(skipped).toMatchObject({
       status: 'skipped',

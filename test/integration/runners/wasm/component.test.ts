@@ -205,13 +205,4 @@ describe('WasmRunner: components', () => {
       await second.close();
     }
   });
-
-  it('refuses filesystem grants for components (not supported yet) with a clear error', async () => {
-    const hello = readFileSync(path.join(REPO, 'capabilities/hello/hello.wasm'));
-    const err = await caught(
-      runner.runRaw(spec(hello, '{}', { dirs: [{ hostPath: os.tmpdir(), guestPath: '/tmp', mode: 'ro' }] })),
-    );
-    expect(isCapsuleError(err, 'UNSUPPORTED')).toBe(true);
-    expect((err as Error).message).toMatch(/filesystem grants are only supported for WASI preview1 modules/);
-  });
 });

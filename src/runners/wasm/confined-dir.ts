@@ -1,0 +1,410 @@
+/**
+ * The one confined path resolver for every Wasm filesystem surface (preview1 `path_*`/`fd_*`,
+ * preview2 `wasi:filesystem`). A guest path is walked beneath a directory the guest holds (a
+ * preopen, or a directory it opened below one) component by component, on the granted host folder
+ * itself — no copy:
+ *
+ * - absolute paths are refused, and so is `..` above the directory the walk started from;
+ * - a symlink is followed only while where it leads stays beneath that directory (its target is
+ *   walked the same way, relative to the link's folder; an absolute target is an escape);
+ * - the last component is not followed unless asked (`follow`), and a trailing slash means
+ *   "must be a directory" (it follows, like POSIX);
+ * - more than {@link MAX_SYMLINK_HOPS} symlinks in one walk is ELOOP;
+ * - capsule's own state (`capsule.json`, `.capsule/`, see isReservedName in permissions) is never
+ *   reachable: such a name is ENOENT, whether looked up or created;
+ * - a read-only directory refuses every modification with EROFS.
+ *
+ * How it holds against a concurrent host (TOCTOU between resolve and use): the walk never hands the
+ * kernel a path with more than one unchecked component. Each step opens the next directory relative
+ * to the previous one's fd with O_NOFOLLOW|O_DIRECTORY (Node has no openat, but on Linux
+ * `/proc/self/fd/<dirfd>/<name>` is exactly that: the kernel jumps to the open directory, then looks
+ * up one name), so a directory swapped for a symlink mid-walk fails the open instead of being
+ * followed. The final operation also runs on `<dirfd>/<name>` with calls that do not follow the last
+ * component (open with O_NOFOLLOW, lstat, lutimes, unlink, rename, link, symlink, mkdir); after an
+ * open, the opened file's real path (readlink of /proc/self/fd/<fd>) is checked to lie beneath the
+ * directory's own, as a second line. Linux only: {@link ConfinedDir.open} refuses without /proc.
+ *
+ * Self-contained (only `node:` imports): the Wasm worker loads it.
+ */
+import {
+  closeSync,
+  constants,
+  existsSync,
+  fstatSync,
+  linkSync,
+  lstatSync,
+  lutimesSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readlinkSync,
+  renameSync,
+  rmdirSync,
+  symlinkSync,
+  unlinkSync,
+} from 'node:fs';
+import type { BigIntStats, Dirent } from 'node:fs';
+
+/** Symlinks one walk may follow before it is ELOOP (Linux's own limit is 40). */
+export const MAX_SYMLINK_HOPS = 40;
+
+/** O_PATH is not in Node's constants; Linux's value (an fd that names a file without opening it). */
+const O_PATH = 0o10000000;
+const { O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_EXCL, O_DIRECTORY, O_NOFOLLOW } = constants;
+const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+
+/**
+ * An errno-style refusal from the resolver (a host `fs` error passes through with its own `code`).
+ * `ENOTCAPABLE`: the path would leave the directory (absolute, `..` above it, a symlink out).
+ */
+export class ConfinedError extends Error {
+  constructor(
+    readonly code: 'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+export interface ConfinedDirOptions {
+  /** Every modification through this directory (and those opened beneath it) is EROFS. */
+  readOnly?: boolean | undefined;
+  /** Names hidden from the guest (never looked up, listed or created). Default: none. */
+  hidden?: ((name: string) => boolean) | undefined;
+}
+
+/** Where a walk ended: the last component's name inside an open directory. */
+export interface Resolved {
+  /** Host fd of the directory holding `name` (this directory's own fd, or one the walk opened). */
+  readonly dirFd: number;
+  /** The last component: a plain name, or `.` when the path named the directory itself. */
+  readonly name: string;
+  /** `/proc/self/fd/<dirFd>/<name>`: hand this to calls that do not follow the last component. */
+  readonly path: string;
+  /** The guest path ended with `/`. */
+  readonly trailingSlash: boolean;
+}
+
+export interface WalkOptions {
+  /** Follow a symlink in the last component (a trailing slash always does). */
+  follow: boolean;
+}
+
+const fdPath = (fd: number, name?: string): string =>
+  name === undefined ? `/proc/self/fd/${fd}` : `/proc/self/fd/${fd}/${name}`;
+
+const code = (err: unknown): string | undefined => (err as { code?: string } | null)?.code;
+
+/**
+ * A host directory the guest may use, held open by fd. Every path method takes a guest path
+ * relative to it. Methods throw ConfinedError or a Node fs error (with `code`); callers map codes to
+ * their ABI's errno.
+ */
+export class ConfinedDir {
+  readonly fd: number;
+  readonly readOnly: boolean;
+  readonly #hidden: (name: string) => boolean;
+  #closed = false;
+
+  private constructor(fd: number, readOnly: boolean, hidden: (name: string) => boolean) {
+    this.fd = fd;
+    this.readOnly = readOnly;
+    this.#hidden = hidden;
+  }
+
+  /**
+   * Opens a granted host directory (an absolute, already canonical path). Its last component is
+   * not followed: a grant that became a symlink since it was checked is refused.
+   */
+  static open(hostPath: string, options: ConfinedDirOptions = {}): ConfinedDir {
+    if (!hostPath.startsWith('/')) throw new ConfinedError('EINVAL', `not an absolute path: ${hostPath}`);
+    if (!existsSync('/proc/self/fd')) {
+      throw new ConfinedError('EINVAL', 'confined directories need Linux /proc/self/fd');
+    }
+    let fd: number;
+    try {
+      fd = openSync(hostPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    } catch (err) {
+      if (code(err) === 'ELOOP' || code(err) === 'ENOTDIR') {
+        throw new ConfinedError('ENOTDIR', `${hostPath} is not a directory (or is a symlink)`);
+      }
+      throw err;
+    }
+    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false));
+  }
+
+  /** The directory's current host path (for messages and the after-open check). */
+  hostPath(): string {
+    return readlinkSync(fdPath(this.fd));
+  }
+
+  /**
+   * Walks `guestPath` beneath this directory and calls `use` with where it ended; fds the walk
+   * opened are closed when `use` returns. `use` must act on `r.path` (or `r.dirFd` + `r.name`)
+   * without following the last component.
+   */
+  at<T>(guestPath: string, options: WalkOptions, use: (r: Resolved) => T): T {
+    this.#live();
+    const opened: number[] = [];
+    try {
+      return use(this.#walk(guestPath, options.follow, opened));
+    } finally {
+      for (const fd of opened) closeSync(fd);
+    }
+  }
+
+  /** lstat of where the path leads (with `follow`, the symlinks on it followed). */
+  stat(guestPath: string, options: WalkOptions): BigIntStats {
+    return this.at(guestPath, options, (r) => lstatSync(r.path, { bigint: true }));
+  }
+
+  /**
+   * Opens a file or directory (Node open flags). Write flags on a read-only directory are EROFS.
+   * The result is a host fd the caller owns.
+   */
+  openFile(guestPath: string, options: WalkOptions & { flags: number; mode?: number }): number {
+    const { flags } = options;
+    if (this.readOnly && (flags & WRITE_FLAGS) !== 0) {
+      throw new ConfinedError('EROFS', `${guestPath}: read-only`);
+    }
+    // O_EXCL|O_CREAT never follows the last component: a symlink there is EEXIST, as in POSIX.
+    const follow = options.follow && !((flags & O_CREAT) !== 0 && (flags & O_EXCL) !== 0);
+    return this.at(guestPath, { follow }, (r) => {
+      if (r.trailingSlash && (flags & O_CREAT) !== 0) {
+        throw new ConfinedError('EINVAL', `${guestPath}: cannot create a file with a trailing slash`);
+      }
+      const fd = openSync(r.path, flags | O_NOFOLLOW | (r.trailingSlash ? O_DIRECTORY : 0), options.mode);
+      try {
+        this.#checkInside(fd, guestPath);
+      } catch (err) {
+        closeSync(fd);
+        throw err;
+      }
+      return fd;
+    });
+  }
+
+  /** Opens a directory beneath this one as a ConfinedDir of its own (same read-only-ness and hidden names). */
+  openDir(guestPath: string, options: WalkOptions): ConfinedDir {
+    const fd = this.openFile(guestPath, { ...options, flags: O_RDONLY | O_DIRECTORY });
+    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+  }
+
+  /** Wraps an fd this directory's openFile returned for a directory (for fd-based callers). */
+  adoptDir(fd: number): ConfinedDir {
+    if (!fstatSync(fd).isDirectory()) throw new ConfinedError('ENOTDIR', 'not a directory');
+    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+  }
+
+  /** Entries of this directory (no `.`/`..`), hidden names left out. */
+  readdir(): Dirent[] {
+    this.#live();
+    return readdirSync(fdPath(this.fd), { withFileTypes: true }).filter((d) => !this.#hidden(d.name));
+  }
+
+  mkdir(guestPath: string, mode = 0o777): void {
+    this.#writable(guestPath);
+    this.at(guestPath, { follow: false }, (r) => {
+      mkdirSync(r.path, mode);
+    });
+  }
+
+  rmdir(guestPath: string): void {
+    this.#writable(guestPath);
+    this.at(guestPath, { follow: false }, (r) => {
+      if (r.name === '.')
+        throw new ConfinedError('EINVAL', `${guestPath}: cannot remove the directory itself`);
+      rmdirSync(r.path);
+    });
+  }
+
+  /** Removes a non-directory. A trailing slash is ENOTDIR (on a file) or EISDIR (on a directory). */
+  unlink(guestPath: string): void {
+    this.#writable(guestPath);
+    this.at(guestPath, { follow: false }, (r) => {
+      if (r.trailingSlash) {
+        const st = lstatSync(r.path);
+        throw new ConfinedError(st.isDirectory() ? 'EINVAL' : 'ENOTDIR', `${guestPath}: trailing slash`);
+      }
+      unlinkSync(r.path);
+    });
+  }
+
+  readlink(guestPath: string): string {
+    return this.at(guestPath, { follow: false }, (r) => readlinkSync(r.path));
+  }
+
+  /**
+   * Creates a symlink at `guestPath`. Refused at creation (ENOTCAPABLE) when `target` is absolute or
+   * would lead above this directory from the link's folder: the link lives in the user's real
+   * folder, where host tools would follow it out. Use-time walks check every link anyway.
+   */
+  symlink(target: string, guestPath: string): void {
+    this.#writable(guestPath);
+    this.at(guestPath, { follow: false }, (r) => {
+      if (r.trailingSlash) throw new ConfinedError('ENOENT', `${guestPath}: trailing slash`);
+      if (!staysInside(target, this.#depthOf(r.dirFd))) {
+        throw new ConfinedError('ENOTCAPABLE', `symlink target ${target} leads out of the directory`);
+      }
+      symlinkSync(target, r.path);
+    });
+  }
+
+  /** Renames `from` (in this directory) to `to` in `toDir` (which may be this one). */
+  rename(from: string, toDir: ConfinedDir, to: string): void {
+    this.#writable(from);
+    toDir.#writable(to);
+    this.at(from, { follow: false }, (a) =>
+      toDir.at(to, { follow: false }, (b) => {
+        if (a.name === '.' || b.name === '.')
+          throw new ConfinedError('EINVAL', 'cannot rename a directory itself');
+        if (a.trailingSlash || b.trailingSlash) {
+          // POSIX: a trailing slash is allowed only when the source is a directory.
+          if (!lstatSync(a.path).isDirectory())
+            throw new ConfinedError('ENOTDIR', `${from}: not a directory`);
+        }
+        renameSync(a.path, b.path);
+      }),
+    );
+  }
+
+  /** Hard-links `from` (in this directory; its last symlink followed only with `follow`) to `to` in `toDir`. */
+  link(from: string, options: WalkOptions, toDir: ConfinedDir, to: string): void {
+    toDir.#writable(to);
+    this.at(from, options, (a) =>
+      toDir.at(to, { follow: false }, (b) => {
+        if (a.trailingSlash || b.trailingSlash) throw new ConfinedError('ENOENT', 'trailing slash');
+        linkSync(a.path, b.path);
+      }),
+    );
+  }
+
+  /** Sets access and modification times (seconds, fractional) without following the final component. */
+  utimes(guestPath: string, options: WalkOptions, atime: number, mtime: number): void {
+    this.#writable(guestPath);
+    this.at(guestPath, options, (r) => lutimesSync(r.path, atime, mtime));
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    closeSync(this.fd);
+  }
+
+  #live(): void {
+    if (this.#closed) throw new ConfinedError('EINVAL', 'the directory was closed');
+  }
+
+  #writable(guestPath: string): void {
+    if (this.readOnly) throw new ConfinedError('EROFS', `${guestPath}: read-only`);
+  }
+
+  /** How many levels below this directory `dirFd` (from a walk) lies; 0 for this directory itself. */
+  #depthOf(dirFd: number): number {
+    if (dirFd === this.fd) return 0;
+    const base = this.hostPath();
+    const at = readlinkSync(fdPath(dirFd));
+    return at
+      .slice(base.length)
+      .split('/')
+      .filter((p) => p !== '').length;
+  }
+
+  /** The after-open check: the opened file's real path must be this directory or beneath it. */
+  #checkInside(fd: number, guestPath: string): void {
+    const base = this.hostPath();
+    const at = readlinkSync(fdPath(fd));
+    if (at !== base && !at.startsWith(base === '/' ? '/' : `${base}/`)) {
+      throw new ConfinedError('ENOTCAPABLE', `${guestPath} resolved outside the directory`);
+    }
+  }
+
+  /**
+   * The walk. `opened` collects fds it opened (the caller closes them). Directories are opened one
+   * name at a time relative to the previous fd with O_NOFOLLOW; `..` pops back to the fd it came
+   * from (never above this directory); a symlink's target is spliced into the remaining components.
+   */
+  #walk(guestPath: string, follow: boolean, opened: number[]): Resolved {
+    if (guestPath === '') throw new ConfinedError('ENOENT', 'empty path');
+    if (guestPath.startsWith('/')) throw new ConfinedError('ENOTCAPABLE', `absolute path ${guestPath}`);
+    if (guestPath.includes('\0')) throw new ConfinedError('EINVAL', 'path holds a NUL byte');
+    const stack: number[] = [this.fd];
+    let trailingSlash = guestPath.endsWith('/');
+    let queue = guestPath.split('/').filter((p) => p !== '');
+    let hops = 0;
+    const top = (): number => stack[stack.length - 1] as number;
+    const done = (name: string): Resolved => ({
+      dirFd: top(),
+      name,
+      path: fdPath(top(), name),
+      trailingSlash,
+    });
+    if (queue.length === 0) return done('.');
+    while (queue.length > 0) {
+      const name = queue.shift() as string;
+      const last = queue.length === 0;
+      if (name === '.') {
+        if (last) return done('.');
+        continue;
+      }
+      if (name === '..') {
+        if (stack.length === 1)
+          throw new ConfinedError('ENOTCAPABLE', `${guestPath} leads above the directory`);
+        stack.pop();
+        if (last) return done('.');
+        continue;
+      }
+      if (this.#hidden(name)) {
+        throw new ConfinedError('ENOENT', `${guestPath}: no such file or directory`);
+      }
+      if (last && !follow && !trailingSlash) return done(name);
+      let st;
+      try {
+        st = lstatSync(fdPath(top(), name));
+      } catch (err) {
+        if (last && code(err) === 'ENOENT') return done(name);
+        throw err;
+      }
+      if (st.isSymbolicLink()) {
+        if (++hops > MAX_SYMLINK_HOPS) throw new ConfinedError('ELOOP', `${guestPath}: too many symlinks`);
+        const target = readlinkSync(fdPath(top(), name));
+        if (target.startsWith('/')) {
+          throw new ConfinedError('ENOTCAPABLE', `${guestPath}: symlink ${name} leads to an absolute path`);
+        }
+        if (target === '') throw new ConfinedError('ENOENT', `${guestPath}: empty symlink`);
+        // The link's trailing slash (and the path's own, when the link was last) carries over.
+        if (last) trailingSlash = trailingSlash || target.endsWith('/');
+        queue = [...target.split('/').filter((p) => p !== ''), ...queue];
+        if (queue.length === 0) return done('.');
+        continue;
+      }
+      if (last) return done(name);
+      if (!st.isDirectory()) throw new ConfinedError('ENOTDIR', `${guestPath}: ${name} is not a directory`);
+      let fd: number;
+      try {
+        fd = openSync(fdPath(top(), name), O_PATH | O_DIRECTORY | O_NOFOLLOW);
+      } catch (err) {
+        // Swapped for a symlink (or a file) since the lstat: never followed.
+        if (code(err) === 'ELOOP' || code(err) === 'ENOTDIR') {
+          throw new ConfinedError('ENOTCAPABLE', `${guestPath}: ${name} changed while being resolved`);
+        }
+        throw err;
+      }
+      opened.push(fd);
+      stack.push(fd);
+    }
+    return done('.');
+  }
+}
+
+/** True when a relative symlink `target`, read from a folder `depth` levels down, never goes above level 0. */
+export function staysInside(target: string, depth: number): boolean {
+  if (target === '' || target.startsWith('/')) return false;
+  let d = depth;
+  for (const part of target.split('/')) {
+    if (part === '..') d -= 1;
+    else if (part !== '' && part !== '.') d += 1;
+    if (d < 0) return false;
+  }
+  return true;
+}
