@@ -53,6 +53,8 @@ export interface ComponentJob {
   env: Record<string, string>;
   /** Granted folders, offered as wasi:filesystem preopens. */
   preopens: GuestPreopen[];
+  /** capsule's http interface answers (through the main thread's egress policy): grants.network is set. */
+  network: boolean;
   outputBytes: number;
   maxPages: number;
 }

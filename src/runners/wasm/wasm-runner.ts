@@ -3,6 +3,8 @@ import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
+import { EgressSession, type Resolver } from '../../network/egress.js';
+import type { HttpAnswer, HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
@@ -33,6 +35,8 @@ export interface WasmRunnerOptions {
   maxGrantCopyBytes?: number | undefined;
   /** Host environment that granted variable names are read from (default: process.env). */
   hostEnv?: NodeJS.ProcessEnv | undefined;
+  /** How components' granted host names are resolved. Default the system resolver (tests map names to loopback). */
+  egressResolver?: Resolver | undefined;
 }
 
 /** One direct run of a Wasm binary, without a manifest (what `capsule wasm run` and the runner share). */
@@ -52,6 +56,8 @@ export interface WasmRunSpec {
   memoryMb: number;
   outputBytes: number;
   signal?: AbortSignal | undefined;
+  /** The run's network (grants.network): only components get it, through capsule's http interface. */
+  egress?: EgressSession | undefined;
 }
 
 /** RunResult with the guest's raw bytes, for callers that must pass output through unchanged. */
@@ -107,18 +113,6 @@ export class WasmRunner implements Runner {
       );
     }
     const { limits, grants } = capability.manifest;
-    if (grants.network.length > 0) {
-      // The sandbox has no network at all; say so instead of silently running without it.
-      throw new CapsuleError(
-        'UNSUPPORTED',
-        `capability ${capability.name} asks for network access, which the Wasm sandbox never gives`,
-        {
-          file: capability.manifestPath,
-          field: 'grants.network',
-          hint: 'Remove grants.network (Wasm capabilities run without network), or use the docker environment.',
-        },
-      );
-    }
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.#options.projectRoot,
       also: [this.#options.cacheDir],
@@ -130,6 +124,11 @@ export class WasmRunner implements Runner {
       const v = hostEnv[name];
       if (v !== undefined) env[name] = v;
     }
+    // grants.network: each request of the component is checked and audited by this run's session.
+    const egress =
+      grants.network.length > 0
+        ? new EgressSession({ capability, resolve: this.#options.egressResolver, audit: request.egressAudit })
+        : undefined;
     const raw = await this.runRaw({
       file: capability.entryPath,
       args: capability.manifest.args,
@@ -145,7 +144,8 @@ export class WasmRunner implements Runner {
       memoryMb: limits.memoryMb,
       outputBytes: limits.outputBytes,
       signal: request.signal,
-    });
+      egress,
+    }).finally(() => egress?.close());
     return {
       ...raw,
       stdout: Buffer.from(raw.stdout).toString('utf8'),
@@ -166,6 +166,17 @@ export class WasmRunner implements Runner {
         {
           file: spec.file,
           hint: 'A WASI preview1 command may import only wasi_snapshot_preview1 functions.',
+        },
+      );
+    }
+    if (prepared.kind === 'module' && spec.egress !== undefined) {
+      // Preview1 has no HTTP to implement and capsule gives it no sockets: refuse instead of running without.
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${spec.file} is a WASI preview1 module, which gets no network; grants.network needs a component`,
+        {
+          field: 'grants.network',
+          hint: 'Build the capability as a component (a JavaScript source: capsule:capability/http), or remove grants.network.',
         },
       );
     }
@@ -193,7 +204,12 @@ export class WasmRunner implements Runner {
           });
     try {
       const job = toJob(prepared, spec, fs.preopens);
-      const outcome = await this.#pool.run(job, { timeoutMs: spec.timeoutMs, signal: spec.signal });
+      const egress = spec.egress;
+      const outcome = await this.#pool.run(job, {
+        timeoutMs: spec.timeoutMs,
+        signal: spec.signal,
+        onHttp: egress === undefined ? undefined : (request) => httpThroughEgress(egress, request),
+      });
       const base: WasmRawResult = {
         environment: 'wasm',
         exitCode: null,
@@ -297,9 +313,21 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     args,
     env: spec.env,
     preopens,
+    network: spec.egress !== undefined,
     outputBytes: spec.outputBytes,
     maxPages: prepared.maxPages,
   };
+}
+
+/** A component's request, made by capsule (src/network/fetch.ts) under the run's egress session. */
+async function httpThroughEgress(egress: EgressSession, request: HttpRequestWire): Promise<HttpAnswer> {
+  const { egressFetch } = await import('../../network/fetch.js');
+  try {
+    const res = await egressFetch(egress, request);
+    return { ok: true, status: res.status, headers: res.headers, body: res.body };
+  } catch (err) {
+    return { ok: false, error: (err as Error).message };
+  }
 }
 
 /**
