@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
+import { benchEgress } from './egress.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
@@ -17,6 +18,7 @@ const suites = [
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
   ['docker', () => benchDocker({ root })],
+  ['egress', () => benchEgress({ root })],
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
