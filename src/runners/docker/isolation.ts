@@ -109,7 +109,7 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
   // but the person must see the hosts wherever the isolation is shown.
   const egress =
     manifest.grants.network.length > 0
-      ? `; network only through capsule's egress proxy to ${describeGrants(manifest.grants.network)}`
+      ? `; its only way out: capsule's egress proxy to ${describeGrants(manifest.grants.network)}`
       : '';
   const summary = sandboxed
     ? `docker ${runtime}, hardened: ${HARDENED}${egress}; ${MODE_TEXT[mode]}`
