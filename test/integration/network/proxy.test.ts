@@ -291,6 +291,82 @@ describe('egress proxy (loopback listeners, injected resolver)', () => {
     expect(bytes).toBeLessThanOrEqual(10_000 + 64 * 1024);
   });
 
+  it('smuggling variants: credentials, userinfo hosts, https in the forward proxy, bad authorities, upgrades', async () => {
+    const { socket } = await start(apiGrant());
+    for (const [options, status] of [
+      // userinfo naming the granted host, real host the denied one
+      [{ path: `http://api.test:${granted.port}@evil.test:${denied.port}/` }, 400],
+      [{ path: '/', headers: { host: `api.test:${granted.port}@evil.test:${denied.port}` } }, 400],
+      [{ path: `https://api.test:${granted.port}/` }, 400],
+      [{ path: '/', headers: { host: 'api.test:99999' } }, 400],
+      [{ path: `http://evil.test:${denied.port}/`, headers: { host: `api.test:${granted.port}` } }, 403],
+      [{ path: `http://EVIL.test.:${denied.port}/` }, 403],
+      [{ path: `http://api.test.evil.test:${denied.port}/` }, 403],
+    ] as const) {
+      expect((await viaSocket(socket, options)).status, JSON.stringify(options)).toBe(status);
+    }
+    for (const authority of [
+      `api.test:${granted.port}@evil.test:${denied.port}`,
+      'api.test',
+      `evil.test:${denied.port}`,
+      `[::1]:${granted.port}`,
+    ]) {
+      const c = await connectVia(socket, authority);
+      expect(c.status, authority).toBeGreaterThanOrEqual(400);
+      c.socket.destroy();
+    }
+    // A websocket-style upgrade is not proxied, even to the granted host.
+    const upgraded = await new Promise<number | string>((resolve) => {
+      const req = http.request({
+        socketPath: socket,
+        path: `http://api.test:${granted.port}/`,
+        headers: { connection: 'upgrade', upgrade: 'websocket' },
+      });
+      req.on('upgrade', () => resolve('upgraded'));
+      req.on('response', (res) => resolve(res.statusCode ?? 0));
+      req.on('error', () => resolve('closed'));
+      req.end();
+    });
+    expect(upgraded).not.toBe('upgraded');
+    expect(denied.connections).toBe(0);
+  });
+
+  it('hop-by-hop and proxy headers are not forwarded', async () => {
+    const { socket } = await start(apiGrant());
+    const seen: Array<Record<string, string | string[] | undefined>> = [];
+    const echo = await listen((req, res) => {
+      seen.push(req.headers);
+      res.end('ok');
+    });
+    try {
+      const records: EgressRecord[] = [];
+      const session = new EgressSession({
+        capability: capability([{ host: 'api.test', ports: [echo.port], internal: ['127.0.0.1'] }]),
+        resolve: mapResolver({ 'api.test': '127.0.0.1' }),
+        audit: (r) => (records.push(r), Promise.resolve()),
+      });
+      const sock = path.join(dir, 'headers.sock');
+      const proxy = await startEgressProxy(session, sock);
+      open.push({ proxy, session });
+      await viaSocket(sock, {
+        path: `http://api.test:${echo.port}/`,
+        headers: {
+          'proxy-authorization': 'Basic c2VjcmV0',
+          connection: 'x-drop',
+          'x-drop': '1',
+          'x-keep': '2',
+        },
+      });
+      expect(seen[0]?.['proxy-authorization']).toBeUndefined();
+      expect(seen[0]?.['x-drop']).toBeUndefined();
+      expect(seen[0]?.['x-keep']).toBe('2');
+      expect(seen[0]?.host).toBe(`api.test:${echo.port}`);
+    } finally {
+      await echo.close();
+    }
+    void socket;
+  });
+
   it('a request body counts against the byte cap too', async () => {
     const { socket } = await start(apiGrant(), { limits: { networkBytes: 1000 } });
     const r = await viaSocket(
