@@ -72,6 +72,8 @@ export class EgressSession {
   #bytes = 0;
   readonly #open = new Set<EgressPermit>();
   readonly #pending = new Set<Promise<void>>();
+  /** Aborted when the run ends: requests still in flight on its behalf are cut. */
+  readonly #over = new AbortController();
   #closed = false;
 
   constructor(options: EgressSessionOptions) {
@@ -81,6 +83,11 @@ export class EgressSession {
     this.#audit = options.audit ?? (() => Promise.resolve());
     this.#maxRequests = options.capability.manifest.limits.networkRequests;
     this.#maxBytes = options.capability.manifest.limits.networkBytes;
+  }
+
+  /** Fires when the run is over (capsule's own requests for the run listen to it). */
+  get signal(): AbortSignal {
+    return this.#over.signal;
   }
 
   /** Requests made so far (allowed or not) and bytes moved, for reports and tests. */
@@ -128,6 +135,7 @@ export class EgressSession {
   /** Waits for every record; permits still open are ended first (the run is over). */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#over.abort();
     await Promise.all([...this.#open].map((p) => p.end('open when the run ended')));
     await Promise.all([...this.#pending]);
   }

@@ -69,13 +69,18 @@ export async function egressFetch(
     throw new EgressFetchError((err as Error).message);
   }
   try {
-    return await send(permit, url, request);
+    return await send(permit, url, request, session.signal);
   } finally {
     await permit.end();
   }
 }
 
-function send(permit: EgressPermit, url: URL, request: EgressFetchRequest): Promise<EgressFetchResponse> {
+function send(
+  permit: EgressPermit,
+  url: URL,
+  request: EgressFetchRequest,
+  signal: AbortSignal,
+): Promise<EgressFetchResponse> {
   const headers: Record<string, string> = {};
   for (const [name, value] of request.headers) {
     const n = name.toLowerCase();
@@ -98,6 +103,8 @@ function send(permit: EgressPermit, url: URL, request: EgressFetchRequest): Prom
     headers,
     setHost: false,
     agent: false,
+    // The run ended (its deadline, a cancel): the request made on its behalf ends too.
+    signal,
     ...(tls && ipLiteral(permit.target.host) === undefined ? { servername: permit.target.host } : {}),
   };
   return new Promise((resolve, reject) => {

@@ -119,6 +119,32 @@ describe('wasm component egress through capsule’s host', () => {
     expect(big.body).toBeUndefined();
   });
 
+  it('a request still in flight when the run times out is cut (the host does not keep talking for it)', async () => {
+    let closed!: () => void;
+    const socketClosed = new Promise<void>((resolve) => (closed = resolve));
+    const hanging = await listen((req) => {
+      // Never answers; the effect judged is capsule closing the connection when the run ends.
+      req.socket.once('close', () => closed());
+    });
+    try {
+      const { capability } = await wasmCapability('fetch', FETCH_WASM, {
+        manifest: {
+          limits: { timeoutMs: 1500 },
+          grants: { network: [{ host: 'api.test', ports: [hanging.port], internal: ['127.0.0.1'] }] },
+        },
+      });
+      const r = await runner.run({
+        capability,
+        input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
+      });
+      expect(r.timedOut).toBe(true);
+      await socketClosed;
+      expect(hanging.requests).toHaveLength(1);
+    } finally {
+      await hanging.close();
+    }
+  });
+
   it('without grants.network the http interface refuses and nothing is reached', async () => {
     const before = granted.connections;
     const { capability } = await wasmCapability('fetch', FETCH_WASM);
