@@ -10,6 +10,7 @@ import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
+import { benchWasmFiles } from './wasm-files.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
@@ -17,6 +18,7 @@ const suites = [
   ['process', () => benchProcess({ root })],
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
+  ['wasm files', () => benchWasmFiles({ root })],
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
   ['registry', () => benchRegistry()],

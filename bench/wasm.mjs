@@ -102,6 +102,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
     input: '{"name":"bench"}',
     args: ['bench'],
     env: {},
+    preopens: [],
     outputBytes: 1 << 20,
     maxPages: 1024,
   };

@@ -9,6 +9,7 @@ import { registerImages } from './commands/images.js';
 import { registerKey } from './commands/key.js';
 import { registerList } from './commands/list.js';
 import { registerMcp } from './commands/mcp.js';
+import { registerNew } from './commands/new.js';
 import { registerReload } from './commands/reload.js';
 import { registerRules } from './commands/rules.js';
 import { registerRun } from './commands/run.js';
@@ -39,6 +40,7 @@ export function buildProgram(io: CliIO): Command {
   registerList(program, io);
   registerShow(program, io);
   registerValidate(program, io);
+  registerNew(program, io);
   registerRun(program, io);
   registerMcp(program, io);
   registerCi(program, io);

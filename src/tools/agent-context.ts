@@ -2,8 +2,16 @@ import type { PermissionMode } from '../config/project-config.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { Registry } from '../registry/registry.js';
 import type { CapabilityContext } from './context.js';
-import type { Componentize } from './generate.js';
 import type { Workspace } from './workspace.js';
+
+/**
+ * JS module source (exporting `run(input: string): string`) → a Wasm component. Provided by the Wasm
+ * runner; injected so generate_wasm_capability does not depend on how it is built.
+ */
+export type Componentize = (
+  source: string,
+  options: { signal?: AbortSignal | undefined; onProgress?: ((message: string) => void) | undefined },
+) => Promise<Uint8Array>;
 
 /** Progress of long work (componentizing, image builds); MCP turns it into progress notifications. */
 export type ProgressReporter = (progress: { message: string; progress: number; total?: number }) => void;

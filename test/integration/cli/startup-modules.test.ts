@@ -128,7 +128,7 @@ describe('CLI start-up loads only what the command uses', () => {
       'key',
     ])
       expect(top.stdout).toMatch(new RegExp(`^\\s+${command}\\b`, 'm'));
-    for (const command of ['explain', 'grants', 'reload', 'audit', 'wasm'])
+    for (const command of ['explain', 'grants', 'reload', 'audit', 'wasm', 'new'])
       expect(top.stdout).toMatch(new RegExp(`^\\s+${command}\\b`, 'm'));
     expect(HEAVY.filter((p) => top.packages.has(p))).toEqual([]);
     const run = await loaded(['run', '--help']);
@@ -136,6 +136,10 @@ describe('CLI start-up loads only what the command uses', () => {
     for (const option of ['--grant', '--no-prompt', '--mode', '--input', '--input-file', '--json'])
       expect(run.stdout).toContain(option);
     expect(HEAVY.filter((p) => run.packages.has(p))).toEqual([]);
+    const scaffold = await loaded(['new', '--help']);
+    expect(scaffold.code).toBe(0);
+    for (const option of ['--env', '--from', '--json']) expect(scaffold.stdout).toContain(option);
+    expect(HEAVY.filter((p) => scaffold.packages.has(p))).toEqual([]);
   });
 
   it.each([

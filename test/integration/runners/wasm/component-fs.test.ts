@@ -1,5 +1,5 @@
 import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, realpath, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, realpath, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -114,6 +114,8 @@ describe('components: wasi:filesystem on granted folders', () => {
         { op: 'rename', pre: '/data', from: 'in.txt', to: '../outside/moved.txt' },
         { op: 'unlink', pre: '/data', path: '../outside/secret.txt' },
         { op: 'subdir', pre: '/data', dir: '.', path: '../outside/secret.txt' },
+        { op: 'link', pre: '/data', from: '../outside/secret.txt', to: 'stolen.txt' },
+        { op: 'symlink', pre: '/data', target: '../outside/secret.txt', path: 'stolen-link' },
       ],
     );
     for (const o of out) refused(o);
@@ -123,6 +125,60 @@ describe('components: wasi:filesystem on granted folders', () => {
     expect(names(outside)).toEqual(['secret.txt']);
     expect(await readFile(path.join(outside, 'secret.txt'), 'utf8')).toBe('TOP-SECRET');
     expect(names(grant)).toEqual(['in.txt']);
+  });
+
+  it('treats a preopen at guest / like any other: absolute paths are still refused', async () => {
+    const { grant } = await layout();
+    const out = await ops(
+      [ro(grant, '/')],
+      [
+        { op: 'preopens' },
+        { op: 'read', pre: '/', path: '/etc/passwd' },
+        { op: 'read', pre: '/', path: 'etc/passwd' },
+        { op: 'read', pre: '/', path: '../../../../etc/passwd' },
+        { op: 'read', pre: '/', path: 'in.txt' },
+      ],
+    );
+    expect(out[0]).toEqual({ ok: ['/'] });
+    expect(out.slice(1, 4)).toEqual([
+      { err: 'not-permitted' },
+      { err: 'no-entry' },
+      { err: 'not-permitted' },
+    ]);
+    expect(out[4]).toEqual({ ok: 'granted text' });
+  });
+
+  it('never hands out a file from outside while the host swaps a folder for a symlink out (TOCTOU)', async () => {
+    const { grant, outside } = await layout();
+    const sub = path.join(grant, 'sub');
+    const aside = path.join(grant, 'sub-real');
+    await mkdir(sub);
+    await writeFile(path.join(sub, 'secret.txt'), 'DECOY');
+    // The host flips grant/sub between the real folder and a symlink to <tmp>/outside for as long as
+    // the guest keeps opening sub/secret.txt; every open races a flip.
+    let running = true;
+    let flips = 0;
+    const flipper = (async () => {
+      while (running) {
+        await rename(sub, aside);
+        await symlink(outside, sub);
+        await rm(sub);
+        await rename(aside, sub);
+        flips += 1;
+      }
+    })();
+    let out: Outcome[];
+    try {
+      out = await ops([ro(grant)], [{ op: 'race', pre: '/data', path: 'sub/secret.txt', n: 3000 }]);
+    } finally {
+      running = false;
+      await flipper;
+    }
+    const seen = (out[0] as { ok: Record<string, number> }).ok;
+    expect(flips).toBeGreaterThan(0);
+    expect(seen['TOP-SECRET']).toBeUndefined();
+    // The race really ran: some opens saw the real folder.
+    expect(seen.DECOY).toBeGreaterThan(0);
   });
 
   it('does not follow a host-planted symlink out of the grant (to a folder, to a file, chained)', async () => {
