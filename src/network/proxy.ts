@@ -113,7 +113,7 @@ export async function startEgressProxy(session: EgressSession, socketPath: strin
       } catch (err) {
         return reply(res, 403, denyText(err));
       }
-      forward(req, res, permit, path, hostHeader);
+      forward(req, res, permit, path, hostHeader, track);
     })();
   });
 
@@ -179,6 +179,7 @@ function forward(
   permit: EgressPermit,
   path: string,
   hostHeader: string,
+  track: (s: Duplex) => void,
 ): void {
   const { address, family, target } = permit;
   let failed = false;
@@ -201,6 +202,8 @@ function forward(
     setHost: false,
     agent: false,
   });
+  // Closed with the proxy when the run ends, like the client's side.
+  upstream.on('socket', track);
   req.on('data', (chunk: Buffer) => {
     if (!permit.count('out', chunk.length)) fail('cut: the run passed limits.networkBytes');
   });

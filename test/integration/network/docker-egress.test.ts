@@ -148,6 +148,36 @@ describe('docker egress through capsule’s proxy', () => {
     }
   });
 
+  it('a request still open when the run times out is cut when the proxy closes', async () => {
+    let closed!: () => void;
+    const socketClosed = new Promise<void>((resolve) => (closed = resolve));
+    const hanging = await listen((req) => req.socket.once('close', () => closed()));
+    const made = await example({ timeoutMs: 3000 });
+    try {
+      const capability = {
+        ...made.capability,
+        manifest: {
+          ...made.capability.manifest,
+          grants: {
+            ...made.capability.manifest.grants,
+            network: [{ host: 'api.test', ports: [hanging.port], internal: ['127.0.0.1'] }],
+          },
+        },
+      };
+      const r = await runner.run({
+        capability,
+        input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
+        egressAudit: audit,
+      });
+      expect(r.timedOut).toBe(true);
+      await socketClosed;
+      expect(hanging.requests).toHaveLength(1);
+    } finally {
+      await made.cleanup();
+      await hanging.close();
+    }
+  });
+
   it('the request cap holds inside the container', async () => {
     const made = await example({ networkRequests: 1 });
     try {
