@@ -46,6 +46,8 @@ export interface EgressPermit {
   readonly target: EgressTarget;
   /** Count bytes sent (out) or received (in); false once the run's byte cap is passed: cut the connection. */
   count(direction: 'out' | 'in', bytes: number): boolean;
+  /** Whether `bytes` more would stay within the run's byte cap (for a body not sent yet: nothing is counted). */
+  fits(bytes: number): boolean;
   /** The request is over (once; later calls do nothing): its record goes to the audit log. */
   end(note?: string): Promise<void>;
 }
@@ -189,6 +191,7 @@ export class EgressSession {
         }
         return true;
       },
+      fits: (bytes) => this.#bytes + bytes <= this.#maxBytes,
       end: (note) => {
         if (ended !== undefined) return ended;
         this.#open.delete(permit);

@@ -90,8 +90,12 @@ function send(
   const body = request.body ?? new Uint8Array(0);
   if (body.length > 0 || !['GET', 'HEAD'].includes(permit.target.method))
     headers['content-length'] = String(body.length);
-  if (!permit.count('out', body.length))
-    return Promise.reject(new EgressFetchError('the request body passes limits.networkBytes'));
+  if (!permit.fits(body.length))
+    return Promise.reject(
+      new EgressFetchError('the request body passes limits.networkBytes; nothing was sent'),
+    );
+  permit.count('out', body.length);
+
   const tls = url.protocol === 'https:';
   const options: https.RequestOptions = {
     // The checked address, never the name again (no DNS rebinding); TLS still verifies the name.

@@ -145,6 +145,49 @@ describe('wasm component egress through capsule’s host', () => {
     }
   });
 
+  it('hostile component: Host override, header injection, CONNECT, an oversized body and a request flood', async () => {
+    const source = `
+      import { fetch } from 'capsule:capability/http@0.1.0';
+      const attempt = (req) => {
+        try { const r = fetch(req); return r.status; } catch (e) { return 'refused: ' + String(e); }
+      };
+      export function run(input) {
+        const { port } = JSON.parse(input);
+        const url = 'http://api.test:' + port + '/';
+        const out = {};
+        out.hostOverride = attempt({ method: 'GET', url, headers: [['host', 'evil.test'], ['x-test', 'override']], body: null });
+        out.injection = attempt({ method: 'GET', url, headers: [['x-a', 'b\\r\\nhost: evil.test']], body: null });
+        out.connect = attempt({ method: 'CONNECT', url, headers: [], body: null });
+        out.bigBody = attempt({ method: 'POST', url, headers: [], body: new Uint8Array(20000) });
+        let flood = 0;
+        for (let i = 0; i < 50; i++) if (attempt({ method: 'GET', url, headers: [], body: null }) === 200) flood++;
+        out.flood = flood;
+        return JSON.stringify(out);
+      }`;
+    const { componentizeJs } = await import('../../../src/runners/wasm/componentize.js');
+    const built = await componentizeJs(source, { file: 'hostile.js' });
+    const { capability } = await wasmCapability('hostile', built.component, {
+      manifest: {
+        limits: { timeoutMs: 20_000, networkRequests: 10, networkBytes: 10_000 },
+        grants: { network: [{ host: 'api.test', ports: [granted.port], internal: ['127.0.0.1'] }] },
+      },
+    });
+    const seen = granted.requests.length;
+    const r = await runner.run({ capability, input: JSON.stringify({ port: granted.port }) });
+    expect(r.stderr).toBe('');
+    const out = JSON.parse(r.stdout) as Record<string, unknown>;
+    expect(out.hostOverride).toBe(200);
+    expect(out.injection).toMatch(/^refused: .*line break/);
+    expect(out.connect).toMatch(/^refused: .*CONNECT/);
+    expect(out.bigBody).toMatch(/^refused: .*limits\.networkBytes/);
+    // 10 requests allowed in all: the Host override, the oversized body (counted, then refused) and 8 of the flood.
+    expect(out.flood).toBe(8);
+    const mine = granted.requests.slice(seen);
+    expect(mine.every((q) => q.host === `api.test:${granted.port}`)).toBe(true);
+    expect(mine).toHaveLength(9);
+    expect(denied.connections).toBe(0);
+  });
+
   it('without grants.network the http interface refuses and nothing is reached', async () => {
     const before = granted.connections;
     const { capability } = await wasmCapability('fetch', FETCH_WASM);
