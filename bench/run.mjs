@@ -11,6 +11,7 @@ import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
 import { benchWasmFiles } from './wasm-files.mjs';
+import { benchWasmFs } from './wasm-fs.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const rows = [];
@@ -19,6 +20,7 @@ const suites = [
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
   ['wasm files', () => benchWasmFiles({ root })],
+  ['wasm-fs', () => benchWasmFs({ root })],
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
   ['registry', () => benchRegistry()],

@@ -134,7 +134,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
     const floor = 'wasm: bare preview1 instantiate+call (node:wasi, in-process)';
     rows.push(
       { name: floor, isFloor: true, ...stats(samples.bare) },
-      { name: 'wasm: preview1 with capsule guards, in-process', ...stats(samples.inproc), floor },
+      { name: "wasm: preview1 with capsule's preview1 host, in-process", ...stats(samples.inproc), floor },
       { name: 'wasm: capsule warm call, preview1 (worker pool)', ...stats(samples.ours), floor },
     );
   }

@@ -5,7 +5,9 @@
 //   git -C wasi-testsuite archive prod/testsuite-base tests | tar -x -C /tmp/wasi-ts
 //   npm run build && node scripts/wasm-conformance.mjs --suite /tmp/wasi-ts/tests node-wasi capsule
 // Candidates: node-wasi, browser-wasi-shim, wasmer-wasi (npm install @wasmer/wasi in a folder outside the
-// repo and set CONFORMANCE_DIR to it), capsule (the built WasmRunner in dist/). Each case runs in its own process with a 20 s limit.
+// repo and set CONFORMANCE_DIR to it), capsule (`capsule wasm run` of the built CLI, as the suite's
+// adapters run a runtime), capsule-runner (the built WasmRunner in-process). Each case runs in its own
+// process with a 20 s limit; the summary gives passes per test category (the suite's source language).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -108,6 +110,19 @@ async function runOne(cand, wasmPath, args, env, root) {
       return { exit: code, stdout: w.getStdoutString(), stderr: w.getStderrString() };
     }
     if (cand === 'capsule') {
+      // Through the built CLI, the way the suite's adapters run wasmtime: --env K=V, --dir ROOT::/, args.
+      const argv = [path.join(repo, 'dist/cli/main.js'), 'wasm', 'run'];
+      for (const [k, v] of Object.entries(env)) argv.push('--env', `${k}=${v}`);
+      if (root) argv.push('--dir', `${root}::/`);
+      argv.push('--timeout-ms', '15000', wasmPath, '--', ...args);
+      const p = spawnSync(process.execPath, argv, {
+        encoding: 'utf8',
+        input: '',
+        maxBuffer: 64 * 1024 * 1024,
+      });
+      return { exit: p.status === 134 ? 'trap' : p.status, stdout: p.stdout, stderr: p.stderr };
+    }
+    if (cand === 'capsule-runner') {
       const { WasmRunner } = await import(path.join(repo, 'dist/runners/wasm/wasm-runner.js'));
       const runner = new WasmRunner({ poolSize: 1 });
       try {
@@ -159,14 +174,15 @@ if (at < 0 || argv[at + 1] === undefined) {
 }
 const base = argv[at + 1];
 const cands = argv.filter((_, i) => i !== at && i !== at + 1);
-if (cands.length === 0) cands.push('node-wasi', 'browser-wasi-shim', 'wasmer-wasi', 'capsule');
+if (cands.length === 0)
+  cands.push('node-wasi', 'browser-wasi-shim', 'wasmer-wasi', 'capsule', 'capsule-runner');
 const suites = [
   'assemblyscript/testsuite/wasm32-wasip1',
   'c/testsuite/wasm32-wasip1',
   'rust/testsuite/wasm32-wasip1',
 ];
 for (const cand of cands) {
-  const res = { pass: 0, fail: 0, failed: [] };
+  const res = { pass: 0, fail: 0, failed: [], byCategory: {} };
   for (const suite of suites) {
     const dir = path.join(base, suite);
     if (!fs.existsSync(dir)) continue;
@@ -212,6 +228,9 @@ for (const cand of cands) {
         if (!ok)
           why = `exit=${r.exit} want ${expect.exit_code}; ${String(r.stderr).slice(0, 160).replace(/\n/g, ' | ')}`;
       }
+      const cat = (res.byCategory[suite.split('/')[0]] ??= { pass: 0, total: 0 });
+      cat.total++;
+      if (ok) cat.pass++;
       if (ok) res.pass++;
       else {
         res.fail++;
@@ -220,5 +239,6 @@ for (const cand of cands) {
     }
   }
   console.log(`${cand}: ${res.pass} passed, ${res.fail} failed of ${res.pass + res.fail}`);
+  for (const [cat, c] of Object.entries(res.byCategory)) console.log(`  ${cat}: ${c.pass}/${c.total}`);
   for (const f of res.failed) console.log(`  ${f}`);
 }

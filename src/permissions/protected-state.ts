@@ -74,6 +74,14 @@ export function isReservedName(name: string): boolean {
   return n === PROJECT_CONFIG_FILE || n === STATE_DIR || /^\.capsule[-_.]/.test(n);
 }
 
+const escapeRe = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/**
+ * isReservedName as a regular expression source (flag `i`), for code that cannot import this
+ * module (the Wasm worker hides these names inside granted folders).
+ */
+export const RESERVED_NAME_PATTERN = `^(?:${escapeRe(PROJECT_CONFIG_FILE)}|${escapeRe(STATE_DIR)}|\\.capsule[-_.].*)$`;
+
 /** Why a target is capsule's own state. */
 export interface ProtectedHit {
   /** The protected path involved (absolute). */

@@ -5,7 +5,7 @@ import { ENVIRONMENTS } from '../../manifest/environments.js';
 import type { Environment } from '../../manifest/types.js';
 import type { Draft } from '../../tools/capability-drafts.js';
 import { EXIT } from '../exit-codes.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, CliExit, json, write, type CliIO } from '../output.js';
 
 interface NewFlags {
   env: Environment;
@@ -175,6 +175,11 @@ export function registerNew(program: Command, io: CliIO): void {
           Workspace.open({ projectRoot: project.root, alsoProtected: [cacheDir, stateDir] }),
         ]);
         const progress = (message: string): void => void io.stderr.write(`capsule new: ${message}\n`);
+        // Ctrl-C: the build step finishes (componentizing cannot be interrupted), then the install
+        // sees the signal and removes its staging folder, so nothing is left behind.
+        const abort = new AbortController();
+        const onSigint = (): void => abort.abort();
+        process.once('SIGINT', onSigint);
         const result = await installDraft(
           draft,
           { root: flags.root, overwrite: false },
@@ -184,7 +189,7 @@ export function registerNew(program: Command, io: CliIO): void {
             protectedPaths: protectedPaths(workspace.root, cacheDir, stateDir).all,
             isolation: (c) => defaultIsolation(c),
             progress: (p) => progress(p.message),
-            signal: undefined,
+            signal: abort.signal,
             componentize: async (source, options) =>
               (
                 await componentizeJs(source, {
@@ -193,17 +198,23 @@ export function registerNew(program: Command, io: CliIO): void {
                 })
               ).component,
           },
-        ).catch((err: unknown) => {
-          // The tools' hint speaks of their overwrite argument; here the person chooses.
-          if (err instanceof CapsuleError && err.code === 'ALREADY_EXISTS') {
-            throw new CapsuleError(err.code, err.message, {
-              ...err.details,
-              field: 'NAME',
-              hint: 'Choose another NAME, or move the existing folder away first.',
-            });
-          }
-          throw err;
-        });
+        )
+          .finally(() => process.removeListener('SIGINT', onSigint))
+          .catch((err: unknown) => {
+            if (abort.signal.aborted) {
+              void io.stderr.write('capsule new: canceled; nothing was written\n');
+              throw new CliExit(EXIT.CANCELED);
+            }
+            // The tools' hint speaks of their overwrite argument; here the person chooses.
+            if (err instanceof CapsuleError && err.code === 'ALREADY_EXISTS') {
+              throw new CapsuleError(err.code, err.message, {
+                ...err.details,
+                field: 'NAME',
+                hint: 'Choose another NAME, or move the existing folder away first.',
+              });
+            }
+            throw err;
+          });
         if (flags.json) {
           await write(io.stdout, json(result));
         } else {

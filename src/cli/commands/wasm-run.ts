@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import type { DirGrant } from '../../runners/wasm/sandbox-fs.js';
+import type { DirGrant } from '../../runners/wasm/dir-grants.js';
 import { EXIT } from '../exit-codes.js';
 import { action, type CliIO } from '../output.js';
 
@@ -83,7 +83,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
     .description(
       'Run a WASI preview1 module like `wasmtime run`: its stdout, stderr and exit code pass through unchanged\n' +
         '(proc_exit codes preserved; a trap exits 134, a timeout 124). Only --dir directories are visible\n' +
-        '(each as a disposable copy, changes written back); the environment holds only --env variables; no network.',
+        '(the folders themselves, every path confined beneath them); the environment holds only --env variables; no network.',
     )
     .argument('<module>', 'the .wasm file')
     .argument('[args...]', 'arguments for the module, after -- (argv[0] is the module path)')

@@ -33,7 +33,6 @@ import {
   fstatSync,
   linkSync,
   lstatSync,
-  lutimesSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -44,13 +43,25 @@ import {
   unlinkSync,
 } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 
 /** Symlinks one walk may follow before it is ELOOP (Linux's own limit is 40). */
 export const MAX_SYMLINK_HOPS = 40;
 
 /** O_PATH is not in Node's constants; Linux's value (an fd that names a file without opening it). */
 const O_PATH = 0o10000000;
-const { O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, O_EXCL, O_DIRECTORY, O_NOFOLLOW } = constants;
+const {
+  O_RDONLY,
+  O_WRONLY,
+  O_RDWR,
+  O_CREAT,
+  O_TRUNC,
+  O_APPEND,
+  O_EXCL,
+  O_DIRECTORY,
+  O_NOFOLLOW,
+  O_NONBLOCK,
+} = constants;
 const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
 
 /**
@@ -59,7 +70,8 @@ const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
  */
 export class ConfinedError extends Error {
   constructor(
-    readonly code: 'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST',
+    readonly code:
+      'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST' | 'EISDIR',
     message: string,
   ) {
     super(`${code}: ${message}`);
@@ -173,7 +185,13 @@ export class ConfinedDir {
       if (r.trailingSlash && (flags & O_CREAT) !== 0) {
         throw new ConfinedError('EINVAL', `${guestPath}: cannot create a file with a trailing slash`);
       }
-      const fd = openSync(r.path, flags | O_NOFOLLOW | (r.trailingSlash ? O_DIRECTORY : 0), options.mode);
+      // O_NONBLOCK: a FIFO planted in a grant would block open() in native code, where not even
+      // the worker's termination at the call's timeout reaches it (no effect on regular files).
+      const fd = openSync(
+        r.path,
+        flags | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
+        options.mode,
+      );
       try {
         this.#checkInside(fd, guestPath);
       } catch (err) {
@@ -224,7 +242,7 @@ export class ConfinedDir {
     this.at(guestPath, { follow: false }, (r) => {
       if (r.trailingSlash) {
         const st = lstatSync(r.path);
-        throw new ConfinedError(st.isDirectory() ? 'EINVAL' : 'ENOTDIR', `${guestPath}: trailing slash`);
+        throw new ConfinedError(st.isDirectory() ? 'EISDIR' : 'ENOTDIR', `${guestPath}: trailing slash`);
       }
       unlinkSync(r.path);
     });
@@ -235,16 +253,17 @@ export class ConfinedDir {
   }
 
   /**
-   * Creates a symlink at `guestPath`. Refused at creation (ENOTCAPABLE) when `target` is absolute or
-   * would lead above this directory from the link's folder: the link lives in the user's real
-   * folder, where host tools would follow it out. Use-time walks check every link anyway.
+   * Creates a symlink at `guestPath`. Its target must lead downward from the link (relative, no
+   * `..`; see {@link leadsDownward}), else ENOTCAPABLE at creation: the link lives in the user's
+   * real folder, where host tools follow links without capsule's checks, and only downward links
+   * stay inside whatever the guest later renames or links. Use-time walks check every link anyway.
    */
   symlink(target: string, guestPath: string): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
       if (r.trailingSlash) throw new ConfinedError('ENOENT', `${guestPath}: trailing slash`);
-      if (!staysInside(target, this.#depthOf(r.dirFd))) {
-        throw new ConfinedError('ENOTCAPABLE', `symlink target ${target} leads out of the directory`);
+      if (!leadsDownward(target)) {
+        throw new ConfinedError('ENOTCAPABLE', `symlink target ${target} is absolute or climbs with ..`);
       }
       symlinkSync(target, r.path);
     });
@@ -279,10 +298,10 @@ export class ConfinedDir {
     );
   }
 
-  /** Sets access and modification times (seconds, fractional) without following the final component. */
-  utimes(guestPath: string, options: WalkOptions, atime: number, mtime: number): void {
+  /** Sets access and/or modification times without following the final component (see setTimes). */
+  utimes(guestPath: string, options: WalkOptions, times: FileTimes): void {
     this.#writable(guestPath);
-    this.at(guestPath, options, (r) => lutimesSync(r.path, atime, mtime));
+    this.at(guestPath, options, (r) => setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true));
   }
 
   close(): void {
@@ -297,17 +316,6 @@ export class ConfinedDir {
 
   #writable(guestPath: string): void {
     if (this.readOnly) throw new ConfinedError('EROFS', `${guestPath}: read-only`);
-  }
-
-  /** How many levels below this directory `dirFd` (from a walk) lies; 0 for this directory itself. */
-  #depthOf(dirFd: number): number {
-    if (dirFd === this.fd) return 0;
-    const base = this.hostPath();
-    const at = readlinkSync(fdPath(dirFd));
-    return at
-      .slice(base.length)
-      .split('/')
-      .filter((p) => p !== '').length;
   }
 
   /** The after-open check: the opened file's real path must be this directory or beneath it. */
@@ -397,14 +405,52 @@ export class ConfinedDir {
   }
 }
 
-/** True when a relative symlink `target`, read from a folder `depth` levels down, never goes above level 0. */
-export function staysInside(target: string, depth: number): boolean {
+/**
+ * The rule for symlinks a guest makes: relative, non-empty, no `..` component. A link whose target
+ * only descends from its own folder stays beneath that folder, and so does any chain of such links,
+ * wherever the guest later moves them; a `..` that is inside when made (`sub/up -> ..`) can be taken
+ * out by a second link through it (`x -> sub/up/..`) or by moving the folder that holds it.
+ */
+export function leadsDownward(target: string): boolean {
   if (target === '' || target.startsWith('/')) return false;
-  let d = depth;
-  for (const part of target.split('/')) {
-    if (part === '..') d -= 1;
-    else if (part !== '' && part !== '.') d += 1;
-    if (d < 0) return false;
+  return target.split('/').every((part) => part !== '..');
+}
+
+/** New times in nanoseconds since the epoch; `now` for the current time, absent to leave one as is. */
+export interface FileTimes {
+  atime?: bigint | 'now' | undefined;
+  mtime?: bigint | 'now' | undefined;
+}
+
+const TOUCH = ['/usr/bin/touch', '/bin/touch'].find((p) => existsSync(p));
+
+/**
+ * Sets file times to the nanosecond. Node's utimes takes seconds as a double and libuv keeps only
+ * microseconds (and cannot leave one time unchanged), so preview1's exact times go through
+ * coreutils' touch (utimensat with UTIME_OMIT), run without environment on a /proc path of this
+ * process; `noDeref` (-h) never follows a symlink there.
+ */
+export function setTimes(procPath: string, times: FileTimes, noDeref: boolean): void {
+  if (TOUCH === undefined) throw new ConfinedError('EINVAL', 'setting file times needs touch(1)');
+  const spec = (t: bigint): string => `@${t / 1_000_000_000n}.${String(t % 1_000_000_000n).padStart(9, '0')}`;
+  const run = (which: string[], t: bigint | 'now'): void => {
+    const args = [
+      ...which,
+      ...(noDeref ? ['-h'] : []),
+      ...(t === 'now' ? [] : ['-d', spec(t)]),
+      '--',
+      procPath,
+    ];
+    try {
+      execFileSync(TOUCH, args, { env: {}, stdio: 'ignore' });
+    } catch {
+      throw new ConfinedError('EACCES', 'cannot set the file times');
+    }
+  };
+  const { atime, mtime } = times;
+  if (atime !== undefined && atime === mtime) run(['-a', '-m'], atime);
+  else {
+    if (atime !== undefined) run(['-a'], atime);
+    if (mtime !== undefined) run(['-m'], mtime);
   }
-  return true;
 }

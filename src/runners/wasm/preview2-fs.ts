@@ -11,14 +11,13 @@ import {
   fstatSync,
   fsyncSync,
   ftruncateSync,
-  futimesSync,
   readSync,
   writeSync,
   type BigIntStats,
   type Dirent,
   type Stats,
 } from 'node:fs';
-import { ConfinedDir, ConfinedError } from './confined-dir.js';
+import { ConfinedDir, ConfinedError, setTimes, type FileTimes } from './confined-dir.js';
 import type { GuestPreopen } from './protocol.js';
 import {
   InputStream,
@@ -236,8 +235,7 @@ class Descriptor {
   setTimes(atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
     const fd = this.#hostFd();
-    const st = guarded(() => fstatSync(fd));
-    guarded(() => futimesSync(fd, timeOf(atime, st.atimeMs), timeOf(mtime, st.mtimeMs)));
+    guarded(() => setTimes(`/proc/${process.pid}/fd/${fd}`, fileTimes(atime, mtime), false));
   }
   read(length: bigint, offset: bigint): [Uint8Array, boolean] {
     const fd = this.#file();
@@ -273,11 +271,7 @@ class Descriptor {
   setTimesAt(flags: PathFlags, p: string, atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
     const dir = this.#dir();
-    const follow = flags.symlinkFollow === true;
-    guarded(() => {
-      const st = dir.stat(p, { follow });
-      dir.utimes(p, { follow }, timeOf(atime, Number(st.atimeMs)), timeOf(mtime, Number(st.mtimeMs)));
-    });
+    guarded(() => dir.utimes(p, { follow: flags.symlinkFollow === true }, fileTimes(atime, mtime)));
   }
   linkAt(oldFlags: PathFlags, oldPath: string, newDescriptor: Descriptor, newPath: string): void {
     this.#writable();
@@ -396,11 +390,15 @@ class DirectoryEntryStream {
 /** The filesystem resource classes (frozen with the host's other classes). */
 export const FS_RESOURCES = [Descriptor, DirectoryEntryStream] as const;
 
-/** Seconds (fractional) for a new timestamp; `currentMs` is kept for no-change. */
-function timeOf(t: NewTimestamp, currentMs: number): number {
-  if (t.tag === 'now') return Date.now() / 1000;
-  if (t.tag === 'timestamp') return Number(t.val.seconds) + t.val.nanoseconds / 1e9;
-  return currentMs / 1000;
+/** wasi new-timestamps as the resolver's file times (nanoseconds; no-change leaves it out). */
+function fileTimes(atime: NewTimestamp, mtime: NewTimestamp): FileTimes {
+  const one = (t: NewTimestamp): bigint | 'now' | undefined =>
+    t.tag === 'now'
+      ? 'now'
+      : t.tag === 'timestamp'
+        ? t.val.seconds * 1_000_000_000n + BigInt(t.val.nanoseconds)
+        : undefined;
+  return { atime: one(atime), mtime: one(mtime) };
 }
 
 function fileSource(fd: number, offset: number): ByteSource {
@@ -445,26 +443,19 @@ export interface ComponentFilesystem {
 }
 
 /**
- * capsule's own state names, hidden in every grant at any depth: the rule of isReservedName
- * (src/permissions/protected-state.ts), which the worker cannot import; a unit test keeps the two
- * in step.
- */
-export function isHiddenName(name: string): boolean {
-  const n = name.toLowerCase();
-  return n === 'capsule.json' || n === '.capsule' || /^\.capsule[-_.]/.test(n);
-}
-
-/**
  * wasi:filesystem for one call: its preopens (the job's granted folders, each opened now as a
  * ConfinedDir; a grant that is no longer a real folder fails the call) and its open files.
  */
-export function componentFilesystem(preopens: readonly GuestPreopen[]): ComponentFilesystem {
+export function componentFilesystem(
+  preopens: readonly GuestPreopen[],
+  hidden: ((name: string) => boolean) | undefined,
+): ComponentFilesystem {
   const opened: Preopen[] = [];
   const roots: Array<readonly [Preopen, string, DescriptorFlags]> = [];
   try {
     for (const p of preopens) {
       const pre: Preopen = {
-        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden: isHiddenName }),
+        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
         readOnly: p.readOnly,
         files: new Set(),
         dirs: new Set(),

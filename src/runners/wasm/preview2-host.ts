@@ -46,6 +46,8 @@ export const PREVIEW2_INTERFACES: readonly string[] = [
 export interface Preview2Io {
   stdout: ByteSink;
   stderr: ByteSink;
+  /** Names hidden in every granted folder (capsule's own state; see protocol.ts hiddenNames). */
+  hidden: ((name: string) => boolean) | undefined;
   /** Ends the call with the guest's exit code (throws). */
   exit(code: number): never;
   /** capsule's outgoing HTTP for this call (http-bridge.ts); absent without grants.network. */
@@ -98,7 +100,7 @@ export function preview2Imports(job: ComponentJob, io: Preview2Io): Preview2Host
   const stdinStream = new InputStream(memorySource(new Uint8Array(0)));
   const stdoutStream = new OutputStream(io.stdout);
   const stderrStream = new OutputStream(io.stderr);
-  const fs = componentFilesystem(job.preopens);
+  const fs = componentFilesystem(job.preopens, io.hidden);
   const deny = (): never => {
     throw 'access-denied';
   };

@@ -1,16 +1,13 @@
 /**
- * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker's
- * modules import only `node:` builtins and each other (see resolveWorkerUrl).
+ * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker and
+ * what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
  */
 import type { WasmModule } from './wasm-types.js';
 
 export interface GuestPreopen {
   /** Path the guest sees, e.g. `/data`. */
   guest: string;
-  /**
-   * Host directory backing it: for a module a disposable copy, never the granted directory itself;
-   * for a component the granted directory (real path), reached only through capsule's resolver.
-   */
+  /** The granted host directory itself (absolute, canonical); the guest works on it through ConfinedDir. */
   host: string;
   readOnly: boolean;
 }
@@ -31,6 +28,8 @@ export interface ModuleJob {
   env: Record<string, string>;
   stdin: Uint8Array;
   preopens: GuestPreopen[];
+  /** Source of a case-insensitive pattern of names hidden in granted folders (capsule's own state). */
+  hiddenNames: string | undefined;
   outputBytes: number;
   /** Pages the (single) memory may reach after the rewrite, for OOM reporting. */
   maxPages: number;
@@ -55,6 +54,8 @@ export interface ComponentJob {
   preopens: GuestPreopen[];
   /** capsule's http interface answers (through the main thread's egress policy): grants.network is set. */
   network: boolean;
+  /** As for a module: names hidden in granted folders (capsule's own state). */
+  hiddenNames: string | undefined;
   outputBytes: number;
   maxPages: number;
 }

@@ -5,14 +5,14 @@ import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
 import { EgressSession, type Resolver } from '../../network/egress.js';
 import type { HttpAnswer, HttpRequestWire } from './http-bridge.js';
-import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
+import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../permissions/protected-state.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
 import type { GuestPreopen, Job } from './protocol.js';
-import { guestPathFor, preparePreopens } from './sandbox-fs.js';
-import type { DirGrant, PreparedPreopens } from './sandbox-fs.js';
+import { assertDirGrants, guestPathFor } from './dir-grants.js';
+import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
 import { PREVIEW2_INTERFACES } from './preview2-host.js';
 
@@ -29,10 +29,6 @@ export interface WasmRunnerOptions {
   projectRoot?: string | undefined;
   /** Pooled workers (default: min(2, available cores)). */
   poolSize?: number | undefined;
-  /** Where disposable copies of granted directories are made (default: the OS temp dir). */
-  scratchDir?: string | undefined;
-  /** Largest total size of granted directories copied for one call (default 256 MiB). */
-  maxGrantCopyBytes?: number | undefined;
   /** Host environment that granted variable names are read from (default: process.env). */
   hostEnv?: NodeJS.ProcessEnv | undefined;
   /** How components' granted host names are resolved. Default the system resolver (tests map names to loopback). */
@@ -67,10 +63,11 @@ export interface WasmRawResult extends Omit<RunResult, 'stdout' | 'stderr'> {
 }
 
 /**
- * The Wasm runner: WASI preview1 modules (node:wasi behind capsule's guards) and components
- * (jco-transpiled, run against capsule's own sandboxed preview2 host). Every call gets a fresh
- * instance in a pooled worker, a hard wall-clock timeout, a memory cap written into the module,
- * output caps, and only the granted directories — as disposable copies at `/<declared path>`.
+ * The Wasm runner: WASI preview1 modules (capsule's own preview1 host, preview1/host.ts) and
+ * components (jco-transpiled, run against capsule's own sandboxed preview2 host). Every call gets a
+ * fresh instance in a pooled worker, a hard wall-clock timeout, a memory cap written into the
+ * module, output caps, and only the granted directories at `/<declared path>` — the folders
+ * themselves, every path confined beneath them by ConfinedDir (no copies).
  */
 export class WasmRunner implements Runner {
   readonly environment = 'wasm' as const;
@@ -193,97 +190,68 @@ export class WasmRunner implements Runner {
         );
       }
     }
-    // A component reaches its granted folders directly, through the host's confined resolver
-    // (preview2-fs.ts); a module still gets disposable copies.
-    const fs =
-      prepared.kind === 'component'
-        ? directPreopens(spec.dirs)
-        : await preparePreopens(spec.dirs, {
-            scratchDir: this.#options.scratchDir,
-            maxCopyBytes: this.#options.maxGrantCopyBytes ?? 256 * 1024 * 1024,
-          });
-    try {
-      const job = toJob(prepared, spec, fs.preopens);
-      const egress = spec.egress;
-      const outcome = await this.#pool.run(job, {
-        timeoutMs: spec.timeoutMs,
-        signal: spec.signal,
-        onHttp: egress === undefined ? undefined : (request) => httpThroughEgress(egress, request),
-      });
-      const base: WasmRawResult = {
-        environment: 'wasm',
-        exitCode: null,
-        signal: null,
-        stdout: new Uint8Array(0),
-        stderr: new Uint8Array(0),
-        timedOut: outcome.timedOut,
-        canceled: outcome.canceled,
-        truncated: false,
-        oomKilled: false,
-        durationMs: 0,
-      };
-      if (outcome.startError !== undefined) {
-        if (outcome.startError instanceof CapsuleError) throw outcome.startError;
-        throw new CapsuleError(
-          'RUNNER_UNAVAILABLE',
-          `cannot start a Wasm worker: ${String(outcome.startError)}`,
-          {
-            hint: 'Reinstall or rebuild capsule (npm run build).',
-          },
-        );
-      }
-      const { reply } = outcome;
-      if (reply?.type === 'failed') {
-        throw new CapsuleError('RUNNER_FAILED', `${spec.file} cannot start: ${reply.message}`, {
-          file: spec.file,
-          hint: 'A WASI preview1 command needs only wasi_snapshot_preview1 imports and a _start export.',
-        });
-      }
-      if (reply !== undefined) {
-        base.exitCode = reply.exitCode;
-        base.stdout = reply.stdout;
-        base.stderr = reply.stderr;
-        base.truncated = reply.truncated;
-        base.oomKilled = reply.oomKilled;
-        // Like a real filesystem, what the guest wrote stays whatever its exit code; a run killed
-        // on timeout or cancel (possibly mid-write) is not written back.
-        try {
-          await fs.commit();
-        } catch (err) {
-          throw new CapsuleError(
-            'RUNNER_FAILED',
-            `writing the guest's changes back failed: ${(err as Error).message}`,
-            {
-              hint: 'Check that the granted directories are writable by capsule.',
-            },
-          );
-        }
-      } else if (outcome.crash !== undefined) {
-        base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
-        base.oomKilled = /memory/i.test(outcome.crash);
-      } else if (outcome.timedOut) {
-        base.stderr = Buffer.from(`capsule: killed after the ${spec.timeoutMs} ms time limit\n`);
-      }
-      base.durationMs = performance.now() - started;
-      return base;
-    } finally {
-      await fs.dispose();
+    await assertDirGrants(spec.dirs);
+    const preopens: GuestPreopen[] = spec.dirs.map((d) => ({
+      guest: d.guestPath,
+      host: d.hostPath,
+      readOnly: d.mode === 'ro',
+    }));
+    const job = toJob(prepared, spec, preopens);
+    const egress = spec.egress;
+    const outcome = await this.#pool.run(job, {
+      timeoutMs: spec.timeoutMs,
+      signal: spec.signal,
+      onHttp: egress === undefined ? undefined : (request) => httpThroughEgress(egress, request),
+    });
+    const base: WasmRawResult = {
+      environment: 'wasm',
+      exitCode: null,
+      signal: null,
+      stdout: new Uint8Array(0),
+      stderr: new Uint8Array(0),
+      timedOut: outcome.timedOut,
+      canceled: outcome.canceled,
+      truncated: false,
+      oomKilled: false,
+      durationMs: 0,
+    };
+    if (outcome.startError !== undefined) {
+      if (outcome.startError instanceof CapsuleError) throw outcome.startError;
+      throw new CapsuleError(
+        'RUNNER_UNAVAILABLE',
+        `cannot start a Wasm worker: ${String(outcome.startError)}`,
+        {
+          hint: 'Reinstall or rebuild capsule (npm run build).',
+        },
+      );
     }
+    const { reply } = outcome;
+    if (reply?.type === 'failed') {
+      throw new CapsuleError('RUNNER_FAILED', `${spec.file} cannot start: ${reply.message}`, {
+        file: spec.file,
+        hint: 'A WASI preview1 command needs only wasi_snapshot_preview1 imports and a _start export.',
+      });
+    }
+    if (reply !== undefined) {
+      base.exitCode = reply.exitCode;
+      base.stdout = reply.stdout;
+      base.stderr = reply.stderr;
+      base.truncated = reply.truncated;
+      base.oomKilled = reply.oomKilled;
+    } else if (outcome.crash !== undefined) {
+      base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
+      base.oomKilled = /memory/i.test(outcome.crash);
+    } else if (outcome.timedOut) {
+      base.stderr = Buffer.from(`capsule: killed after the ${spec.timeoutMs} ms time limit\n`);
+    }
+    base.durationMs = performance.now() - started;
+    return base;
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     await this.#pool.close();
   }
-}
-
-/** Granted folders as they are (no copy), for a host that confines every path itself. */
-function directPreopens(dirs: readonly DirGrant[]): PreparedPreopens {
-  return {
-    preopens: dirs.map((d) => ({ guest: d.guestPath, host: d.hostPath, readOnly: d.mode === 'ro' })),
-    commit: async () => {},
-    dispose: async () => {},
-  };
 }
 
 function capPages(memoryMb: number): number {
@@ -301,6 +269,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
       env: spec.env,
       stdin: spec.input,
       preopens,
+      hiddenNames: RESERVED_NAME_PATTERN,
       outputBytes: spec.outputBytes,
       maxPages: prepared.maxPages,
     };
@@ -314,6 +283,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     env: spec.env,
     preopens,
     network: spec.egress !== undefined,
+    hiddenNames: RESERVED_NAME_PATTERN,
     outputBytes: spec.outputBytes,
     maxPages: prepared.maxPages,
   };
@@ -332,8 +302,9 @@ async function httpThroughEgress(egress: EgressSession, request: HttpRequestWire
 
 /**
  * The worker runs as plain JavaScript: from dist it is the compiled worker.js beside this file;
- * from src (vitest) worker.ts and the sibling modules it imports are transpiled on the fly into
- * data: URLs (they import only `node:` builtins and each other, so they need nothing else).
+ * from src (vitest) worker.ts and the sibling modules it imports (which, like it, import only
+ * `node:` builtins) are transpiled on the fly into data: URLs, each relative import rewritten to
+ * the data: URL of its module.
  */
 async function resolveWorkerUrl(): Promise<URL> {
   const compiled = new URL('./worker.js', import.meta.url);
@@ -349,29 +320,25 @@ async function resolveWorkerUrl(): Promise<URL> {
     );
   }
   const ts = await import('typescript');
-  const urls = new Map<string, Promise<string>>();
-  const transpiled = (file: URL): Promise<string> => {
-    let url = urls.get(file.href);
-    if (url === undefined) {
-      url = (async () => {
-        const out = ts.transpileModule(await readFile(fileURLToPath(file), 'utf8'), {
-          compilerOptions: {
-            module: ts.ModuleKind.ESNext,
-            target: ts.ScriptTarget.ES2022,
-            verbatimModuleSyntax: false,
-          },
-        });
-        // Sibling imports (type-only ones are gone after transpiling) become data: URLs too.
-        let text = out.outputText;
-        for (const m of new Set(text.matchAll(/from\s+'(\.\/[\w-]+)\.js'/g))) {
-          const dep = await transpiled(new URL(`${m[1]}.ts`, file));
-          text = text.replaceAll(`'${m[1]}.js'`, `'${dep}'`);
-        }
-        return `data:text/javascript;base64,${Buffer.from(text).toString('base64')}`;
-      })();
-      urls.set(file.href, url);
+  const done = new Map<string, string>();
+  const toDataUrl = async (file: URL): Promise<string> => {
+    const known = done.get(file.href);
+    if (known !== undefined) return known;
+    const out = ts.transpileModule(await readFile(fileURLToPath(file), 'utf8'), {
+      compilerOptions: {
+        module: ts.ModuleKind.ESNext,
+        target: ts.ScriptTarget.ES2022,
+        verbatimModuleSyntax: false,
+      },
+    });
+    let js = out.outputText;
+    for (const m of [...js.matchAll(/from '(\.\.?\/[^']+)\.js'/g)]) {
+      const spec = m[1] as string;
+      js = js.replaceAll(`from '${spec}.js'`, `from '${await toDataUrl(new URL(`${spec}.ts`, file))}'`);
     }
+    const url = `data:text/javascript;base64,${Buffer.from(js).toString('base64')}`;
+    done.set(file.href, url);
     return url;
   };
-  return new URL(await transpiled(source));
+  return new URL(await toDataUrl(source));
 }

@@ -111,7 +111,11 @@ export class WorkerPool {
     this.#closed = true;
     for (const t of this.#queue.splice(0))
       t.resolve({ reply: undefined, timedOut: false, canceled: true, crash: undefined });
-    await Promise.all([...this.#slots.splice(0).map((s) => s.worker.terminate()), ...this.#dying]);
+    // A slot whose worker is still being spawned has none yet; #pump terminates it once it exists.
+    await Promise.all([
+      ...this.#slots.splice(0).flatMap((s) => (s.worker === undefined ? [] : [s.worker.terminate()])),
+      ...this.#dying,
+    ]);
   }
 
   async #spawn(): Promise<Slot> {
@@ -152,6 +156,10 @@ export class WorkerPool {
             startError: err,
           });
           continue;
+        }
+        if (this.#closed) {
+          void fresh.worker.terminate();
+          return;
         }
         fresh.busy = false;
         slot = fresh;

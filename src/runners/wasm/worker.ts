@@ -1,14 +1,14 @@
 /**
  * Pooled worker of the WasmRunner: instantiates a fresh instance per job and runs it.
- * It imports only `node:` builtins and sibling worker modules (the preview2 host): under vitest they
- * are transpiled to data: URLs, from dist it is loaded as worker.js. The main thread enforces wall
- * time by terminating this worker.
+ * It imports only `node:` builtins and sibling modules that do the same (the preview1 host,
+ * confined-dir, the preview2 host): from dist it is loaded as worker.js, under vitest as data: URLs
+ * (see resolveWorkerUrl). The main thread enforces wall time by terminating this worker.
  */
-import { openSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import { setFlagsFromString } from 'node:v8';
-import { WASI } from 'node:wasi';
 import type { ComponentJob, Job, JobReply, ModuleJob } from './protocol.js';
+import { createPreview1, Preview1Exit } from './preview1/host.js';
+import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
 import { preview2Imports, type Preview2Host } from './preview2-host.js';
 import { blockingHttp } from './http-bridge.js';
@@ -51,23 +51,6 @@ function onlyJspiProbes(jsUrl: string): boolean {
 
 const TRAP = 134;
 const PAGE = 65_536;
-// WASI preview1 errno values used by the read-only guard.
-const E_BADF = 8;
-const E_FAULT = 21;
-const E_NOTSUP = 58;
-const E_ROFS = 69;
-// Rights / flags that mean "may modify" on path_open.
-const RIGHT_FD_WRITE = 1n << 6n;
-const RIGHT_FD_ALLOCATE = 1n << 8n;
-const RIGHT_FD_FILESTAT_SET_SIZE = 1n << 22n;
-const RIGHT_FD_FILESTAT_SET_TIMES = 1n << 23n;
-const WRITE_RIGHTS =
-  RIGHT_FD_WRITE | RIGHT_FD_ALLOCATE | RIGHT_FD_FILESTAT_SET_SIZE | RIGHT_FD_FILESTAT_SET_TIMES;
-const OFLAG_CREAT = 1;
-const OFLAG_TRUNC = 8;
-const OFLAG_DIRECTORY = 2;
-const FDFLAG_APPEND = 1;
-
 class OutputLimit extends Error {}
 class GuestExit extends Error {
   constructor(readonly code: number) {
@@ -97,8 +80,6 @@ class Sink {
   }
 }
 
-const devNull = openSync('/dev/null', 'r+');
-
 function post(reply: JobReply): void {
   // Copied, not transferred: Buffer.concat may hand out a slice of Node's shared pool.
   parentPort?.postMessage(reply);
@@ -106,215 +87,6 @@ function post(reply: JobReply): void {
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** Wraps node:wasi's preview1 functions: stdio in memory with caps, read-only preopens, no symlink creation. */
-function wrapPreview1(
-  base: Record<string, (...args: never[]) => unknown>,
-  job: ModuleJob,
-  memory: () => WasmMemory | undefined,
-  stdout: Sink,
-  stderr: Sink,
-): Record<string, unknown> {
-  const roFds = new Set<number>();
-  // node:wasi numbers preopens 3, 4, … in insertion order.
-  job.preopens.forEach((p, i) => {
-    if (p.readOnly) roFds.add(3 + i);
-  });
-  let stdinPos = 0;
-  const view = (): DataView | undefined => {
-    const m = memory();
-    return m === undefined ? undefined : new DataView(m.buffer);
-  };
-  // Wasm passes i32 as signed JS numbers; node:wasi's native functions expect the unsigned view
-  // (what they receive when Wasm calls them directly), so convert before delegating.
-  const call = (name: string, ...args: unknown[]): number =>
-    (base[name] as unknown as (...a: unknown[]) => number)(
-      ...args.map((a) => (typeof a === 'number' ? a >>> 0 : a)),
-    );
-
-  // A guest pointer outside its memory is EFAULT, not a host exception.
-  const faultSafe =
-    <A extends unknown[]>(fn: (...args: A) => number) =>
-    (...args: A): number => {
-      try {
-        return fn(...args);
-      } catch (err) {
-        if (err instanceof RangeError) return E_FAULT;
-        throw err;
-      }
-    };
-
-  const wrapped: Record<string, unknown> = { ...base };
-  // Pointers arrive as signed i32: `>>> 0` gives the address (memories past 2 GiB).
-  wrapped.fd_write = faultSafe(
-    (fd: number, iovsArg: number, iovsLen: number, nwrittenArg: number): number => {
-      const iovs = iovsArg >>> 0;
-      const nwritten = nwrittenArg >>> 0;
-      if (fd !== 1 && fd !== 2) return roFds.has(fd) ? E_BADF : call('fd_write', fd, iovs, iovsLen, nwritten);
-      const dv = view();
-      const m = memory();
-      if (dv === undefined || m === undefined) return E_BADF;
-      const sink = fd === 1 ? stdout : stderr;
-      let total = 0;
-      for (let i = 0; i < iovsLen; i++) {
-        const ptr = dv.getUint32(iovs + i * 8, true);
-        const len = dv.getUint32(iovs + i * 8 + 4, true);
-        sink.write(new Uint8Array(m.buffer, ptr, len));
-        total += len;
-      }
-      dv.setUint32(nwritten, total, true);
-      return 0;
-    },
-  );
-  wrapped.fd_read = faultSafe((fd: number, iovsArg: number, iovsLen: number, nreadArg: number): number => {
-    const iovs = iovsArg >>> 0;
-    const nread = nreadArg >>> 0;
-    if (fd !== 0) return call('fd_read', fd, iovs, iovsLen, nread);
-    const dv = view();
-    const m = memory();
-    if (dv === undefined || m === undefined) return E_BADF;
-    let total = 0;
-    for (let i = 0; i < iovsLen && stdinPos < job.stdin.length; i++) {
-      const ptr = dv.getUint32(iovs + i * 8, true);
-      const len = dv.getUint32(iovs + i * 8 + 4, true);
-      const chunk = job.stdin.subarray(stdinPos, stdinPos + len);
-      new Uint8Array(m.buffer, ptr, chunk.length).set(chunk);
-      stdinPos += chunk.length;
-      total += chunk.length;
-    }
-    dv.setUint32(nread, total, true);
-    return 0;
-  });
-  // node:wasi answers EINVAL to environ_get when the environment is empty (capsule's default).
-  if (Object.keys(job.env).length === 0) wrapped.environ_get = (): number => 0;
-  wrapped.path_open = (
-    dirfd: number,
-    dirflags: number,
-    path: number,
-    pathLen: number,
-    oflags: number,
-    rightsBase: bigint,
-    rightsInheriting: bigint,
-    fdflags: number,
-    fdOut: number,
-  ): number => {
-    const ro = roFds.has(dirfd);
-    if (ro && ((oflags & (OFLAG_CREAT | OFLAG_TRUNC)) !== 0 || (fdflags & FDFLAG_APPEND) !== 0))
-      return E_ROFS;
-    let base = rightsBase;
-    let inheriting = rightsInheriting;
-    if (ro) {
-      // Opening for writing on a ro grant fails at open, like a read-only mount. Other modifying
-      // rights are dropped, not refused: wasi-libc asks for every right its mode allows (O_RDONLY
-      // included set-times), and the fd-level guards below refuse those calls on ro fds anyway.
-      const dirOpen = (oflags & OFLAG_DIRECTORY) !== 0;
-      if (!dirOpen && (BigInt.asUintN(64, rightsBase) & RIGHT_FD_WRITE) !== 0n) return E_ROFS;
-      base = BigInt.asIntN(64, BigInt.asUintN(64, base) & ~WRITE_RIGHTS);
-      inheriting = BigInt.asIntN(64, BigInt.asUintN(64, inheriting) & ~WRITE_RIGHTS);
-    }
-    const ret = call('path_open', dirfd, dirflags, path, pathLen, oflags, base, inheriting, fdflags, fdOut);
-    if (ret === 0 && ro) {
-      const dv = view();
-      if (dv !== undefined) roFds.add(dv.getUint32(fdOut >>> 0, true));
-    }
-    return ret;
-  };
-  const denyOnRo =
-    (name: string, ...fdArgs: number[]) =>
-    (...args: unknown[]): number => {
-      if (fdArgs.some((i) => roFds.has(args[i] as number))) return E_ROFS;
-      return call(name, ...args);
-    };
-  wrapped.path_create_directory = denyOnRo('path_create_directory', 0);
-  wrapped.path_remove_directory = denyOnRo('path_remove_directory', 0);
-  wrapped.path_unlink_file = denyOnRo('path_unlink_file', 0);
-  wrapped.path_rename = denyOnRo('path_rename', 0, 3);
-  wrapped.path_link = denyOnRo('path_link', 0, 4);
-  wrapped.path_filestat_set_times = denyOnRo('path_filestat_set_times', 0);
-  wrapped.fd_pwrite = denyOnRo('fd_pwrite', 0);
-  wrapped.fd_allocate = denyOnRo('fd_allocate', 0);
-  wrapped.fd_filestat_set_size = denyOnRo('fd_filestat_set_size', 0);
-  wrapped.fd_filestat_set_times = denyOnRo('fd_filestat_set_times', 0);
-  // node:wasi sleeps for a clock subscription in native code, which worker.terminate() cannot
-  // interrupt (a guest asking to sleep for years would pin the thread after its timeout). Pure
-  // clock polls sleep in Atomics.wait instead, which terminate() does interrupt.
-  const sleeper = new Int32Array(new SharedArrayBuffer(4));
-  wrapped.poll_oneoff = faultSafe(
-    (inArg: number, outArg: number, nsubs: number, neventsArg: number): number => {
-      const inPtr = inArg >>> 0;
-      const outPtr = outArg >>> 0;
-      const neventsPtr = neventsArg >>> 0;
-      const dv = view();
-      if (dv === undefined || nsubs === 0) return call('poll_oneoff', inPtr, outPtr, nsubs, neventsPtr);
-      const waits: Array<bigint | undefined> = [];
-      const ready: number[] = [];
-      for (let i = 0; i < nsubs; i++) {
-        const sub = inPtr + i * 48;
-        if (dv.getUint8(sub + 8) !== 0) {
-          // Stdio lives in memory here, so it is always ready; other fds are files, which
-          // node:wasi answers at once.
-          if (dv.getUint32(sub + 16, true) > 2) return call('poll_oneoff', inPtr, outPtr, nsubs, neventsPtr);
-          waits.push(undefined);
-          ready.push(i);
-          continue;
-        }
-        const clockId = dv.getUint32(sub + 16, true);
-        const timeout = dv.getBigUint64(sub + 24, true);
-        const absolute = (dv.getUint16(sub + 40, true) & 1) !== 0;
-        const now = clockId === 0 ? BigInt(Date.now()) * 1_000_000n : process.hrtime.bigint();
-        waits.push(absolute ? (timeout > now ? timeout - now : 0n) : timeout);
-      }
-      let n = 0;
-      const event = (i: number, type: number, nbytes: bigint, flags: number): void => {
-        const ev = outPtr + n * 32;
-        dv.setBigUint64(ev, dv.getBigUint64(inPtr + i * 48, true), true);
-        dv.setUint16(ev + 8, 0, true);
-        dv.setUint8(ev + 10, type);
-        dv.setBigUint64(ev + 16, nbytes, true);
-        dv.setUint16(ev + 24, flags, true);
-        n += 1;
-      };
-      if (ready.length > 0) {
-        for (const i of ready) {
-          const type = dv.getUint8(inPtr + i * 48 + 8);
-          const fd = dv.getUint32(inPtr + i * 48 + 16, true);
-          const left = fd === 0 ? BigInt(job.stdin.length - stdinPos) : 0n;
-          // FD_READ on stdin: the bytes left, hang-up at the end; FD_WRITE: room to write.
-          if (type === 1) event(i, 1, left, left === 0n ? 1 : 0);
-          else event(i, type, 65_536n, 0);
-        }
-      } else {
-        const clocks = waits.filter((w): w is bigint => w !== undefined);
-        const least = clocks.reduce((a, b) => (b < a ? b : a));
-        if (least > 0n) Atomics.wait(sleeper, 0, 0, Number(least / 1_000n) / 1_000);
-        waits.forEach((w, i) => {
-          if (w === least) event(i, 0, 0n, 0);
-        });
-      }
-      dv.setUint32(neventsPtr, n, true);
-      return 0;
-    },
-  );
-
-  // node:wasi follows directory symlinks out of a preopen; with no symlink creation and
-  // symlink-free disposable copies, there is none to follow.
-  wrapped.path_symlink = (): number => E_NOTSUP;
-  wrapped.fd_close = (fd: number): number => {
-    const ret = call('fd_close', fd);
-    if (ret === 0) roFds.delete(fd);
-    return ret;
-  };
-  wrapped.fd_renumber = (from: number, to: number): number => {
-    const ret = call('fd_renumber', from, to);
-    if (ret === 0) {
-      if (roFds.has(from)) roFds.add(to);
-      else roFds.delete(to);
-      roFds.delete(from);
-    }
-    return ret;
-  };
-  return wrapped;
 }
 
 function looksLikeOom(memories: WasmMemory[], maxPages: number, stderr: string): boolean {
@@ -345,59 +117,79 @@ function doneReply(
   };
 }
 
+const patterns = new Map<string, RegExp>();
+function hiddenBy(source: string | undefined): ((name: string) => boolean) | undefined {
+  if (source === undefined) return undefined;
+  let re = patterns.get(source);
+  if (re === undefined) patterns.set(source, (re = new RegExp(source, 'i')));
+  return (name) => re.test(name);
+}
+
 function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   let memory: WasmMemory | undefined;
-  const wasi = new WASI({
-    version: 'preview1',
-    args: job.args,
-    env: job.env,
-    preopens: Object.fromEntries(job.preopens.map((p) => [p.guest, p.host])),
-    stdin: devNull,
-    stdout: devNull,
-    stderr: devNull,
-    returnOnExit: true,
-  });
-  const base = wasi.wasiImport as Record<string, (...args: never[]) => unknown>;
-  const imports = { wasi_snapshot_preview1: wrapPreview1(base, job, () => memory, stdout, stderr) };
+  let host: Preview1Host;
+  try {
+    host = createPreview1({
+      args: job.args,
+      env: job.env,
+      stdin: job.stdin,
+      stdout,
+      stderr,
+      preopens: job.preopens,
+      memory: () => memory,
+      hidden: hiddenBy(job.hiddenNames),
+    });
+  } catch (err) {
+    return { type: 'failed', id, message: `a granted directory cannot be opened: ${describe(err)}` };
+  }
   let exitCode = 0;
   let truncated = false;
   let trapped = false;
-  let instance: WasmInstance | undefined;
-  try {
-    instance = new WA.Instance(module, imports as WasmImports);
-  } catch (err) {
-    // A link/type error means it cannot start; a trap in the start function is the guest's own failure.
-    if (!(err instanceof WA.RuntimeError) && !(err instanceof OutputLimit)) {
-      return { type: 'failed', id, message: describe(err) };
-    }
-    if (err instanceof OutputLimit) truncated = true;
+  const stopped = (err: unknown): void => {
+    if (err instanceof Preview1Exit) exitCode = err.code;
+    else if (err instanceof OutputLimit) truncated = true;
     else {
       trapped = true;
       exitCode = TRAP;
-    }
-  }
-  if (instance !== undefined) {
-    const mem = instance.exports.memory;
-    if (mem instanceof WA.Memory) memory = mem;
-    if (typeof instance.exports._start !== 'function') {
-      return { type: 'failed', id, message: 'the module has no _start export (not a WASI command)' };
-    }
-    try {
-      exitCode = wasi.start(instance);
-    } catch (err) {
-      if (err instanceof OutputLimit) truncated = true;
-      else {
-        trapped = true;
-        exitCode = TRAP;
-        try {
-          stderr.write(Buffer.from(`\nwasm trap: ${describe(err)}\n`));
-        } catch {
-          truncated = true;
-        }
+      try {
+        stderr.write(Buffer.from(`\nwasm trap: ${describe(err)}\n`));
+      } catch {
+        truncated = true;
       }
     }
+  };
+  try {
+    let instance: WasmInstance | undefined;
+    try {
+      instance = new WA.Instance(module, { wasi_snapshot_preview1: host.imports } as WasmImports);
+    } catch (err) {
+      // A link/type error means it cannot start; a trap (or exit) in the start function is the guest's own.
+      if (
+        !(err instanceof WA.RuntimeError) &&
+        !(err instanceof OutputLimit) &&
+        !(err instanceof Preview1Exit)
+      ) {
+        return { type: 'failed', id, message: describe(err) };
+      }
+      stopped(err);
+    }
+    if (instance !== undefined) {
+      const mem = instance.exports.memory;
+      if (mem instanceof WA.Memory) memory = mem;
+      const start = instance.exports._start;
+      if (typeof start !== 'function') {
+        return { type: 'failed', id, message: 'the module has no _start export (not a WASI command)' };
+      }
+      try {
+        (start as () => void)();
+      } catch (err) {
+        stopped(err);
+      }
+    }
+  } finally {
+    host.close();
   }
   return doneReply(
     id,
@@ -431,6 +223,7 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
   const host = preview2Imports(job, {
     stdout,
     stderr,
+    hidden: hiddenBy(job.hiddenNames),
     exit: (status) => {
       throw new GuestExit(status);
     },

@@ -2,7 +2,8 @@ import { existsSync, readdirSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { builtCli } from '../../helpers/cli.js';
+import { execa } from 'execa';
+import { BUILT_CLI, builtCli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
 
 // `capsule new` judged by effect, through the built CLI: the folder exists and `capsule run` of it
@@ -107,5 +108,27 @@ describe('capsule new', () => {
 
     // Only the folder that was there before: no partial capability, no staging folder.
     expect(entries(capRoot)).toEqual(['taken']);
+  });
+
+  it('Ctrl-C while componentizing exits 130 and leaves nothing, not even the staging folder', async () => {
+    const { root, capRoot } = await project();
+    const child = execa('node', [BUILT_CLI, 'new', 'halted', '--env', 'wasm'], {
+      cwd: root,
+      reject: false,
+      timeout: 60_000,
+    });
+    // Interrupt once the build has started (the progress line says so), not after a guessed delay.
+    await new Promise<void>((resolve) => {
+      let seen = '';
+      child.stderr?.on('data', (d: Buffer) => {
+        seen += d.toString();
+        if (seen.includes('componentizing')) resolve();
+      });
+    });
+    child.kill('SIGINT');
+    const r = await child;
+    expect(r.exitCode).toBe(130);
+    expect(r.stderr).toContain('canceled; nothing was written');
+    expect(entries(capRoot)).toEqual([]);
   });
 });

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isCapsuleError } from '../../../../src/errors.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRawResult, WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
-import type { DirGrant } from '../../../../src/runners/wasm/sandbox-fs.js';
+import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';
 import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import { tempProject } from '../../../helpers/capability.js';
 import { assemble, wasmCapability } from './helpers.js';
@@ -158,7 +158,7 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
     expect(text(r.stdout)).not.toMatch(/root:|TOP SECRET/);
   });
 
-  it('control: bare node:wasi on the real directory IS escaped by the planted symlink (why capsule copies)', async () => {
+  it('control: bare node:wasi on the real directory IS escaped by the planted symlink (why capsule resolves paths itself)', async () => {
     const { WASI } = await import('node:wasi');
     const { openSync, closeSync, readFileSync: read } = await import('node:fs');
     const outFile = path.join(root, 'control-out.txt');
@@ -202,7 +202,7 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
     expect(existsSync(path.join(data, 'newdir'))).toBe(false);
   });
 
-  it('refuses to create symlinks (the guest cannot make its own way out)', async () => {
+  it('refuses to create a symlink that leads out (the guest cannot make its own way out)', async () => {
     for (const dirs of [ro(), rw()]) {
       const r = await runProbe(['link', '/etc', 'mylink'], { dirs });
       expect(r.exitCode).not.toBe(0);
@@ -222,9 +222,12 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
   it('never writes through a symlink planted in a rw grant', async () => {
     const viaLink = await runProbe(['write', 'out-dir/x.txt'], { dirs: rw() });
     expect(viaLink.exitCode).not.toBe(0);
-    // The guest makes a real directory with the link's name: the write-back must not follow the host link.
+    // The guest works on the folder itself: making a directory where the link is fails (EEXIST),
+    // and nothing appears where the link leads.
     const mk = await runProbe(['dir', 'out-dir'], { dirs: rw() });
-    expect(mk.exitCode).toBe(0);
+    expect(text(mk.stderr)).toBe('errno=20\n');
+    const mkIn = await runProbe(['dir', 'out-dir/made'], { dirs: rw() });
+    expect(mkIn.exitCode).not.toBe(0);
     expect(readdirSync(path.join(root, 'elsewhere'))).toEqual([]);
     expect(lstatSync(path.join(data, 'out-dir')).isSymbolicLink()).toBe(true);
     expect(readlinkSync(path.join(data, 'out-dir'))).toBe(path.join(root, 'elsewhere'));

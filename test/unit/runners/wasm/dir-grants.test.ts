@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { guestPathFor } from '../../../../src/runners/wasm/sandbox-fs.js';
+import { guestPathFor } from '../../../../src/runners/wasm/dir-grants.js';
 
 describe('guestPathFor', () => {
   it('puts a grant at /<declared path>, normalized', () => {
