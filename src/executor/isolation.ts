@@ -36,7 +36,11 @@ function environmentIsolation(capability: Capability, hostConfinement?: HostConf
   switch (capability.environment) {
     case 'shell': {
       // Never a sandbox (it reads and writes the host as the user running capsule), whatever was measured.
-      const base = 'shell: a host process (scrubbed env, time/output caps) — not a sandbox';
+      // grants.network binds nothing here: say so, so nobody reads the hosts as a limit.
+      const base =
+        capability.manifest.grants.network.length > 0
+          ? 'shell: a host process (scrubbed env, time/output caps) — not a sandbox; grants.network is not enforced (it has the whole network)'
+          : 'shell: a host process (scrubbed env, time/output caps) — not a sandbox';
       if (hostConfinement === undefined)
         return { sandboxed: false, summary: `${base}; confinement not measured` };
       const { tools: _tools, cgroup: _cgroup, ...measured } = hostConfinement;
