@@ -4,6 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
 import { benchLimits } from './limits.mjs';
+import { benchEgress } from './egress.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
@@ -22,6 +23,7 @@ const suites = [
   ['wasm files', () => benchWasmFiles({ root })],
   ['wasm-fs', () => benchWasmFs({ root })],
   ['docker', () => benchDocker({ root })],
+  ['egress', () => benchEgress({ root })],
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],

@@ -2,6 +2,7 @@
 // Rebuilds the shipped Wasm example capabilities from their sources:
 //   capabilities/hello/hello.js        -> hello.wasm  (component, componentize-qjs, QuickJS, sync ABI)
 //   capabilities/digest-notes/digest.js -> digest.wasm (the same, with files through wasi:filesystem)
+//   capabilities/fetch-wasm/fetch.js   -> fetch.wasm  (the same, with HTTP through capsule:capability/http)
 //   capabilities/shout-wasm/shout.wat  -> shout.wasm  (WASI preview1 module, wabt's WAT assembler)
 // Usage: node scripts/build-wasm-examples.mjs   (needs the devDependencies: npm install)
 import { readFile, rename, writeFile } from 'node:fs/promises';
@@ -21,6 +22,7 @@ const { componentize } = await import('componentize-qjs');
 for (const [js, wasm] of [
   ['capabilities/hello/hello.js', 'capabilities/hello/hello.wasm'],
   ['capabilities/digest-notes/digest.js', 'capabilities/digest-notes/digest.wasm'],
+  ['capabilities/fetch-wasm/fetch.js', 'capabilities/fetch-wasm/fetch.wasm'],
 ]) {
   const started = Date.now();
   // runtimes/wasm: the JS authoring world (capability.wit) and the WASI interfaces it offers (deps/).

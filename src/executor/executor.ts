@@ -150,12 +150,21 @@ export class Executor {
         { hint: 'This environment is not available here; see docs/runners.md.' },
       );
     }
+    const gate = this.gate;
     // A run outside a tool call (compare, ci) gets a span of its own.
     const inCall = permit === undefined ? undefined : this.#spans.get(permit);
     const span = inCall ?? this.#telemetry.startToolCall({ tool: 'run_capability' });
     let result: RunResult;
     try {
-      result = this.#checkOutput(capability, await runner.run({ capability, input: inputText, signal }));
+      result = this.#checkOutput(capability, await runner.run({
+          capability,
+          input: inputText,
+          signal,
+          egressAudit:
+            gate.recordNetwork !== undefined
+              ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()
+              : undefined,
+        }),);
     } catch (err) {
       if (inCall === undefined) span.end(err);
       throw err;

@@ -1,4 +1,5 @@
 import type { Capability } from '../manifest/types.js';
+import { describeGrants } from '../network/policy.js';
 import { dockerIsolation } from '../runners/docker/isolation.js';
 import { describeConfinement, type HostConfinement } from '../runners/host-process.js';
 import type { IsolationReport } from '../tools/ports.js';
@@ -29,7 +30,11 @@ function environmentIsolation(capability: Capability, hostConfinement?: HostConf
   switch (capability.environment) {
     case 'shell': {
       // Never a sandbox (it reads and writes the host as the user running capsule), whatever was measured.
-      const base = 'shell: a host process (scrubbed env, time/output caps) — not a sandbox';
+      // grants.network binds nothing here: say so, so nobody reads the hosts as a limit.
+      const base =
+        capability.manifest.grants.network.length > 0
+          ? 'shell: a host process (scrubbed env, time/output caps) — not a sandbox; grants.network is not enforced (it has the whole network)'
+          : 'shell: a host process (scrubbed env, time/output caps) — not a sandbox';
       if (hostConfinement === undefined)
         return { sandboxed: false, summary: `${base}; confinement not measured` };
       const { tools: _tools, cgroup: _cgroup, ...measured } = hostConfinement;
@@ -48,7 +53,14 @@ function environmentIsolation(capability: Capability, hostConfinement?: HostConf
           summary: `wasm: WebAssembly sandbox, but it writes to the host through rw grant(s) ${writable.join(', ')} — not sandboxed`,
         };
       }
-      return { sandboxed: true, summary: 'wasm: WebAssembly sandbox, no network, only granted preopens' };
+      const network = capability.manifest.grants.network;
+      return {
+        sandboxed: true,
+        summary:
+          network.length > 0
+            ? `wasm: WebAssembly sandbox, only granted preopens; HTTP only through capsule's host to ${describeGrants(network)}`
+            : 'wasm: WebAssembly sandbox, no network, only granted preopens',
+      };
     }
     case 'docker': {
       // Privileged, host namespaces, added capabilities, rw host mounts: not sandboxed.

@@ -29,7 +29,8 @@ function isJsModule(file: string | undefined): file is string {
 /** True when a JS module imports a WASI interface (`wasi:…`), which only the Wasm host provides. */
 async function importsWasi(file: string): Promise<boolean> {
   const text = await readFile(file, 'utf8').catch(() => '');
-  return /\bfrom\s*['"]wasi:|\bimport\s*\(?\s*['"]wasi:/.test(text);
+  // capsule:capability/http too: its network grants are enforced by the Wasm host only.
+  return /\bfrom\s*['"](wasi|capsule):|\bimport\s*\(?\s*['"](wasi|capsule):/.test(text);
 }
 
 function dockerVariant(
@@ -67,10 +68,18 @@ export async function deriveVariant(
 
   if (capability.environment === 'wasm' && isJsModule(m.source)) {
     if (environment === 'wasm') return { ok: true, capability, how: 'as written' };
+    if (m.grants.network.length > 0) {
+      // On the host it would have the whole network; in docker its code speaks capsule's http interface,
+      // not the proxy socket. Never a silently wider variant.
+      return {
+        ok: false,
+        reason: `${capability.name} has grants.network, which its code reaches through the Wasm host's capsule:capability/http only`,
+      };
+    }
     if (await importsWasi(path.join(capability.dir, m.source))) {
       return {
         ok: false,
-        reason: `${m.source} imports WASI interfaces (wasi:…), which only the Wasm host provides`,
+        reason: `${m.source} imports WASI or capsule interfaces (wasi:…, capsule:…), which only the Wasm host provides`,
       };
     }
     // Stage a copy with the adapter inside, so the docker runner's folder mount carries it too.

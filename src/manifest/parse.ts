@@ -49,7 +49,8 @@ export function zodIssues(error: z.ZodError, input: unknown): ManifestIssue[] {
         message: 'is not a known field (check the spelling; see docs/manifest.md)',
       }));
     }
-    if (issue.code === 'invalid_type') {
+    // A schema's own message (grants.network) is kept; zod's generic wording gets a precise one.
+    if (issue.code === 'invalid_type' && issue.message.startsWith('Invalid input')) {
       const value = valueAt(input, issue.path);
       if (value === undefined) return [{ field: fieldPath(issue.path), message: 'is required' }];
       const expected = String(issue.expected);

@@ -56,6 +56,22 @@ export const limitsSchema = z
       .describe(
         'Maximum number of processes/threads (container pids limit; a cgroup for shell where the machine allows it).',
       ),
+    networkRequests: z
+      .int()
+      .min(1)
+      .max(100_000)
+      .default(100)
+      .describe(
+        'Network requests (HTTP requests and CONNECT tunnels) one run may make through capsule; past it each is refused. Only used with grants.network.',
+      ),
+    networkBytes: z
+      .int()
+      .min(1)
+      .max(1024 * 1024 * 1024)
+      .default(16 * 1024 * 1024)
+      .describe(
+        'Bytes one run may send plus receive over the network, in total; past it the connection is cut. Only used with grants.network.',
+      ),
   })
   .describe('Resource limits enforced by every runner; a limit hit is reported in the result.');
 
@@ -66,6 +82,100 @@ export const fsGrantSchema = z.strictObject({
   mode: z.enum(['ro', 'rw']).default('ro').describe('`ro` read-only (default) or `rw` read-write.'),
 });
 
+/** HTTP methods a network grant may name. */
+export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+
+const DNS_LABEL = /^(?!-)[a-z0-9-]{1,63}(?<!-)$/;
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+/** IPv6 syntax is checked by the network layer (node:net); here only the character set. */
+const IPV6ISH = /^[0-9a-f:.]+$/;
+
+/**
+ * Why a granted host is not acceptable, or undefined when it is: a DNS name (lower case), `*.` + a name of
+ * at least two labels, an IPv4 literal, or an IPv6 literal in brackets. Pure, so the parser stays pure.
+ */
+export function hostGrantProblem(host: string): string | undefined {
+  if (host === '*' || host === '*.')
+    return 'must name hosts: a bare "*" would grant every host (use "*.example.com" for the subdomains of one)';
+  if (host !== host.toLowerCase()) return 'must be lower case';
+  if (host.includes(':') && !host.startsWith('['))
+    return /^[^:]+:\d+$/.test(host)
+      ? 'must be a host name only; put the port in "ports" (e.g. { "host": "example.com", "ports": [443] })'
+      : 'an IPv6 address must be written in brackets, e.g. "[::1]"';
+  if (host.startsWith('[')) {
+    return host.endsWith(']') && IPV6ISH.test(host.slice(1, -1)) && host.includes(':')
+      ? undefined
+      : 'must be an IPv6 address in brackets, e.g. "[2001:db8::1]"';
+  }
+  if (IPV4.test(host)) return undefined;
+  const wildcard = host.startsWith('*.');
+  const name = wildcard ? host.slice(2) : host.replace(/\.$/, '');
+  if (name.includes('*')) return 'may use "*" only as the whole first label, as in "*.example.com"';
+  const labels = name.split('.');
+  if (!labels.every((l) => DNS_LABEL.test(l)))
+    return 'must be a DNS name (letters, digits and "-" in dot-separated labels), "*.name" or an IP address';
+  if (/^\d+$/.test(labels[labels.length - 1] ?? ''))
+    return 'is neither a DNS name nor a complete IPv4 address';
+  if (wildcard && labels.length < 2)
+    return 'a wildcard must cover the subdomains of a registered name ("*.example.com"), not a whole top-level domain';
+  return undefined;
+}
+
+const CIDR = /^([0-9.]+|[0-9a-f:.]+)(\/\d{1,3})?$/;
+
+export const networkGrantSchema = z
+  .strictObject(
+    {
+      host: z
+        .string()
+        .min(1)
+        .max(253)
+        .superRefine((h, ctx) => {
+          const problem = hostGrantProblem(h);
+          if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+        })
+        .describe(
+          'Exact host name ("api.example.com"), subdomains of one ("*.example.com", not the name itself), or an IP literal ("192.0.2.7", "[2001:db8::7]"). No bare "*".',
+        ),
+      ports: z
+        .array(z.int().min(1).max(65535))
+        .min(1)
+        .max(32)
+        .optional()
+        .describe('TCP ports it may reach on that host. Omitted: 443 and 80.'),
+      methods: z
+        .array(z.enum(HTTP_METHODS))
+        .min(1)
+        .optional()
+        .describe(
+          'HTTP methods allowed. Omitted: any, and HTTPS tunnels (CONNECT). With a list, only plain-HTTP requests whose method capsule can see are allowed.',
+        ),
+      internal: z
+        .array(
+          z
+            .string()
+            .max(64)
+            .regex(CIDR, 'must be an IP address or CIDR range, e.g. "10.1.2.3" or "10.0.0.0/8"'),
+        )
+        .max(16)
+        .optional()
+        .describe(
+          'Private, loopback or link-local addresses (IP or CIDR) this host may resolve to. Omitted: such addresses are refused (an IP-literal host counts as naming itself).',
+        ),
+    },
+    {
+      error: (iss) =>
+        iss.code !== 'invalid_type'
+          ? undefined
+          : iss.input === '*'
+            ? 'must name hosts: a bare "*" would grant every host (use { "host": "*.example.com" } for the subdomains of one)'
+            : 'must be an object { "host": …, "ports"?: […], "methods"?: […] }, e.g. { "host": "api.example.com", "ports": [443] }',
+    },
+  )
+  .describe('One host a capability may reach, and how.');
+
+export type NetworkGrant = z.infer<typeof networkGrantSchema>;
+
 export const grantsSchema = z
   .strictObject({
     fs: z
@@ -74,16 +184,12 @@ export const grantsSchema = z
       .default([])
       .describe('Filesystem paths the capability may see. Empty: none.'),
     network: z
-      .array(
-        z
-          .string()
-          .min(1)
-          .max(255)
-          .regex(/^[A-Za-z0-9.:\-[\]]+$/, 'must be host or host:port'),
-      )
+      .array(networkGrantSchema)
       .max(64)
       .default([])
-      .describe('Network hosts (host or host:port) the capability may reach. Empty: no network at all.'),
+      .describe(
+        'Hosts the capability may reach over HTTP(S), through capsule (see docs/network.md). Empty: no network at all.',
+      ),
     env: z
       .array(z.string().regex(ENV_VAR_NAME, 'must be an environment variable name'))
       .max(128)
@@ -172,7 +278,14 @@ export const manifestSchema = z
       .describe(
         "JSON Schema the output (stdout, parsed as JSON) must satisfy; checked after every run, and a run whose output does not match fails. Served to MCP clients as the tool's outputSchema.",
       ),
-    limits: limitsSchema.default({ timeoutMs: 10_000, memoryMb: 256, outputBytes: 1024 * 1024, pids: 64 }),
+    limits: limitsSchema.default({
+      timeoutMs: 10_000,
+      memoryMb: 256,
+      outputBytes: 1024 * 1024,
+      pids: 64,
+      networkRequests: 100,
+      networkBytes: 16 * 1024 * 1024,
+    }),
     grants: grantsSchema.default({ fs: [], network: [], env: [] }),
   })
   .superRefine((m, ctx) => {

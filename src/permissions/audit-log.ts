@@ -57,7 +57,31 @@ export interface AuditEvent {
   answer?: string | undefined;
   contentHash?: string | undefined;
   sandboxed?: boolean | undefined;
+  /** A network request a capability made through capsule (tool `network`): where, how, how much. */
+  network?: NetworkAuditFields | undefined;
 }
+
+/** What one network request record holds beside the decision (see docs/network.md). */
+export interface NetworkAuditFields {
+  capability: string;
+  host: string;
+  port: number;
+  method: string;
+  /** The address connected to (allowed requests only). */
+  address?: string | undefined;
+  bytesOut: number;
+  bytesIn: number;
+}
+
+const networkAuditSchema = z.strictObject({
+  capability: z.string(),
+  host: z.string(),
+  port: z.int(),
+  method: z.string(),
+  address: z.string().optional(),
+  bytesOut: z.int().min(0),
+  bytesIn: z.int().min(0),
+});
 
 const HEX64 = /^[0-9a-f]{64}$/;
 
@@ -78,6 +102,7 @@ const auditRecordSchema = z
     answer: z.string().optional(),
     contentHash: z.string().optional(),
     sandboxed: z.boolean().optional(),
+    network: networkAuditSchema.optional(),
     prev: z.string().regex(HEX64),
     hash: z.string().regex(HEX64),
   })
@@ -139,8 +164,21 @@ function canonicalBody(r: AuditBody): string {
     ...(r.answer !== undefined ? { answer: r.answer } : {}),
     ...(r.contentHash !== undefined ? { contentHash: r.contentHash } : {}),
     ...(r.sandboxed !== undefined ? { sandboxed: r.sandboxed } : {}),
+    ...(r.network !== undefined ? { network: canonicalNetwork(r.network) } : {}),
     prev: r.prev,
   });
+}
+
+function canonicalNetwork(n: NetworkAuditFields): NetworkAuditFields {
+  return {
+    capability: n.capability,
+    host: n.host,
+    port: n.port,
+    method: n.method,
+    ...(n.address !== undefined ? { address: n.address } : {}),
+    bytesOut: n.bytesOut,
+    bytesIn: n.bytesIn,
+  };
 }
 
 function sha256(text: string): string {
@@ -613,6 +651,7 @@ export class JsonlAuditLog implements AuditSink {
       answer: e.answer,
       contentHash: e.contentHash,
       sandboxed: e.sandboxed,
+      network: e.network,
       prev,
     };
   }

@@ -47,6 +47,7 @@ import {
 } from './session-allowlist.js';
 import { deniedByOf, type Denial } from './denial.js';
 import type { AskAnswer, Decision, PermissionGate, PermissionRequest } from './types.js';
+import type { EgressRecord } from '../network/egress.js';
 
 export interface PermissionEngineOptions {
   /** Project root (the folder holding capsule.json, or the cwd). */
@@ -696,6 +697,29 @@ export class PermissionEngine implements PermissionGate {
       contentHash: request.contentHash,
       sandboxed: request.sandboxed,
       ...event,
+    });
+  }
+
+  /** One network request of a running capability, in the audit log (tool `network`). */
+  async recordNetwork(record: EgressRecord): Promise<void> {
+    if (this.audit === undefined) return;
+    await this.audit.append({
+      tool: 'network',
+      key: `network:${record.host}:${record.port}`,
+      mode: this.modeValue,
+      decision: record.decision,
+      source: record.decision === 'allow' ? 'network-grant' : 'egress-policy',
+      reason: `${record.capability}: ${record.method} ${record.host}:${record.port} ${record.decision === 'allow' ? 'allowed' : 'refused'}: ${record.reason}`,
+      contentHash: record.contentHash,
+      network: {
+        capability: record.capability,
+        host: record.host,
+        port: record.port,
+        method: record.method,
+        address: record.address,
+        bytesOut: record.bytesOut,
+        bytesIn: record.bytesIn,
+      },
     });
   }
 

@@ -1,4 +1,5 @@
 import type { Denial } from './denial.js';
+import type { EgressRecord } from '../network/egress.js';
 
 /**
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.
@@ -103,4 +104,9 @@ export interface Decision {
 /** The gate every mutating tool call passes before `execute()`. */
 export interface PermissionGate {
   check(request: PermissionRequest, signal?: AbortSignal): Promise<Decision>;
+  /**
+   * Record one network request a running capability made through capsule (allowed or refused by its
+   * grants.network). The decision was the egress policy's; the gate keeps the log.
+   */
+  recordNetwork?(record: EgressRecord): Promise<void>;
 }

@@ -1,4 +1,5 @@
 import type { Capability, Environment } from '../manifest/types.js';
+import type { EgressAudit } from '../network/egress.js';
 
 /**
  * The one result shape every runner returns. A non-zero exit is data, not an exception:
@@ -37,6 +38,8 @@ export interface RunRequest {
   /** The input document as JSON text: stdin for processes, `run(input)` for components. */
   input: string;
   signal?: AbortSignal | undefined;
+  /** Where the run's network requests are recorded (capabilities with grants.network). */
+  egressAudit?: EgressAudit | undefined;
 }
 
 /** One interface per runner; implementations live beside it (shell, wasm, docker). */

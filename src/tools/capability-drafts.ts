@@ -89,7 +89,7 @@ export const wasmParameters = z
       .max(MAX_FILE_BYTES)
       .optional()
       .describe(
-        'JavaScript module exporting `run(input: string): string`; componentized into a Wasm component. It may import only wasi:filesystem/preopens@0.2.12 and wasi:filesystem/types@0.2.12 (the grants.fs folders), wasi:cli/environment@0.2.12 (grants.env), wasi:clocks/* and wasi:random/random; no network, no Node APIs.',
+        'JavaScript module exporting `run(input: string): string`; componentized into a Wasm component. It may import only wasi:filesystem/preopens@0.2.12 and wasi:filesystem/types@0.2.12 (the grants.fs folders), wasi:cli/environment@0.2.12 (grants.env), wasi:clocks/* and wasi:random/random, and capsule:capability/http@0.1.0 (`fetch({method, url, headers, body})`, only for grants.network hosts); no sockets, no Node APIs.',
       ),
     wasmBase64: z
       .string()

@@ -19,6 +19,7 @@ const RANK: Record<string, number> = {
   permissions: 1,
   runners: 1,
   telemetry: 1,
+  network: 1,
   // sessions/tools
   tools: 2,
   executor: 3,

@@ -10,11 +10,13 @@ export function registerShow(program: Command, io: CliIO): void {
     .option('--json', 'print JSON')
     .action(
       action(io, async (name: string, opts: { json?: boolean }) => {
-        const [{ openProject }, { defaultIsolation }, { probeHostConfinement }] = await Promise.all([
-          import('../session.js'),
-          import('../../executor/isolation.js'),
-          import('../../runners/host-process.js'),
-        ]);
+        const [{ openProject }, { defaultIsolation }, { probeHostConfinement }, { describeGrant }] =
+          await Promise.all([
+            import('../session.js'),
+            import('../../executor/isolation.js'),
+            import('../../runners/host-process.js'),
+            import('../../network/policy.js'),
+          ]);
         const { registry } = await openProject(io);
         const cap = await registry.get(name);
         // Measured here, not assumed: the shell runner's confinement comes from a probe run.
@@ -44,7 +46,7 @@ export function registerShow(program: Command, io: CliIO): void {
         const m = cap.manifest;
         const grants = [
           ...cap.fsGrants.map((g) => `fs ${g.mode} ${g.declared} (${g.hostPath})`),
-          ...m.grants.network.map((h) => `network ${h}`),
+          ...m.grants.network.map((g) => `network ${describeGrant(g)}`),
           ...m.grants.env.map((e) => `env ${e}`),
         ];
         const lines = [
@@ -54,7 +56,7 @@ export function registerShow(program: Command, io: CliIO): void {
           `folder:      ${cap.dir}`,
           `hash:        ${cap.contentHash}`,
           `isolation:   ${isolation.summary}`,
-          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
+          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${m.grants.network.length > 0 ? `, network ${m.limits.networkRequests} requests / ${m.limits.networkBytes} bytes` : ''}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
           `grants:      ${grants.length ? grants.join('; ') : 'none (everything denied)'}`,
           `input:       ${JSON.stringify(m.inputSchema)}`,
           ...(m.outputSchema !== undefined ? [`output:      ${JSON.stringify(m.outputSchema)}`] : []),

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import type { Capability } from '../../manifest/types.js';
+import { describeGrants } from '../../network/policy.js';
 
 /**
  * What a docker capability's effective configuration means for isolation. A pure function of the
@@ -69,7 +70,7 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
     refusals.push({
       field: 'docker.network',
       message:
-        '"host" is not supported: containers get no network until per-host egress enforcement exists; remove it',
+        '"host" is not supported: it would bypass capsule\'s egress policy; remove it and grant hosts in grants.network',
     });
   }
   if (docker.pidMode === 'host')
@@ -90,26 +91,28 @@ export function dockerIsolation(capability: Pick<Capability, 'manifest' | 'fsGra
     }
   }
 
-  if (manifest.grants.network.length > 0) {
-    reasons.push(`network hosts granted (${manifest.grants.network.join(', ')})`);
-    refusals.push({
-      field: 'grants.network',
-      message:
-        'docker capabilities cannot be granted network hosts yet (no per-host egress enforcement); remove grants.network or use another environment',
-    });
-  }
-
   const runtime = docker.runtime === 'runsc' ? 'gVisor (runsc)' : 'runc';
   const sandboxed = reasons.length === 0;
   // The reset kills with `kill -9 -1` and checks SysV IPC: only inside the container's own PID and IPC
   // namespaces, and only where /proc/sysvipc exists (gVisor has none, so every check would fail). Otherwise
   // calls get fresh containers instead.
   const mode: DockerMode =
-    docker.reusable && docker.pidMode !== 'host' && docker.ipcMode !== 'host' && docker.runtime !== 'runsc'
+    docker.reusable &&
+    // A run's egress proxy socket is mounted into its own container: never shared between calls.
+    manifest.grants.network.length === 0 &&
+    docker.pidMode !== 'host' &&
+    docker.ipcMode !== 'host' &&
+    docker.runtime !== 'runsc'
       ? 'reset-reusable'
       : 'fresh-container';
+  // A network grant does not make it "not sandboxed" (capsule's proxy enforces it outside the container),
+  // but the person must see the hosts wherever the isolation is shown.
+  const egress =
+    manifest.grants.network.length > 0
+      ? `; its only way out: capsule's egress proxy to ${describeGrants(manifest.grants.network)}`
+      : '';
   const summary = sandboxed
-    ? `docker ${runtime}, hardened: ${HARDENED}; ${MODE_TEXT[mode]}`
-    : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}; ${MODE_TEXT[mode]}`;
+    ? `docker ${runtime}, hardened: ${HARDENED}${egress}; ${MODE_TEXT[mode]}`
+    : `docker ${runtime}, NOT sandboxed: ${reasons.join('; ')}${egress}; ${MODE_TEXT[mode]}`;
   return { sandboxed, reasons, refusals, mode, summary };
 }

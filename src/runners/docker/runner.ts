@@ -35,6 +35,8 @@ import {
 import type { Owner } from './labels.js';
 import { PrewarmPool } from './pool.js';
 import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
+import { openDockerEgress } from './egress.js';
+import type { Resolver } from '../../network/egress.js';
 import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
 
 export interface DockerRunnerOptions {
@@ -87,6 +89,8 @@ export interface DockerRunnerOptions {
   handleProcessSignals?: boolean | undefined;
   /** How long `available()` and the first call wait for the engine. Default 5000 ms. */
   engineTimeoutMs?: number | undefined;
+  /** How the egress proxy resolves granted host names. Default the system resolver (tests map names to loopback). */
+  egressResolver?: Resolver | undefined;
 }
 
 /**
@@ -106,6 +110,7 @@ export class DockerRunner implements Runner {
   private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
+  private readonly egressResolver: Resolver | undefined;
   private readonly pool: PrewarmPool;
   private readonly execPool: ExecPool | undefined;
   /** Calls in flight: canceled by close(), which then waits for them to finish. */
@@ -134,6 +139,7 @@ export class DockerRunner implements Runner {
     this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
+    this.egressResolver = options.egressResolver;
     this.pool = new PrewarmPool(this.engine, {
       perKey: options.prewarm ?? 1,
       // Never hand out a parked container about to expire: it could exit before its go line arrives.
@@ -209,7 +215,25 @@ export class DockerRunner implements Runner {
       throw err;
     });
     await this.checkGrantedPaths(capability);
-    const spec = await this.specFor(capability, info);
+    // grants.network: this run's own proxy socket, closed (and its requests audited) when the run ends.
+    const egress = await openDockerEgress(capability, {
+      resolve: this.egressResolver,
+      audit: request.egressAudit,
+    });
+    try {
+      return await this.runWith(request, info, egress?.dir);
+    } finally {
+      await egress?.close();
+    }
+  }
+
+  private async runWith(
+    request: RunRequest,
+    info: EngineInfo,
+    egressDir: string | undefined,
+  ): Promise<RunResult> {
+    const { capability } = request;
+    const spec = await this.specFor(capability, info, egressDir);
 
     // close() may have run while we awaited the engine or an image build.
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
@@ -246,7 +270,8 @@ export class DockerRunner implements Runner {
     this.checkRunnable(capability);
     const info = await this.ensureEngine();
     const docker = capability.manifest.docker;
-    if (docker === undefined) return;
+    // A network-granted run gets its own proxy socket mounted: nothing to prepare ahead.
+    if (docker === undefined || capability.manifest.grants.network.length > 0) return;
     await this.images.ensure(docker.image, this.onProgress);
     const spec = await this.specFor(capability, info);
     this.pool.refill(specKey(spec), spec);
@@ -437,8 +462,19 @@ export class DockerRunner implements Runner {
     return this.ready;
   }
 
-  private async specFor(capability: Capability, info: EngineInfo): Promise<ContainerSpec> {
+  private async specFor(
+    capability: Capability,
+    info: EngineInfo,
+    egressDir?: string | undefined,
+  ): Promise<ContainerSpec> {
     const copy = this.filesMode === 'copy' || (this.filesMode === 'auto' && info.remote);
+    if (copy && capability.manifest.grants.network.length > 0) {
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${capability.name}: network grants need a local Docker engine (the egress proxy socket is a host path mounted into the container)`,
+        { file: capability.manifestPath, field: 'grants.network' },
+      );
+    }
     if (copy && capability.fsGrants.length > 0) {
       throw new CapsuleError(
         'UNSUPPORTED',
@@ -471,6 +507,7 @@ export class DockerRunner implements Runner {
             ownImage ? IMAGE_TOOLS : MOUNTED_TOOLS,
           ),
       toolsVolume,
+      egressDir,
     });
   }
 

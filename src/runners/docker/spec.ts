@@ -7,6 +7,9 @@ import type { ContainerSpec, Mount } from './engine.js';
 export const CAPABILITY_MOUNT = '/capability';
 export const PROJECT_MOUNT = '/project';
 export const SANDBOX_USER = '65534:65534';
+/** Where a run's egress proxy socket appears (capabilities with grants.network; see docs/network.md). */
+export const EGRESS_MOUNT = '/run/capsule';
+export const EGRESS_SOCKET = `${EGRESS_MOUNT}/egress.sock`;
 
 const INTERPRETER_COMMANDS: Record<string, string> = {
   sh: '/bin/sh',
@@ -27,6 +30,8 @@ export interface SpecOptions {
   watchdog?: readonly string[] | undefined;
   /** Volume with the watchdog's busybox, mounted read-only at TOOLS_MOUNT (images other than capsule's). */
   toolsVolume?: string | undefined;
+  /** Host folder holding this run's egress proxy socket, mounted read-only at EGRESS_MOUNT. */
+  egressDir?: string | undefined;
 }
 
 /** The command line inside the container: interpreter (if any), the entry under /capability, then args. */
@@ -68,6 +73,11 @@ export function buildContainerSpec(capability: Capability, options: SpecOptions)
   }
 
   const env = ['HOME=/tmp', `CAPSULE_CAPABILITY=${capability.name}`, `CAPSULE_PROJECT_DIR=${PROJECT_MOUNT}`];
+  // The container keeps --network none: its only way out is this socket to capsule's proxy.
+  if (options.egressDir !== undefined) {
+    mounts.push({ type: 'bind', source: options.egressDir, target: EGRESS_MOUNT, readOnly: true });
+    env.push(`CAPSULE_EGRESS_SOCKET=${EGRESS_SOCKET}`);
+  }
   for (const name of capability.manifest.grants.env) {
     const value = options.hostEnv[name];
     if (value !== undefined) env.push(`${name}=${value}`);

@@ -7,6 +7,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import type { ComponentJob } from './protocol.js';
 import { componentFilesystem, FS_RESOURCES } from './preview2-fs.js';
+import { requestFromGuest, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { InputStream, IoError, OutputStream, Pollable, memorySource, type ByteSink } from './preview2-io.js';
 
 /** Interfaces the component host provides; anything else fails closed before running. */
@@ -38,6 +39,7 @@ export const PREVIEW2_INTERFACES: readonly string[] = [
   'wasi:sockets/tcp',
   'wasi:sockets/udp',
   'wasi:sockets/ip-name-lookup',
+  'capsule:capability/http',
 ];
 
 /** What the call's host writes to and how a guest exit leaves the call. */
@@ -48,6 +50,8 @@ export interface Preview2Io {
   hidden: ((name: string) => boolean) | undefined;
   /** Ends the call with the guest's exit code (throws). */
   exit(code: number): never;
+  /** capsule's outgoing HTTP for this call (http-bridge.ts); absent without grants.network. */
+  http?: ((request: HttpRequestWire) => HttpAnswer) | undefined;
 }
 
 export interface Preview2Host {
@@ -162,6 +166,18 @@ export function preview2Imports(job: ComponentJob, io: Preview2Io): Preview2Host
     'wasi:sockets/tcp': { TcpSocket },
     'wasi:sockets/udp': { UdpSocket, IncomingDatagramStream, OutgoingDatagramStream },
     'wasi:sockets/ip-name-lookup': { ResolveAddressStream, resolveAddresses: deny },
+    // capsule's own HTTP: each request is checked by the main thread against grants.network; the
+    // error (a refusal or a failure) is the result's string.
+    'capsule:capability/http': {
+      fetch: (raw: unknown) => {
+        const request = requestFromGuest(raw);
+        if (typeof request === 'string') throw `capsule refused the request: ${request}`;
+        if (io.http === undefined) throw 'capsule refused the request: this capability has no grants.network';
+        const answer = io.http(request);
+        if (!answer.ok) throw answer.error;
+        return { status: answer.status, headers: answer.headers, body: answer.body };
+      },
+    },
   };
   return { imports, dispose: fs.dispose };
 }

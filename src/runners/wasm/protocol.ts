@@ -52,6 +52,8 @@ export interface ComponentJob {
   env: Record<string, string>;
   /** Granted folders, offered as wasi:filesystem preopens. */
   preopens: GuestPreopen[];
+  /** capsule's http interface answers (through the main thread's egress policy): grants.network is set. */
+  network: boolean;
   /** As for a module: names hidden in granted folders (capsule's own state). */
   hiddenNames: string | undefined;
   outputBytes: number;

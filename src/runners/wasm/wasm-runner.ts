@@ -3,6 +3,8 @@ import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
+import { EgressSession, type Resolver } from '../../network/egress.js';
+import type { HttpAnswer, HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../permissions/protected-state.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
@@ -29,6 +31,8 @@ export interface WasmRunnerOptions {
   poolSize?: number | undefined;
   /** Host environment that granted variable names are read from (default: none; openRuntime passes it). */
   hostEnv?: NodeJS.ProcessEnv | undefined;
+  /** How components' granted host names are resolved. Default the system resolver (tests map names to loopback). */
+  egressResolver?: Resolver | undefined;
 }
 
 /** One direct run of a Wasm binary, without a manifest (what `capsule wasm run` and the runner share). */
@@ -48,6 +52,8 @@ export interface WasmRunSpec {
   memoryMb: number;
   outputBytes: number;
   signal?: AbortSignal | undefined;
+  /** The run's network (grants.network): only components get it, through capsule's http interface. */
+  egress?: EgressSession | undefined;
 }
 
 /** RunResult with the guest's raw bytes, for callers that must pass output through unchanged. */
@@ -105,18 +111,6 @@ export class WasmRunner implements Runner {
       );
     }
     const { limits, grants } = capability.manifest;
-    if (grants.network.length > 0) {
-      // The sandbox has no network at all; say so instead of silently running without it.
-      throw new CapsuleError(
-        'UNSUPPORTED',
-        `capability ${capability.name} asks for network access, which the Wasm sandbox never gives`,
-        {
-          file: capability.manifestPath,
-          field: 'grants.network',
-          hint: 'Remove grants.network (Wasm capabilities run without network), or use the docker environment.',
-        },
-      );
-    }
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.#options.projectRoot,
       also: [this.#options.cacheDir],
@@ -128,6 +122,11 @@ export class WasmRunner implements Runner {
       const v = hostEnv[name];
       if (v !== undefined) env[name] = v;
     }
+    // grants.network: each request of the component is checked and audited by this run's session.
+    const egress =
+      grants.network.length > 0
+        ? new EgressSession({ capability, resolve: this.#options.egressResolver, audit: request.egressAudit })
+        : undefined;
     const raw = await this.runRaw({
       file: capability.entryPath,
       args: capability.manifest.args,
@@ -143,7 +142,8 @@ export class WasmRunner implements Runner {
       memoryMb: limits.memoryMb,
       outputBytes: limits.outputBytes,
       signal: request.signal,
-    });
+      egress,
+    }).finally(() => egress?.close());
     return {
       ...raw,
       stdout: Buffer.from(raw.stdout).toString('utf8'),
@@ -167,6 +167,17 @@ export class WasmRunner implements Runner {
         },
       );
     }
+    if (prepared.kind === 'module' && spec.egress !== undefined) {
+      // Preview1 has no HTTP to implement and capsule gives it no sockets: refuse instead of running without.
+      throw new CapsuleError(
+        'UNSUPPORTED',
+        `${spec.file} is a WASI preview1 module, which gets no network; grants.network needs a component`,
+        {
+          field: 'grants.network',
+          hint: 'Build the capability as a component (a JavaScript source: capsule:capability/http), or remove grants.network.',
+        },
+      );
+    }
     if (prepared.kind === 'component') {
       const missing = prepared.imports.filter((i) => !PROVIDED_INTERFACES.includes(i));
       if (missing.length > 0) {
@@ -187,7 +198,12 @@ export class WasmRunner implements Runner {
       readOnly: d.mode === 'ro',
     }));
     const job = toJob(prepared, spec, preopens);
-    const outcome = await this.#pool.run(job, { timeoutMs: spec.timeoutMs, signal: spec.signal });
+    const egress = spec.egress;
+    const outcome = await this.#pool.run(job, {
+      timeoutMs: spec.timeoutMs,
+      signal: spec.signal,
+      onHttp: egress === undefined ? undefined : (request) => httpThroughEgress(egress, request),
+    });
     const base: WasmRawResult = {
       environment: 'wasm',
       exitCode: null,
@@ -267,10 +283,22 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     args,
     env: spec.env,
     preopens,
+    network: spec.egress !== undefined,
     hiddenNames: RESERVED_NAME_PATTERN,
     outputBytes: spec.outputBytes,
     maxPages: prepared.maxPages,
   };
+}
+
+/** A component's request, made by capsule (src/network/fetch.ts) under the run's egress session. */
+async function httpThroughEgress(egress: EgressSession, request: HttpRequestWire): Promise<HttpAnswer> {
+  const { egressFetch } = await import('../../network/fetch.js');
+  try {
+    const res = await egressFetch(egress, request);
+    return { ok: true, status: res.status, headers: res.headers, body: res.body };
+  } catch (err) {
+    return { ok: false, error: (err as Error).message };
+  }
 }
 
 /**

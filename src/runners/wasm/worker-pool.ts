@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { Job, JobReply, JobResult } from './protocol.js';
+import { answerHttp, type HttpAnswer, type HttpCall, type HttpRequestWire } from './http-bridge.js';
 
 export interface PoolOutcome {
   /** The worker's answer; undefined when the job was stopped (timeout, abort, close) or the worker died. */
@@ -37,6 +38,8 @@ function withoutCode(job: Job): Job {
 
 interface Task {
   job: Job;
+  /** Answers the job's outgoing HTTP (http-bridge.ts); absent: every request is refused. */
+  onHttp: ((request: HttpRequestWire) => Promise<HttpAnswer>) | undefined;
   timeoutMs: number;
   signal: AbortSignal | undefined;
   resolve: (outcome: PoolOutcome) => void;
@@ -94,7 +97,14 @@ export class WorkerPool {
     await Promise.all(starting);
   }
 
-  run(job: Job, options: { timeoutMs: number; signal?: AbortSignal | undefined }): Promise<PoolOutcome> {
+  run(
+    job: Job,
+    options: {
+      timeoutMs: number;
+      signal?: AbortSignal | undefined;
+      onHttp?: ((request: HttpRequestWire) => Promise<HttpAnswer>) | undefined;
+    },
+  ): Promise<PoolOutcome> {
     return new Promise((resolve) => {
       if (this.#closed || options.signal?.aborted === true) {
         resolve({ reply: undefined, timedOut: false, canceled: true, crash: undefined });
@@ -102,6 +112,7 @@ export class WorkerPool {
       }
       const task: Task = {
         job,
+        onHttp: options.onHttp,
         timeoutMs: options.timeoutMs,
         signal: options.signal,
         resolve,
@@ -217,8 +228,12 @@ export class WorkerPool {
       task.resolve(outcome);
       void this.#pump();
     };
-    const onMessage = (reply: JobReply): void => {
+    const onMessage = (reply: JobReply | HttpCall): void => {
       if (reply.id !== id) return;
+      if (reply.type === 'http') {
+        answerHttp(reply, task.onHttp);
+        return;
+      }
       if (reply.type === 'missing') {
         // The worker dropped this code (or never had it): same call, now with the code.
         worker.postMessage({ type: 'run', id, job: task.job });

@@ -11,6 +11,7 @@ import { createPreview1, Preview1Exit } from './preview1/host.js';
 import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
 import { preview2Imports, type Preview2Host } from './preview2-host.js';
+import { blockingHttp } from './http-bridge.js';
 
 const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
 
@@ -226,6 +227,10 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
     exit: (status) => {
       throw new GuestExit(status);
     },
+    http:
+      job.network && parentPort !== null && parentPort !== undefined
+        ? (request) => blockingHttp((call, transfer) => parentPort?.postMessage(call, transfer), id, request)
+        : undefined,
   });
   try {
     return callComponent(id, job, code, host, { stdout, stderr, memories });

@@ -50,7 +50,7 @@ describe('capsule mcp: tools as clients expect them', () => {
     await writeCapability(
       capRoot,
       'caller',
-      { ...docker, grants: { network: ['api.example.test'] } },
+      { ...docker, grants: { network: [{ host: 'api.example.test' }] } },
       { 'run.sh': 'echo calls\n' },
     );
     const h = await connect({ cwd: root });

@@ -38,6 +38,8 @@ describe('parseManifest', () => {
       memoryMb: 256,
       outputBytes: 1024 * 1024,
       pids: 64,
+      networkRequests: 100,
+      networkBytes: 16 * 1024 * 1024,
     });
     expect(r.manifest.inputSchema).toEqual({ type: 'object' });
   });

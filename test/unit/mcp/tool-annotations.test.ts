@@ -61,7 +61,7 @@ describe('MCP tool annotations', () => {
     });
     const docker = { environment: 'docker', docker: { image: 'capsule/busybox:1' } };
     expect(hintsOf(capability(docker)).openWorld).toBe(false);
-    expect(hintsOf(capability({ ...docker, grants: { network: ['api.example.test'] } }))).toEqual({
+    expect(hintsOf(capability({ ...docker, grants: { network: [{ host: 'api.example.test' }] } }))).toEqual({
       readOnly: false,
       destructive: true,
       openWorld: true,

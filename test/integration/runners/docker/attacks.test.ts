@@ -182,7 +182,7 @@ describe('docker runner against hostile capabilities', () => {
     }
   });
 
-  it('network grants and host networking are refused before anything runs', async () => {
+  it('host networking, and network grants on an engine that cannot see host paths, are refused before anything runs', async () => {
     let created = 0;
     // Count creations through a wrapped engine: a refused capability must not reach the engine at all.
     const counting = new Proxy(engine, {
@@ -197,7 +197,8 @@ describe('docker runner against hostile capabilities', () => {
         return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
       },
     });
-    const refusing = new DockerRunner({ engine: counting });
+    // copy mode stands for a remote engine: the egress proxy socket cannot be mounted into it.
+    const refusing = new DockerRunner({ engine: counting, capabilityFiles: 'copy' });
     await expect(
       refusing.run({ capability: await fixture('network-grant'), input: '{}' }),
     ).rejects.toMatchObject({

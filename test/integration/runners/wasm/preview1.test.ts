@@ -86,14 +86,11 @@ describe('WasmRunner: WASI preview1 basics', () => {
     }
   });
 
-  it('refuses grants.network: the Wasm sandbox has no network to give', async () => {
+  it("refuses grants.network for a preview1 module: only components get capsule's HTTP", async () => {
     const { capability } = await wasmCapability('netcap', probe, {
-      manifest: { args: ['cat'], grants: { network: ['example.com'] } },
+      manifest: { args: ['cat'], grants: { network: [{ host: 'example.com' }] } },
     });
-    await expectStartError(
-      runner.run({ capability, input: '{}' }),
-      /asks for network access, which the Wasm sandbox never gives/,
-    );
+    await expectStartError(runner.run({ capability, input: '{}' }), /preview1 module, which gets no network/);
   });
 
   it('gives an empty environment when nothing is granted', async () => {

@@ -80,13 +80,18 @@ describe('dockerIsolation', () => {
     }
   });
 
-  it('host networking and network grants are refused (no egress enforcement yet)', () => {
+  it('host networking is refused; a network grant runs sandboxed, with its hosts in the summary, in a fresh container', () => {
     expect(dockerIsolation(cap({ network: 'host' })).refusals.map((x) => x.field)).toEqual([
       'docker.network',
     ]);
-    expect(
-      dockerIsolation(cap({}, { grants: { network: ['example.com'] } })).refusals.map((x) => x.field),
-    ).toEqual(['grants.network']);
+    const granted = dockerIsolation(
+      cap({ reusable: true }, { grants: { network: [{ host: 'api.example.com', ports: [443] }] } }),
+    );
+    expect(granted.refusals).toEqual([]);
+    expect(granted.sandboxed).toBe(true);
+    expect(granted.summary).toMatch(/egress proxy to api\.example\.com:443/);
+    // Its proxy socket belongs to one run: never a container shared between calls.
+    expect(granted.mode).toBe('fresh-container');
   });
 
   it('privileged and friends run (ceiling drops to the session) rather than being refused', () => {
