@@ -9,10 +9,22 @@ import type { Runner, RunRequest, RunResult } from './types.js';
 export class LazyRunner implements Runner {
   #runner: Promise<Runner> | undefined;
 
+  /** Set only when the loaded runner measures its isolation (so judging never loads it otherwise). */
+  readonly measureIsolation: (() => Promise<string | undefined>) | undefined;
+
   constructor(
     readonly environment: Environment,
     private readonly load: () => Promise<Runner>,
-  ) {}
+    options: { measures?: boolean } = {},
+  ) {
+    this.measureIsolation =
+      options.measures === true
+        ? async () => {
+            const runner = await this.#get();
+            return runner.measureIsolation?.();
+          }
+        : undefined;
+  }
 
   async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
     return (await this.#get()).available();

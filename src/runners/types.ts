@@ -38,6 +38,12 @@ export interface Runner {
   /** Whether this runner can run here now (e.g. the Docker engine answers), with a reason when not. */
   available(): Promise<{ ok: true } | { ok: false; reason: string }>;
   run(request: RunRequest): Promise<RunResult>;
+  /**
+   * Runners whose isolation depends on what is measured where they run (several Docker engines): why their
+   * capabilities are not a sandbox there, or undefined when the measurement found nothing missing. The executor
+   * asks before a capability of this environment is judged.
+   */
+  measureIsolation?(): Promise<string | undefined>;
   /** Release pooled workers / containers. Safe to call twice. */
   close(): Promise<void>;
 }

@@ -9,14 +9,24 @@ import type {
   EngineInfo,
 } from './engine.js';
 
-export { engineMessage } from './engine.js';
+import { engineMessage } from './engine.js';
+
+export { engineMessage };
 
 export interface DockerodeEngineOptions {
   /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock (dockerode's own lookup). */
   socketPath?: string | undefined;
   /** Environment to read DOCKER_HOST from; default process.env. */
   env?: NodeJS.ProcessEnv | undefined;
+  /** An engine named in capsule's config (unix:///path or tcp://host:port); overrides DOCKER_HOST. */
+  host?: string | undefined;
+  /** Mutual TLS material (PEM contents) for a tcp:// host: spoken as https, the engine's certificate checked. */
+  tls?: { ca: Buffer; cert: Buffer; key: Buffer } | undefined;
 }
+
+/** While a container runs, how often its engine is asked whether it still answers, and how long it may take. */
+const WAIT_PING_EVERY_MS = 1000;
+const WAIT_PING_TIMEOUT_MS = 5000;
 
 /** Status codes the Engine API answers with, carried on dockerode's errors. */
 function statusOf(err: unknown): number | undefined {
@@ -56,10 +66,15 @@ export class DockerodeEngine implements DockerEngine {
 
   constructor(options: DockerodeEngineOptions = {}) {
     const env = options.env ?? process.env;
-    const host = env['DOCKER_HOST'];
+    const host = options.host ?? env['DOCKER_HOST'];
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
-    this.docker = new Docker(connectionOptions(options.socketPath, host));
+    const connection = connectionOptions(options.socketPath, host);
+    this.docker = new Docker(
+      options.tls === undefined || connection === undefined
+        ? connection
+        : { ...connection, protocol: 'https', ...options.tls },
+    );
   }
 
   async info(): Promise<EngineInfo> {
@@ -145,8 +160,32 @@ export class DockerodeEngine implements DockerEngine {
   }
 
   async wait(id: string): Promise<number> {
-    const result = (await this.docker.getContainer(id).wait()) as { StatusCode?: number };
-    return result.StatusCode ?? -1;
+    // A wait outlives the container's whole run, and when the engine dies meanwhile dockerode's request is
+    // neither answered nor failed (measured: a SIGKILLed dockerd left it pending forever). The engine is asked
+    // again while it lasts, so a dead or hung engine fails the call instead of hanging it.
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const watch = new Promise<never>((_, reject) => {
+      const tick = (): void => {
+        this.ping(WAIT_PING_TIMEOUT_MS).then(
+          () => {
+            if (!done) timer = setTimeout(tick, WAIT_PING_EVERY_MS);
+          },
+          (err: unknown) =>
+            reject(new Error(`the Docker engine stopped answering during the call (${engineMessage(err)})`)),
+        );
+      };
+      timer = setTimeout(tick, WAIT_PING_EVERY_MS);
+    });
+    try {
+      const result = (await Promise.race([this.docker.getContainer(id).wait(), watch])) as {
+        StatusCode?: number;
+      };
+      return result.StatusCode ?? -1;
+    } finally {
+      done = true;
+      clearTimeout(timer);
+    }
   }
 
   async inspect(id: string): Promise<ContainerState> {
