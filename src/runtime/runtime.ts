@@ -219,7 +219,10 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       cacheDir,
       readOnlyPaths: hostReadOnly,
       onProgress: options.onRunnerProgress,
-      engines: selectEngines(resolveEngines(project.config.engines ?? {}, env), options.engine ?? env[ENGINE_ENV]),
+      engines: selectEngines(
+        resolveEngines(project.config.engines ?? {}, env),
+        options.engine ?? env[ENGINE_ENV],
+      ),
     });
   const registry = registryFor(project.config.roots);
   return {
