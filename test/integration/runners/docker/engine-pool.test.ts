@@ -200,4 +200,36 @@ describe('engine pool on real engines', () => {
     const both = await cli(['run', 'posture-marker', '--no-prompt'], { cwd: root, env });
     expect(both).toMatchObject({ stdout: '', code: 77 });
   });
+
+  it('capsule engines --json: health, version, runtimes and the measured posture of each engine; 69 when one does not answer', async () => {
+    const { root } = await tempProject('capsule-engines-cmd-');
+    const env = {
+      ...process.env,
+      XDG_STATE_HOME: path.join(root, '.state'),
+      CAPSULE_ENGINES: JSON.stringify({
+        a: { type: 'docker', host: engines['pool-a']?.host },
+        weak: { type: 'docker', host: engines['weak']?.host },
+        gone: { type: 'docker', host: `unix://${root}/no-engine.sock` },
+      }),
+    };
+    const r = await cli(['engines', '--json'], { cwd: root, env });
+    expect(r.code).toBe(69);
+    const rows = JSON.parse(r.stdout) as Array<{
+      name: string;
+      healthy: boolean;
+      sandboxed?: boolean;
+      runtimes?: string[];
+      missing?: string[];
+    }>;
+    expect(rows.map((x) => [x.name, x.healthy, x.sandboxed])).toEqual([
+      ['a', true, true],
+      ['weak', true, false],
+      ['gone', false, undefined],
+    ]);
+    expect(rows[0]?.runtimes).toContain('runc');
+    expect(rows[1]?.missing).toEqual(['no-new-privileges is off', 'no seccomp filter']);
+    // The probe containers are gone again.
+    for (const name of ['pool-a', 'weak'])
+      expect(await connect(name).listContainers([`capsule.role=posture`])).toEqual([]);
+  });
 });
