@@ -144,6 +144,29 @@ describe('engine pool on real engines', () => {
     }
   });
 
+  it('an engine that hangs mid-call (dockerd stopped, its socket still open): the call fails naming it instead of hanging', async () => {
+    const t = await gated('pool-hung');
+    const pool = new EnginePool([{ name: 'pool-b', engine: connect('pool-b') }]);
+    const pid = Number(await readFile(engines['pool-b']?.pidfile ?? '', 'utf8'));
+    try {
+      const call = pool.run({ capability: t.capability, input: '{}' });
+      call.catch(() => undefined);
+      expect(await eventually(async () => (await runningHere('pool-b', 'pool-hung')) > 0, 60_000)).toBe(true);
+      process.kill(pid, 'SIGSTOP');
+      const err = await call.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(CapsuleError);
+      expect((err as CapsuleError).details.engine).toBe('pool-b');
+      expect(pool.status()[0]?.healthy).toBe(false);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+      await pool.close();
+      await t.cleanup();
+    }
+  });
+
   it('measures each engine’s posture from inside a call container: the weak engine lacks no-new-privileges and seccomp', async () => {
     const pool = new EnginePool([
       { name: 'pool-a', engine: connect('pool-a') },
