@@ -4,6 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
 import { benchPermissions } from './permissions.mjs';
+import { benchPool } from './pool.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
@@ -17,6 +18,7 @@ const suites = [
   ['shell', () => benchShell({ root })],
   ['wasm', () => benchWasm({ root })],
   ['docker', () => benchDocker({ root })],
+  ['pool', () => benchPool({ root })],
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
