@@ -7,6 +7,9 @@ import type {
   ContainerSummary,
   DockerEngine,
   EngineInfo,
+  SwarmApi,
+  SwarmServiceSpec,
+  SwarmTask,
 } from './engine.js';
 
 import { engineMessage } from './engine.js';
@@ -60,7 +63,7 @@ function connectionOptions(
   return undefined;
 }
 
-export class DockerodeEngine implements DockerEngine {
+export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly docker: Docker;
   private readonly remote: boolean;
 
@@ -355,5 +358,136 @@ export class DockerodeEngine implements DockerEngine {
     } catch (err) {
       if (statusOf(err) !== 404) throw err;
     }
+  }
+  // --- Swarm (asked of a manager) -------------------------------------------------------------
+
+  async createConfig(name: string, data: Buffer, labels: Record<string, string>): Promise<string> {
+    const created = (await this.docker.createConfig({
+      Name: name,
+      Labels: labels,
+      Data: data.toString('base64'),
+    })) as { id?: string; ID?: string };
+    const id = created.id ?? created.ID;
+    if (id === undefined) throw new Error('the engine created a config without an id');
+    return id;
+  }
+
+  async removeConfig(id: string): Promise<void> {
+    try {
+      await this.docker.getConfig(id).remove();
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+
+  async listConfigs(labelFilters: string[]): Promise<string[]> {
+    const list = (await this.docker.listConfigs({ filters: { label: labelFilters } })) as Array<{
+      ID: string;
+    }>;
+    return list.map((c) => c.ID);
+  }
+
+  async createService(spec: SwarmServiceSpec): Promise<string> {
+    const created = (await this.docker.createService({
+      Name: spec.name,
+      Labels: spec.labels,
+      TaskTemplate: {
+        ContainerSpec: {
+          Image: spec.image,
+          Command: spec.command,
+          Dir: spec.workingDir,
+          User: spec.user,
+          Env: spec.env,
+          Labels: spec.labels,
+          ReadOnly: spec.readOnly,
+          Init: spec.init,
+          CapabilityDrop: spec.capDrop,
+          Configs: spec.configs.map((c) => ({
+            ConfigID: c.configId,
+            ConfigName: c.configName,
+            File: { Name: c.target, UID: '0', GID: '0', Mode: c.mode },
+          })),
+          // SIGKILL at once when the service is removed (timeout, cancel): no grace period to abuse.
+          StopSignal: 'SIGKILL',
+          StopGracePeriod: 0,
+          Mounts: spec.tmpfs.map((t) => ({
+            Type: 'tmpfs',
+            Target: t.target,
+            TmpfsOptions: { SizeBytes: t.sizeBytes, Mode: t.mode },
+          })),
+        },
+        Resources: {
+          Limits: { NanoCPUs: spec.nanoCpus, MemoryBytes: spec.memoryBytes, Pids: spec.pids },
+        },
+        RestartPolicy: { Condition: 'none', MaxAttempts: 0 },
+        // The output comes back through the service log: bounded on the node's disk.
+        LogDriver: { Name: 'json-file', Options: { 'max-size': '1m', 'max-file': '1' } },
+      },
+      Mode: { Replicated: { Replicas: 1 } },
+    } as unknown as Docker.CreateServiceOptions)) as { id?: string; ID?: string };
+    const id = created.id ?? created.ID;
+    if (id === undefined) throw new Error('the engine created a service without an id');
+    return id;
+  }
+
+  async removeService(id: string): Promise<void> {
+    try {
+      await this.docker.getService(id).remove();
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+
+  async listServices(labelFilters: string[]): Promise<string[]> {
+    const list = (await this.docker.listServices({ filters: { label: labelFilters } })) as Array<{
+      ID: string;
+    }>;
+    return list.map((s) => s.ID);
+  }
+
+  async serviceTasks(serviceId: string): Promise<SwarmTask[]> {
+    const list = (await this.docker.listTasks({ filters: { service: [serviceId] } })) as Array<{
+      ID: string;
+      NodeID?: string;
+      Status?: {
+        State?: string;
+        Message?: string;
+        Err?: string;
+        ContainerStatus?: { ContainerID?: string; ExitCode?: number };
+      };
+    }>;
+    return list.map((t) => ({
+      id: t.ID,
+      state: t.Status?.State ?? 'unknown',
+      exitCode: t.Status?.ContainerStatus?.ExitCode ?? null,
+      containerId: t.Status?.ContainerStatus?.ContainerID,
+      nodeId: t.NodeID,
+      message: t.Status?.Err ?? t.Status?.Message ?? '',
+    }));
+  }
+
+  async serviceLogs(serviceId: string): Promise<Buffer> {
+    const logs = (await this.docker
+      .getService(serviceId)
+      .logs({ stdout: true, stderr: true, follow: false })) as unknown as Buffer | NodeJS.ReadableStream;
+    if (Buffer.isBuffer(logs)) return logs;
+    const chunks: Buffer[] = [];
+    for await (const chunk of logs as AsyncIterable<Buffer>) chunks.push(chunk);
+    return Buffer.concat(chunks);
+  }
+
+  async nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string }>> {
+    const list = (await this.docker.listNodes()) as Array<{
+      ID: string;
+      Description?: { Hostname?: string };
+      Status?: { State?: string };
+      Spec?: { Role?: string };
+    }>;
+    return list.map((n) => ({
+      id: n.ID,
+      hostname: n.Description?.Hostname ?? '',
+      state: n.Status?.State ?? 'unknown',
+      role: n.Spec?.Role ?? 'worker',
+    }));
   }
 }

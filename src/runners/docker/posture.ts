@@ -49,7 +49,7 @@ export function judgePosture(p: MeasuredPosture): PostureVerdict {
 }
 
 /** busybox sh, in capsule/busybox:1; one `key=value` line each. */
-const PROBE_SCRIPT = [
+export const PROBE_SCRIPT = [
   'while read -r k v _; do case "$k" in CapEff:|NoNewPrivs:|Seccomp:) echo "${k%:}=$v" ;; esac; done </proc/self/status',
   'echo "uid=$(id -u)"',
   'for i in /sys/class/net/*; do [ -e "$i" ] && echo "if=${i##*/}"; done',
