@@ -420,6 +420,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
           Limits: { NanoCPUs: spec.nanoCpus, MemoryBytes: spec.memoryBytes, Pids: spec.pids },
         },
         RestartPolicy: { Condition: 'none', MaxAttempts: 0 },
+        ...(spec.constraints === undefined ? {} : { Placement: { Constraints: spec.constraints } }),
         // The output comes back through the service log: bounded on the node's disk.
         LogDriver: { Name: 'json-file', Options: { 'max-size': '1m', 'max-file': '1' } },
       },

@@ -153,6 +153,8 @@ export interface SwarmServiceSpec {
   nanoCpus: number;
   memoryBytes: number;
   pids: number;
+  /** Placement constraints (`node.id==…`): the posture probe runs once on each node. */
+  constraints?: string[] | undefined;
 }
 
 export interface SwarmTask {

@@ -82,7 +82,7 @@ export function parseProbeOutput(text: string, runtime: string): MeasuredPosture
   return posture;
 }
 
-function probeCapability(runtime: string): Capability {
+export function probeCapability(runtime: string): Capability {
   const parsed = parseManifest(
     JSON.stringify({
       schemaVersion: 1,

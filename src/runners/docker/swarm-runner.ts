@@ -6,6 +6,7 @@ import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
 import { OutputDemuxer } from './demux.js';
+import { judgePosture, parseProbeOutput, PROBE_SCRIPT, probeCapability } from './posture.js';
 import { engineMessage } from './engine.js';
 import type { DockerEngine, SwarmApi, SwarmConfigFile } from './engine.js';
 import { dockerIsolation } from './isolation.js';
@@ -67,6 +68,45 @@ export class SwarmRunner implements Runner {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
+    return this.call(request, {});
+  }
+
+  /**
+   * The posture probe as a call on each ready node (a service pinned to it): why this swarm is not a sandbox
+   * on some node, or undefined when every node gives everything (see posture.ts).
+   */
+  async measureIsolation(): Promise<string | undefined> {
+    const nodes = (await this.manager.nodes()).filter((n) => n.state === 'ready');
+    if (nodes.length === 0) return 'no node of the swarm is ready, nothing was measured';
+    const weak: string[] = [];
+    for (const node of nodes) {
+      const missing = await this.call(
+        { capability: probeCapability('runc'), input: '' },
+        {
+          constraints: [`node.id==${node.id}`],
+          files: [
+            { target: `${CAPABILITY_MOUNT}/probe.sh`, data: Buffer.from(`#!/bin/sh\n${PROBE_SCRIPT}\n`) },
+          ],
+        },
+      ).then(
+        (r) =>
+          r.exitCode === 0
+            ? judgePosture(parseProbeOutput(r.stdout, 'runc')).missing
+            : [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
+        (err: unknown) => [`posture not measured (${(err as Error).message})`],
+      );
+      if (missing.length > 0) weak.push(`node ${node.hostname || node.id}: ${missing.join(', ')}`);
+    }
+    return weak.length === 0 ? undefined : weak.join('; ');
+  }
+
+  private async call(
+    request: RunRequest,
+    options: {
+      constraints?: string[] | undefined;
+      files?: Array<{ target: string; data: Buffer }> | undefined;
+    },
+  ): Promise<RunResult> {
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the swarm runner was closed');
     const { capability } = request;
     const refusal = this.refusal(capability);
@@ -84,11 +124,14 @@ export class SwarmRunner implements Runner {
     const configs: string[] = [];
     let serviceId: string | undefined;
     try {
-      const files = await this.capabilityFiles(capability);
+      const files = options.files ?? (await this.capabilityFiles(capability));
       const mounted: SwarmConfigFile[] = [];
-      const input = await this.manager.createConfig(`${name}-input`, Buffer.from(request.input), labels);
-      configs.push(input);
-      mounted.push({ configId: input, configName: `${name}-input`, target: INPUT_FILE, mode: 0o444 });
+      // A config cannot be empty: an empty input is no config, and stdin is /dev/null.
+      if (request.input !== '') {
+        const input = await this.manager.createConfig(`${name}-input`, Buffer.from(request.input), labels);
+        configs.push(input);
+        mounted.push({ configId: input, configName: `${name}-input`, target: INPUT_FILE, mode: 0o444 });
+      }
       for (const [i, f] of files.entries()) {
         const id = await this.manager.createConfig(`${name}-f${i}`, f.data, labels);
         configs.push(id);
@@ -100,7 +143,13 @@ export class SwarmRunner implements Runner {
         name,
         labels,
         image: capability.manifest.docker?.image ?? '',
-        command: ['/bin/sh', '-c', WRAPPER, 'capsule-swarm', ...containerCommand(capability)],
+        command: [
+          '/bin/sh',
+          '-c',
+          request.input === '' ? 'exec "$@" </dev/null' : WRAPPER,
+          'capsule-swarm',
+          ...containerCommand(capability),
+        ],
         workingDir: CAPABILITY_MOUNT,
         user: SANDBOX_USER,
         env: ['HOME=/tmp', `CAPSULE_CAPABILITY=${capability.name}`],
@@ -112,6 +161,7 @@ export class SwarmRunner implements Runner {
         nanoCpus: Math.round(this.cpus * 1e9),
         memoryBytes: limits.memoryMb * 1024 * 1024,
         pids: limits.pids,
+        constraints: options.constraints,
       });
       let timedOut = false;
       let canceled = false;
@@ -223,10 +273,10 @@ export class SwarmRunner implements Runner {
         const st = await lstat(abs);
         if (st.isDirectory()) await walk(abs, relPath);
         else if (st.isFile()) {
-          if (st.size > MAX_FILE_BYTES || out.length >= MAX_FILES) {
+          if (st.size === 0 || st.size > MAX_FILE_BYTES || out.length >= MAX_FILES) {
             throw new CapsuleError(
               'UNSUPPORTED',
-              `${capability.name}: ${relPath} does not fit a swarm call (at most ${MAX_FILES} files of 500 KB)`,
+              `${capability.name}: ${relPath} does not fit a swarm call (at most ${MAX_FILES} files, each 1 byte to 500 KB: Swarm configs cannot be empty)`,
               { file: capability.manifestPath },
             );
           }

@@ -87,6 +87,23 @@ describe('swarm runner on a real two-node swarm', () => {
     }
   });
 
+  it('measures the posture on each node of the swarm (a service pinned to each): both nodes give everything', async () => {
+    expect((await manager.nodes()).filter((n) => n.state === 'ready')).toHaveLength(2);
+    expect(await runner.measureIsolation()).toBeUndefined();
+  });
+
+  it('an empty input is an empty stdin (a Swarm config cannot be empty)', async () => {
+    const t = await tempCapability('swarm-empty', { entry: 'run.sh' }, { 'run.sh': 'echo "[$(cat)]"\n' });
+    try {
+      expect(await runner.run({ capability: t.capability, input: '' })).toMatchObject({
+        exitCode: 0,
+        stdout: '[]\n',
+      });
+    } finally {
+      await t.cleanup();
+    }
+  });
+
   it('a task killed by SIGKILL reports 137 (the capability runs under init)', async () => {
     const t = await tempCapability(
       'swarm-killed',
