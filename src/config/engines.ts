@@ -42,8 +42,31 @@ export const dockerEngineSchema = z
   })
   .describe('One Docker engine.');
 
+export const swarmEngineSchema = z
+  .strictObject({
+    type: z.literal('swarm').describe('A Docker Swarm cluster: each call is a one-shot service on it.'),
+    manager: z
+      .string()
+      .regex(
+        /^(unix:\/\/\/.+|tcp:\/\/[^/\s]+:\d+)$/,
+        'must be unix:///path/to/docker.sock or tcp://host:port',
+      )
+      .describe('Where a manager of the swarm answers: unix:///path or tcp://host:port.'),
+    tls: tlsSchema.optional(),
+  })
+  .superRefine((engine, ctx) => {
+    if (engine.manager.startsWith('tcp://') && engine.tls === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['tls'],
+        message: 'is required for a tcp:// manager (capsule never talks to an engine over plain TCP)',
+      });
+    }
+  })
+  .describe('One Docker Swarm cluster, reached through a manager.');
+
 export const enginesSchema = z
-  .record(z.string(), dockerEngineSchema)
+  .record(z.string(), z.discriminatedUnion('type', [dockerEngineSchema, swarmEngineSchema]))
   .superRefine((record, ctx) => {
     for (const name of Object.keys(record)) {
       if (!ENGINE_NAME.test(name)) {
@@ -59,7 +82,7 @@ export const enginesSchema = z
     'Docker engines docker capabilities run on, by name (docs/scale-out.md). Empty: the one engine of DOCKER_HOST or the local socket. Calls are scheduled across the healthy ones; `--engine NAME` picks one.',
   );
 
-export type DockerEngineConfig = z.infer<typeof dockerEngineSchema>;
+export type DockerEngineConfig = z.infer<typeof dockerEngineSchema> | z.infer<typeof swarmEngineSchema>;
 export type EnginesConfig = z.infer<typeof enginesSchema>;
 
 /** The variable CI sets to add engines (the same JSON as capsule.json's `engines`). */

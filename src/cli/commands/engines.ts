@@ -4,6 +4,7 @@ import { action, json, write, type CliIO } from '../output.js';
 
 interface EngineRow {
   name: string;
+  type?: 'docker' | 'swarm' | undefined;
   host: string;
   healthy: boolean;
   error?: string | undefined;
@@ -27,7 +28,7 @@ export function registerEngines(program: Command, io: CliIO): void {
     .option('--engine <names>', 'only these engines (comma list)')
     .option(
       '--json',
-      'print JSON: [{name, host, healthy, error?, version, runtimes, posture, sandboxed, missing}]',
+      'print JSON: [{name, type, host, healthy, error?, version, runtimes, posture (docker), sandboxed, missing}]',
     )
     .action(
       action(io, async (opts: { engine?: string; json?: boolean }) => {
@@ -57,12 +58,13 @@ export function registerEngines(program: Command, io: CliIO): void {
             ? await Promise.all(
                 selected.map(async (e) => ({
                   ...(await engineConfig.connectEngine(e.name, e.config, project.root)),
-                  host: e.config.host,
+                  host: e.config.type === 'swarm' ? e.config.manager : e.config.host,
                 })),
               )
             : [
                 {
                   name: 'default',
+                  kind: 'docker' as const,
                   host: io.env['DOCKER_HOST'] ?? 'unix:///var/run/docker.sock',
                   engine: new dockerode.DockerodeEngine({ env: io.env }),
                 },
@@ -72,6 +74,21 @@ export function registerEngines(program: Command, io: CliIO): void {
             try {
               await t.engine.ping(5000);
               const info = await t.engine.info();
+              if (t.kind === 'swarm') {
+                // Every ready node, by a probe service pinned to it (images must be on every node).
+                const { SwarmRunner } = await import('../../runners/docker/swarm-runner.js');
+                const why = await new SwarmRunner({ manager: t.engine }).measureIsolation();
+                return {
+                  name: t.name,
+                  type: 'swarm',
+                  host: t.host,
+                  healthy: true,
+                  version: info.serverVersion,
+                  runtimes: info.runtimes,
+                  sandboxed: why === undefined,
+                  missing: why === undefined ? [] : [why],
+                };
+              }
               await new ImageBuilder({ engine: t.engine }).ensure(
                 'capsule/busybox:1',
                 (m) => void io.stderr.write(`${t.name}: ${m}\n`),
@@ -83,6 +100,7 @@ export function registerEngines(program: Command, io: CliIO): void {
               const verdict = posture.judgePosture(measured);
               return {
                 name: t.name,
+                type: 'docker',
                 host: t.host,
                 healthy: true,
                 version: info.serverVersion,

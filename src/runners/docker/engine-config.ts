@@ -29,6 +29,8 @@ export async function connectEngine(
     };
     tls = { ca: await read('ca'), cert: await read('cert'), key: await read('key') };
   }
+  if (config.type === 'swarm')
+    return { name, kind: 'swarm', engine: new DockerodeEngine({ host: config.manager, tls }) };
   return { name, engine: new DockerodeEngine({ host: config.host, tls }) };
 }
 

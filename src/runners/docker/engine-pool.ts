@@ -1,7 +1,7 @@
 import { CapsuleError } from '../../errors.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { engineMessage } from './engine.js';
-import type { DockerEngine } from './engine.js';
+import type { DockerEngine, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
 import { currentHost, ownerLabels } from './labels.js';
@@ -11,14 +11,17 @@ import { judgePosture, probePosture } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
+import { SwarmRunner } from './swarm-runner.js';
 
-export interface PoolEngine {
+export type PoolEngine =
+  | { name: string; kind?: 'docker' | undefined; engine: DockerEngine }
+  /** A swarm: calls become one-shot services on it (swarm-runner.ts); `engine` is a manager. */
+  | { name: string; kind: 'swarm'; engine: DockerEngine & SwarmApi };
+
+interface Member {
   name: string;
   engine: DockerEngine;
-}
-
-interface Member extends PoolEngine {
-  runner: DockerRunner;
+  runner: DockerRunner | SwarmRunner;
   inFlight: number;
   calls: number;
   /** Set when a call or a health check found the engine gone; it is checked again before it is used. */
@@ -63,14 +66,18 @@ export class EnginePool implements Runner {
     this.healthTimeoutMs = options.healthTimeoutMs ?? 3000;
     this.progress = options.runner?.onProgress ?? (() => {});
     this.members = engines.map((e) => ({
-      ...e,
-      runner: new DockerRunner({
-        ...options.runner,
-        engine: e.engine,
-        handleProcessSignals: false,
-        // Each engine builds (or has loaded) its own images: say which one a build is for.
-        onProgress: (message) => this.progress(`${e.name}: ${message}`),
-      }),
+      name: e.name,
+      engine: e.engine,
+      runner:
+        e.kind === 'swarm'
+          ? new SwarmRunner({ manager: e.engine, cpus: options.runner?.cpus })
+          : new DockerRunner({
+              ...options.runner,
+              engine: e.engine,
+              handleProcessSignals: false,
+              // Each engine builds (or has loaded) its own images: say which one a build is for.
+              onProgress: (message) => this.progress(`${e.name}: ${message}`),
+            }),
       inFlight: 0,
       calls: 0,
       downSince: undefined,
@@ -213,6 +220,13 @@ export class EnginePool implements Runner {
   }
 
   private async verdictOf(m: Member): Promise<PostureVerdict> {
+    if (m.runner instanceof SwarmRunner) {
+      // Each node of the swarm is measured by a probe service pinned to it.
+      const why = await m.runner
+        .measureIsolation()
+        .catch((err: unknown) => `posture not measured (${engineMessage(err)})`);
+      return why === undefined ? { sandboxed: true, missing: [] } : { sandboxed: false, missing: [why] };
+    }
     try {
       return judgePosture(await this.measure(m));
     } catch (err) {

@@ -23,6 +23,26 @@ describe('engines in capsule.json', () => {
     expect(Object.keys(config.engines ?? {})).toEqual(['a', 'build-2']);
   });
 
+  it('accepts a swarm by its manager; a tcp:// manager needs TLS too', () => {
+    const config = parseProjectConfig(
+      JSON.stringify({ engines: { sw: { type: 'swarm', manager: 'unix:///run/m.sock' } } }),
+      'capsule.json',
+    );
+    expect(config.engines?.['sw']).toEqual({ type: 'swarm', manager: 'unix:///run/m.sock' });
+    expect(() =>
+      parseProjectConfig(
+        JSON.stringify({ engines: { sw: { type: 'swarm', manager: 'tcp://m:2377' } } }),
+        'capsule.json',
+      ),
+    ).toThrow(/engines\.sw\.tls/);
+    expect(() =>
+      parseProjectConfig(
+        JSON.stringify({ engines: { sw: { type: 'swarm', host: 'unix:///x' } } }),
+        'capsule.json',
+      ),
+    ).toThrow(CapsuleError);
+  });
+
   it('refuses tcp:// without TLS, naming the field', () => {
     expect(() =>
       parseProjectConfig(

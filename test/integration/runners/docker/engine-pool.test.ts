@@ -255,4 +255,33 @@ describe('engine pool on real engines', () => {
     for (const name of ['pool-a', 'weak'])
       expect(await connect(name).listContainers([`capsule.role=posture`])).toEqual([]);
   });
+
+  it('a swarm named in CAPSULE_ENGINES: capsule run --engine puts the call on it, capsule engines measures its nodes', async () => {
+    const { root, capRoot } = await tempProject('capsule-pool-swarm-');
+    await writeCapability(
+      capRoot,
+      'on-swarm',
+      { environment: 'docker', docker: { image: 'capsule/busybox:1' } },
+      { 'run.sh': 'echo "swarm got $(cat)"\n' },
+    );
+    const env = {
+      ...process.env,
+      XDG_STATE_HOME: path.join(root, '.state'),
+      CAPSULE_ENGINES: JSON.stringify({ sw: { type: 'swarm', manager: engines['swarm-m']?.host } }),
+    };
+    const r = await cli(
+      ['run', 'on-swarm', '--engine', 'sw', '--grant', 'run_capability:on-swarm', '--input', '{"x":1}'],
+      { cwd: root, env },
+    );
+    expect(r).toMatchObject({ stdout: 'swarm got {"x":1}\n', code: 0 });
+    const listed = await cli(['engines', '--json'], { cwd: root, env });
+    expect(listed.code).toBe(0);
+    expect(JSON.parse(listed.stdout)).toMatchObject([
+      { name: 'sw', type: 'swarm', healthy: true, sandboxed: true },
+    ]);
+    // Nothing of either command is left on the swarm.
+    const manager = connect('swarm-m');
+    expect(await manager.listServices(['capsule.managed=1'])).toEqual([]);
+    expect(await manager.listConfigs(['capsule.managed=1'])).toEqual([]);
+  });
 });
