@@ -1,5 +1,5 @@
-// Engine pool: one call on the pool of two engines vs the same call on one engine (latency), and four callers
-// at once on two engines vs on one (throughput). Needs the extra engines (bash scripts/extra-engines.sh up);
+// Engine pool and Swarm: one call on the pool of two engines vs the same call on one engine (latency), and four callers
+// at once on two engines vs on one (throughput), and a call through the Swarm runner vs a bare service. Needs the extra engines (bash scripts/extra-engines.sh up);
 // without them the suite says so and adds no rows. Both engines run on this machine, so "two engines" shares
 // its cores: the rows measure the pool's overhead and scheduling, not the capacity of a second host.
 import { readFile, realpath } from 'node:fs/promises';
@@ -79,6 +79,14 @@ export async function benchPool({ root, iterations = 20 }) {
     await one.close();
     await pool.close();
   }
+  const swarmRows = await benchSwarm({
+    index,
+    capability,
+    input,
+    check,
+    timed,
+    iterations: Math.min(iterations, 8),
+  });
   const ONE = 'pool: a call on one engine (DockerRunner)';
   const FOUR_ONE = 'pool: 4 callers on one engine, wall per call';
   return [
@@ -99,6 +107,65 @@ export async function benchPool({ root, iterations = 20 }) {
       p95: undefined,
       perSecond: 1000 / throughput.pool,
       floor: FOUR_ONE,
+    },
+    ...swarmRows,
+  ];
+}
+
+/** A call through the Swarm runner vs a bare dockerode service create → complete → logs → remove. */
+async function benchSwarm({ index, capability, input, check, timed, iterations }) {
+  if (index.engines['swarm-m'] === undefined) return [];
+  const { default: Docker } = await import('dockerode');
+  const { SwarmRunner } = await import('../dist/runners/docker/swarm-runner.js');
+  const { DockerodeEngine } = await import('../dist/runners/docker/dockerode-engine.js');
+  const host = index.engines['swarm-m'].host;
+  const docker = new Docker({ socketPath: host.replace('unix://', '') });
+  const runner = new SwarmRunner({ manager: new DockerodeEngine({ host }) });
+  async function bare() {
+    const service = await docker.createService({
+      Name: `bench-bare-${process.pid}-${Math.random().toString(16).slice(2)}`,
+      Labels: { 'capsule.managed': '1', 'capsule.pid': String(process.pid) },
+      TaskTemplate: {
+        ContainerSpec: {
+          Image: 'capsule/busybox:1',
+          Command: ['/bin/echo', 'hello bench'],
+          User: '65534:65534',
+        },
+        RestartPolicy: { Condition: 'none' },
+      },
+      Mode: { Replicated: { Replicas: 1 } },
+    });
+    const id = service.id ?? service.ID;
+    try {
+      for (;;) {
+        const [task] = await docker.listTasks({ filters: { service: [id] } });
+        if (task !== undefined && ['complete', 'failed', 'rejected', 'shutdown'].includes(task.Status?.State))
+          break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const logs = await docker.getService(id).logs({ stdout: true, stderr: true, follow: false });
+      if (!String(logs).includes('hello')) throw new Error('bare service printed nothing');
+    } finally {
+      await docker.getService(id).remove();
+    }
+  }
+  const samples = { bare: [], swarm: [] };
+  for (let i = 0; i < iterations + 1; i++) {
+    const b = await timed(bare);
+    const s = await timed(async () => check(await runner.run({ capability, input })));
+    if (i >= 1) {
+      samples.bare.push(b);
+      samples.swarm.push(s);
+    }
+  }
+  await runner.close();
+  const BARE = 'swarm: bare service create→complete→logs→remove';
+  return [
+    { name: BARE, isFloor: true, ...stats(samples.bare) },
+    {
+      name: 'swarm: a call through the Swarm runner (configs, service, logs, cleanup)',
+      ...stats(samples.swarm),
+      floor: BARE,
     },
   ];
 }
