@@ -205,11 +205,15 @@ down() {
   for name in "${pool[@]}" "${swarm[@]}"; do
     if ip netns list | grep -qw "$(netns_of "$name")"; then ip netns delete "$(netns_of "$name")"; fi
   done
+  # dockerd leaves its data root (and whatever it mounted below it) mounted: unmount deepest first.
+  local mnt
+  awk -v r="$root/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r | while read -r mnt; do
+    umount "$mnt" 2>/dev/null || umount -l "$mnt" || true
+  done
   # The data roots hold only copies of the sandbox images and what the tests left.
   for name in "${pool[@]}" "${swarm[@]}"; do
     dir="$root/$name"
     [ -d "$dir" ] || continue
-    umount -R "$dir/exec" 2>/dev/null || true
     rm -rf "$dir"
   done
   log "down"
