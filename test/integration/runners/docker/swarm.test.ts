@@ -141,6 +141,21 @@ describe('swarm runner on a real two-node swarm', () => {
     }
   });
 
+  it('an output flood comes back cut at outputBytes, marked truncated', async () => {
+    const t = await tempCapability(
+      'swarm-flood',
+      { entry: 'run.sh', limits: { outputBytes: 4096 } },
+      { 'run.sh': 'yes flood | head -c 3000000\n' },
+    );
+    try {
+      const r = await runner.run({ capability: t.capability, input: '{}' });
+      expect(r.truncated).toBe(true);
+      expect(Buffer.byteLength(r.stdout)).toBe(4096);
+    } finally {
+      await t.cleanup();
+    }
+  });
+
   it('a timeout removes the service and the task’s process really stops', async () => {
     const t = await tempCapability(
       'swarm-forever',
