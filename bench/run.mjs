@@ -6,6 +6,7 @@ import { benchDocker } from './docker.mjs';
 import { benchLimits } from './limits.mjs';
 import { benchEgress } from './egress.mjs';
 import { benchPermissions } from './permissions.mjs';
+import { benchPool } from './pool.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
 import { benchShell } from './shell.mjs';
@@ -24,6 +25,7 @@ const suites = [
   ['wasm-fs', () => benchWasmFs({ root })],
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
+  ['pool', () => benchPool({ root })],
   ['registry', () => benchRegistry()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],

@@ -29,6 +29,9 @@ step('provision the Docker engine', 'bash', ['scripts/provision-docker.sh'], {
 step('provision the browser', 'bash', ['scripts/provision-browser.sh']);
 step('build', 'npm', ['run', 'build', '--silent']);
 step('build the sandbox images', 'node', ['scripts/build-images.mjs']);
+// The scale-out tests' own engines (pool, weaker posture, two-node swarm), each in a network namespace of its
+// own; the main engine is only read from (its images are copied in).
+step('start the extra engines', 'bash', ['scripts/extra-engines.sh', 'up']);
 step('typecheck', 'npm', ['run', 'typecheck', '--silent']);
 step('lint', 'npm', ['run', 'lint', '--silent']);
 const scratch = mkdtempSync(path.join(tmpdir(), 'capsule-test-'));

@@ -59,6 +59,8 @@ export interface ErrorDetails {
   key?: string | undefined;
   /** What the user can do about it. */
   hint?: string | undefined;
+  /** The Docker engine (by its configured name) a call ran on, when several can. */
+  engine?: string | undefined;
   /** Several problems found at once (e.g. every invalid field of one manifest). */
   issues?: ReadonlyArray<{ file?: string | undefined; field?: string | undefined; message: string }>;
   /** PERMISSION_DENIED: what stopped the call (a rule, the mode, the ceiling, a person), as data. */

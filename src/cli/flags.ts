@@ -18,7 +18,17 @@ export function addGateFlags(command: Command): Command {
     .addOption(new Option('--mode <mode>', 'permission mode').choices(PERMISSION_MODES));
 }
 
+/** `--engine NAME[,NAME]` on the commands that run capabilities (run, compare, ci). */
+export function addEngineFlag(command: Command): Command {
+  return command.option(
+    '--engine <names>',
+    'run docker capabilities only on these configured engines (comma list; see capsule engines). Default: $CAPSULE_ENGINE, else every healthy engine',
+  );
+}
+
 export interface GateFlags {
+  /** --engine (run, compare, ci). */
+  engine?: string;
   grant: string[];
   /** commander maps --no-prompt to prompt=false. */
   prompt: boolean;

@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { registerAudit } from './commands/audit.js';
 import { registerCi } from './commands/ci.js';
 import { registerCompare } from './commands/compare.js';
+import { registerEngines } from './commands/engines.js';
 import { registerExec } from './commands/exec.js';
 import { registerExplain } from './commands/explain.js';
 import { registerGrants } from './commands/grants.js';
@@ -53,6 +54,7 @@ export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   registerCi(program, io);
   registerCompare(program, io);
   registerImages(program, io);
+  registerEngines(program, io);
   registerExec(program, io);
   registerKey(program, io);
   registerExplain(program, io);

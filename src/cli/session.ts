@@ -20,6 +20,8 @@ export interface SessionFlags {
   mode?: PermissionMode | undefined;
   /** A bash parser the command already has (exec, explain), reused by the gate. */
   parser?: CommandParser | undefined;
+  /** `--engine NAME[,NAME]` (run, compare, ci). */
+  engine?: string | undefined;
 }
 
 export interface CliSession {
@@ -68,6 +70,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     env: io.env,
     grants: flags.grants,
     parser: flags.parser,
+    engine: flags.engine,
     onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
   });
   const prompter = cliPrompter({

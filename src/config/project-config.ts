@@ -1,6 +1,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
+import { enginesSchema } from './engines.js';
 import { CapsuleError } from '../errors.js';
 import { zodIssues } from '../manifest/parse.js';
 import { parseStrictJson } from './strict-json.js';
@@ -111,6 +112,7 @@ export const projectConfigSchema = z
       })
       .default({ allow: [], deny: [] })
       .describe('Rules evaluated before the mode: deny → allow → mode → Ask.'),
+    engines: enginesSchema.optional(),
   })
   .describe('capsule.json: the project configuration, at the project root.');
 

@@ -74,6 +74,9 @@ export class Executor {
   readonly #telemetry: Telemetry;
   /** The span of the call a live permit was issued in: its runs are recorded there. */
   readonly #spans = new WeakMap<RunPermit, ToolCallSpan>();
+  /** Per environment: why its runner measured it is not a sandbox here (see Runner.measureIsolation). */
+  readonly #measured = new Map<Environment, string>();
+  readonly #measuredOnce = new Set<Environment>();
 
   constructor(options: ExecutorOptions) {
     this.registry = options.registry;
@@ -89,7 +92,26 @@ export class Executor {
   }
 
   isolation(capability: Capability): IsolationReport {
-    return this.#judge(capability);
+    const report = this.#judge(capability);
+    const weaker = this.#measured.get(capability.environment);
+    if (!report.sandboxed || weaker === undefined) return report;
+    // What the runner measured where it runs outranks what the configuration promises.
+    return { ...report, sandboxed: false, summary: `${report.summary}, but ${weaker} — not sandboxed` };
+  }
+
+  /** Ask the runner of `environment` what it measured (once per session) before its capabilities are judged. */
+  async #measure(environment: Environment): Promise<void> {
+    if (this.#measuredOnce.has(environment)) return;
+    const runner = this.#runners.get(environment);
+    if (runner?.measureIsolation === undefined) return;
+    let weaker: string | undefined;
+    try {
+      weaker = await runner.measureIsolation();
+    } catch (err) {
+      weaker = `its isolation could not be measured (${(err as Error).message})`;
+    }
+    this.#measuredOnce.add(environment);
+    if (weaker !== undefined) this.#measured.set(environment, weaker);
   }
 
   validateInput(capability: Capability, inputText: string): string {
@@ -120,6 +142,7 @@ export class Executor {
         ?.warm?.(1)
         .catch(() => undefined);
       try {
+        await this.#measure(capability.environment);
         return await this.#stage.stage(capability);
       } catch (err) {
         if (attempt >= 3 || !(err instanceof CapsuleError) || err.code !== 'MANIFEST_INVALID') throw err;
@@ -156,7 +179,9 @@ export class Executor {
     const span = inCall ?? this.#telemetry.startToolCall({ tool: 'run_capability' });
     let result: RunResult;
     try {
-      result = this.#checkOutput(capability, await runner.run({
+      result = this.#checkOutput(
+        capability,
+        await runner.run({
           capability,
           input: inputText,
           signal,
@@ -164,7 +189,8 @@ export class Executor {
             gate.recordNetwork !== undefined
               ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()
               : undefined,
-        }),);
+        }),
+      );
     } catch (err) {
       if (inCall === undefined) span.end(err);
       throw err;
@@ -277,6 +303,7 @@ export class Executor {
    */
   async planVariants(name: string, environments: readonly Environment[]): Promise<VariantPlan> {
     const capability = await this.#prepare(name);
+    for (const environment of environments) await this.#measure(environment);
     const variants: PlannedVariant[] = [];
     const cleanups: Array<() => Promise<void>> = [];
     try {

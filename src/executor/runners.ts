@@ -1,4 +1,5 @@
 import { userCacheDir } from '../config/cache-dir.js';
+import type { DockerEngineConfig } from '../config/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
@@ -13,6 +14,11 @@ export interface DefaultRunnerOptions {
   readOnlyPaths?: readonly string[] | undefined;
   /** Progress of long runner work (docker image builds). */
   onProgress?: (message: string) => void;
+  /**
+   * The Docker engines docker capabilities may run on (capsule.json `engines` plus $CAPSULE_ENGINES, narrowed by
+   * `--engine`). Empty or absent: the one engine of DOCKER_HOST or the local socket.
+   */
+  engines?: ReadonlyArray<{ name: string; config: DockerEngineConfig }> | undefined;
 }
 
 /**
@@ -22,6 +28,7 @@ export interface DefaultRunnerOptions {
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const { env } = options;
   const cacheDir = options.cacheDir ?? userCacheDir(env);
+  const engines = options.engines ?? [];
   return [
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
     // shell capabilities.
@@ -38,14 +45,27 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
       { warms: true },
     ),
     // A missing capsule image is built on first use, with its progress reported.
-    new LazyRunner('docker', async () => {
-      const { DockerRunner } = await import('../runners/docker/runner.js');
-      return new DockerRunner({
-        env,
-        projectRoot: options.projectRoot,
-        cacheDir,
-        onProgress: options.onProgress,
-      });
-    }),
+    engines.length === 0
+      ? new LazyRunner('docker', async () => {
+          const { DockerRunner } = await import('../runners/docker/runner.js');
+          return new DockerRunner({
+            env,
+            projectRoot: options.projectRoot,
+            cacheDir,
+            onProgress: options.onProgress,
+          });
+        })
+      : // Several engines: the pool schedules across them and measures each one's posture before judging.
+        new LazyRunner(
+          'docker',
+          async () => {
+            const { openEnginePool } = await import('../runners/docker/engine-config.js');
+            return openEnginePool(engines, {
+              baseDir: options.projectRoot,
+              runner: { env, projectRoot: options.projectRoot, cacheDir, onProgress: options.onProgress },
+            });
+          },
+          { measures: true },
+        ),
   ];
 }

@@ -9,16 +9,27 @@ import type { Runner, RunRequest, RunResult } from './types.js';
 export class LazyRunner implements Runner {
   #runner: Promise<Runner> | undefined;
 
+  /** Set only when the loaded runner measures its isolation (so judging never loads it otherwise). */
+  readonly measureIsolation: (() => Promise<string | undefined>) | undefined;
+
   /**
    * `options.warms`: the loaded runner has a start-up cost worth starting early (see Runner.warm), so
    * a warm() hint loads it. Otherwise warm() loads nothing: a call the gate then denies never pays
-   * for the module (dockerode and its gRPC stack).
+   * for the module (dockerode and its gRPC stack). `options.measures`: it measures its isolation.
    */
   constructor(
     readonly environment: Environment,
     private readonly load: () => Promise<Runner>,
-    private readonly options: { warms?: boolean } = {},
-  ) {}
+    private readonly options: { warms?: boolean; measures?: boolean } = {},
+  ) {
+    this.measureIsolation =
+      options.measures === true
+        ? async () => {
+            const runner = await this.#get();
+            return runner.measureIsolation?.();
+          }
+        : undefined;
+  }
 
   async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
     return (await this.#get()).available();

@@ -54,6 +54,13 @@ export interface Runner {
    * capability code and decides nothing; a runner without such a start-up cost leaves it out.
    */
   warm?(count?: number): Promise<void>;
+
+  /**
+   * Runners whose isolation depends on what is measured where they run (several Docker engines): why their
+   * capabilities are not a sandbox there, or undefined when the measurement found nothing missing. The executor
+   * asks before a capability of this environment is judged.
+   */
+  measureIsolation?(): Promise<string | undefined>;
   /** Release pooled workers / containers. Safe to call twice. */
   close(): Promise<void>;
 }

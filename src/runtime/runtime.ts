@@ -8,6 +8,7 @@ import {
 } from '../config/project-config.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import { userStateDir } from '../config/user-state.js';
+import { ENGINE_ENV, resolveEngines, selectEngines } from '../config/engines.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
 import { CapabilityStage } from '../executor/stage.js';
@@ -47,6 +48,8 @@ export interface RuntimeOptions {
   runners?: readonly Runner[] | undefined;
   /** Progress of long runner work (docker image builds). */
   onRunnerProgress?: ((message: string) => void) | undefined;
+  /** `--engine NAME[,NAME]`: the configured Docker engines this process may use (default $CAPSULE_ENGINE, else all). */
+  engine?: string | undefined;
   /**
    * capsule's per-user state folder (confirmed policies); default from `env`
    * (`$CAPSULE_STATE_DIR`, `$XDG_STATE_HOME/capsule`, `~/.local/state/capsule`); false: keep none.
@@ -224,6 +227,10 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       cacheDir,
       readOnlyPaths: hostReadOnly,
       onProgress: options.onRunnerProgress,
+      engines: selectEngines(
+        resolveEngines(project.config.engines ?? {}, env),
+        options.engine ?? env[ENGINE_ENV],
+      ),
     });
   const registry = registryFor(project.config.roots);
   const telemetry = options.telemetry ?? (await defaultTelemetry());

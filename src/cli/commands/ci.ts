@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import type { CheckOutcome } from '../../ci/junit.js';
 import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
-import { addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 import { parseEnvs } from '../args.js';
@@ -34,20 +34,22 @@ type CiOptions = GateFlags & { env?: string; junit?: string; force?: boolean; js
 
 export function registerCi(program: Command, io: CliIO): void {
   addGateFlags(
-    program
-      .command('ci')
-      .description(
-        "Run every capability's checks (cases.json beside capability.json) non-interactively.\n" +
-          'Ask is a denial unless granted with --grant. Exit 0 only when every check passes, 1 otherwise.',
-      )
-      .argument('[path]', 'a folder of capabilities (default: the project roots)')
-      .option(
-        '--env <list>',
-        'run each case in these environments where the capability is portable (default: its own)',
-      )
-      .option('--junit <file>', 'write a JUnit XML report (one testcase per case and environment)')
-      .option('--force', 'overwrite an existing --junit file')
-      .option('--json', 'print the outcomes as JSON'),
+    addEngineFlag(
+      program
+        .command('ci')
+        .description(
+          "Run every capability's checks (cases.json beside capability.json) non-interactively.\n" +
+            'Ask is a denial unless granted with --grant. Exit 0 only when every check passes, 1 otherwise.',
+        )
+        .argument('[path]', 'a folder of capabilities (default: the project roots)')
+        .option(
+          '--env <list>',
+          'run each case in these environments where the capability is portable (default: its own)',
+        )
+        .option('--junit <file>', 'write a JUnit XML report (one testcase per case and environment)')
+        .option('--force', 'overwrite an existing --junit file')
+        .option('--json', 'print the outcomes as JSON'),
+    ),
   ).action(
     action(io, async (target: string | undefined, opts: CiOptions) => {
       const environments = opts.env === undefined ? undefined : parseEnvs(opts.env);
@@ -68,7 +70,7 @@ export function registerCi(program: Command, io: CliIO): void {
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(
         { ...io, interactive: false },
-        { grants: opts.grant, noPrompt: true, mode: opts.mode },
+        { grants: opts.grant, noPrompt: true, mode: opts.mode, engine: opts.engine },
       );
       try {
         const registry =

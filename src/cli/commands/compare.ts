@@ -5,7 +5,7 @@ import type { CompareInput } from '../../compare/compare.js';
 import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { parseEnvs } from '../args.js';
-import { addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 
@@ -39,22 +39,24 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
 
 export function registerCompare(program: Command, io: CliIO): void {
   addGateFlags(
-    program
-      .command('compare')
-      .description(
-        'Run one capability in several environments and compare outputs, exit codes and timings.\n' +
-          'A JavaScript-authored capability is portable: a component in wasm, node on the host, node in the node image.\n' +
-          `Exit 0 when outputs are equal, 1 when they differ, ${EXIT_INCOMPLETE} when a requested environment could not run.`,
-      )
-      .argument('<name>', 'capability name')
-      .option('--env <list>', 'comma list of environments', 'shell,wasm,docker')
-      .option('--input <json>', 'one input document (default {})')
-      .option('--cases <file>', 'a cases.json whose inputs to use')
-      .option('--runs <n>', 'runs per input and environment (timings: median and p95)', '5')
-      .option('--sequential', 'run environments one after another (cleaner timings; default: concurrently)')
-      .option('--html <file>', 'write a self-contained HTML report with an SVG chart')
-      .option('--force', 'overwrite an existing --html file')
-      .option('--json', 'print the report as JSON'),
+    addEngineFlag(
+      program
+        .command('compare')
+        .description(
+          'Run one capability in several environments and compare outputs, exit codes and timings.\n' +
+            'A JavaScript-authored capability is portable: a component in wasm, node on the host, node in the node image.\n' +
+            `Exit 0 when outputs are equal, 1 when they differ, ${EXIT_INCOMPLETE} when a requested environment could not run.`,
+        )
+        .argument('<name>', 'capability name')
+        .option('--env <list>', 'comma list of environments', 'shell,wasm,docker')
+        .option('--input <json>', 'one input document (default {})')
+        .option('--cases <file>', 'a cases.json whose inputs to use')
+        .option('--runs <n>', 'runs per input and environment (timings: median and p95)', '5')
+        .option('--sequential', 'run environments one after another (cleaner timings; default: concurrently)')
+        .option('--html <file>', 'write a self-contained HTML report with an SVG chart')
+        .option('--force', 'overwrite an existing --html file')
+        .option('--json', 'print the report as JSON'),
+    ),
   ).action(
     action(
       io,
@@ -88,6 +90,7 @@ export function registerCompare(program: Command, io: CliIO): void {
           grants: opts.grant,
           noPrompt: !opts.prompt,
           mode: opts.mode,
+          engine: opts.engine,
         });
         try {
           const report = await compareCapability({

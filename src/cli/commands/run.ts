@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
 import type { RunResult } from '../../runners/types.js';
 import { runExitCode } from '../exit-codes.js';
-import { addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 
 /** One line on stderr when a limit ended the run, so a person sees why the output stops. */
@@ -53,19 +53,21 @@ async function readInput(opts: { input?: string; inputFile?: string }): Promise<
 
 export function registerRun(program: Command, io: CliIO): void {
   addGateFlags(
-    program
-      .command('run')
-      .description(
-        "Run a capability through the permission gate. Its stdout/stderr pass through and its exit code is capsule's exit code.\n" +
-          "capsule's own codes: 64 usage, 65 invalid input/manifest, 66 not found, 69 runner unavailable, 77 permission denied, 124 timed out, 130 canceled.",
-      )
-      .argument('<name>', 'capability name (see capsule list)')
-      .option('--input <json>', 'input document as JSON (default {})')
-      .option('--input-file <file>', 'read the input document from a file')
-      .option(
-        '--json',
-        'print one JSON document with the decision and the whole result instead of passing output through',
-      ),
+    addEngineFlag(
+      program
+        .command('run')
+        .description(
+          "Run a capability through the permission gate. Its stdout/stderr pass through and its exit code is capsule's exit code.\n" +
+            "capsule's own codes: 64 usage, 65 invalid input/manifest, 66 not found, 69 runner unavailable, 77 permission denied, 124 timed out, 130 canceled.",
+        )
+        .argument('<name>', 'capability name (see capsule list)')
+        .option('--input <json>', 'input document as JSON (default {})')
+        .option('--input-file <file>', 'read the input document from a file')
+        .option(
+          '--json',
+          'print one JSON document with the decision and the whole result instead of passing output through',
+        ),
+    ),
   ).action(
     action(
       io,
@@ -76,6 +78,7 @@ export function registerRun(program: Command, io: CliIO): void {
           grants: opts.grant,
           noPrompt: !opts.prompt,
           mode: opts.mode,
+          engine: opts.engine,
         });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();

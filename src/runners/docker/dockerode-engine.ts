@@ -7,16 +7,29 @@ import type {
   ContainerSummary,
   DockerEngine,
   EngineInfo,
+  SwarmApi,
+  SwarmServiceSpec,
+  SwarmTask,
 } from './engine.js';
 
-export { engineMessage } from './engine.js';
+import { engineMessage } from './engine.js';
+
+export { engineMessage };
 
 export interface DockerodeEngineOptions {
   /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock (dockerode's own lookup). */
   socketPath?: string | undefined;
   /** Environment to read DOCKER_HOST from; default process.env. */
   env?: NodeJS.ProcessEnv | undefined;
+  /** An engine named in capsule's config (unix:///path or tcp://host:port); overrides DOCKER_HOST. */
+  host?: string | undefined;
+  /** Mutual TLS material (PEM contents) for a tcp:// host: spoken as https, the engine's certificate checked. */
+  tls?: { ca: Buffer; cert: Buffer; key: Buffer } | undefined;
 }
+
+/** While a container runs, how often its engine is asked whether it still answers, and how long it may take. */
+const WAIT_PING_EVERY_MS = 1000;
+const WAIT_PING_TIMEOUT_MS = 5000;
 
 /** Status codes the Engine API answers with, carried on dockerode's errors. */
 function statusOf(err: unknown): number | undefined {
@@ -50,16 +63,21 @@ function connectionOptions(
   return undefined;
 }
 
-export class DockerodeEngine implements DockerEngine {
+export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly docker: Docker;
   private readonly remote: boolean;
 
   constructor(options: DockerodeEngineOptions = {}) {
     const env = options.env ?? process.env;
-    const host = env['DOCKER_HOST'];
+    const host = options.host ?? env['DOCKER_HOST'];
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
-    this.docker = new Docker(connectionOptions(options.socketPath, host));
+    const connection = connectionOptions(options.socketPath, host);
+    this.docker = new Docker(
+      options.tls === undefined || connection === undefined
+        ? connection
+        : { ...connection, protocol: 'https', ...options.tls },
+    );
   }
 
   async info(): Promise<EngineInfo> {
@@ -145,8 +163,32 @@ export class DockerodeEngine implements DockerEngine {
   }
 
   async wait(id: string): Promise<number> {
-    const result = (await this.docker.getContainer(id).wait()) as { StatusCode?: number };
-    return result.StatusCode ?? -1;
+    // A wait outlives the container's whole run, and when the engine dies meanwhile dockerode's request is
+    // neither answered nor failed (measured: a SIGKILLed dockerd left it pending forever). The engine is asked
+    // again while it lasts, so a dead or hung engine fails the call instead of hanging it.
+    let timer: NodeJS.Timeout | undefined;
+    let done = false;
+    const watch = new Promise<never>((_, reject) => {
+      const tick = (): void => {
+        this.ping(WAIT_PING_TIMEOUT_MS).then(
+          () => {
+            if (!done) timer = setTimeout(tick, WAIT_PING_EVERY_MS);
+          },
+          (err: unknown) =>
+            reject(new Error(`the Docker engine stopped answering during the call (${engineMessage(err)})`)),
+        );
+      };
+      timer = setTimeout(tick, WAIT_PING_EVERY_MS);
+    });
+    try {
+      const result = (await Promise.race([this.docker.getContainer(id).wait(), watch])) as {
+        StatusCode?: number;
+      };
+      return result.StatusCode ?? -1;
+    } finally {
+      done = true;
+      clearTimeout(timer);
+    }
   }
 
   async inspect(id: string): Promise<ContainerState> {
@@ -316,5 +358,137 @@ export class DockerodeEngine implements DockerEngine {
     } catch (err) {
       if (statusOf(err) !== 404) throw err;
     }
+  }
+  // --- Swarm (asked of a manager) -------------------------------------------------------------
+
+  async createConfig(name: string, data: Buffer, labels: Record<string, string>): Promise<string> {
+    const created = (await this.docker.createConfig({
+      Name: name,
+      Labels: labels,
+      Data: data.toString('base64'),
+    })) as { id?: string; ID?: string };
+    const id = created.id ?? created.ID;
+    if (id === undefined) throw new Error('the engine created a config without an id');
+    return id;
+  }
+
+  async removeConfig(id: string): Promise<void> {
+    try {
+      await this.docker.getConfig(id).remove();
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+
+  async listConfigs(labelFilters: string[]): Promise<string[]> {
+    const list = (await this.docker.listConfigs({ filters: { label: labelFilters } })) as Array<{
+      ID: string;
+    }>;
+    return list.map((c) => c.ID);
+  }
+
+  async createService(spec: SwarmServiceSpec): Promise<string> {
+    const created = (await this.docker.createService({
+      Name: spec.name,
+      Labels: spec.labels,
+      TaskTemplate: {
+        ContainerSpec: {
+          Image: spec.image,
+          Command: spec.command,
+          Dir: spec.workingDir,
+          User: spec.user,
+          Env: spec.env,
+          Labels: spec.labels,
+          ReadOnly: spec.readOnly,
+          Init: spec.init,
+          CapabilityDrop: spec.capDrop,
+          Configs: spec.configs.map((c) => ({
+            ConfigID: c.configId,
+            ConfigName: c.configName,
+            File: { Name: c.target, UID: '0', GID: '0', Mode: c.mode },
+          })),
+          // SIGKILL at once when the service is removed (timeout, cancel): no grace period to abuse.
+          StopSignal: 'SIGKILL',
+          StopGracePeriod: 0,
+          Mounts: spec.tmpfs.map((t) => ({
+            Type: 'tmpfs',
+            Target: t.target,
+            TmpfsOptions: { SizeBytes: t.sizeBytes, Mode: t.mode },
+          })),
+        },
+        Resources: {
+          Limits: { NanoCPUs: spec.nanoCpus, MemoryBytes: spec.memoryBytes, Pids: spec.pids },
+        },
+        RestartPolicy: { Condition: 'none', MaxAttempts: 0 },
+        ...(spec.constraints === undefined ? {} : { Placement: { Constraints: spec.constraints } }),
+        // The output comes back through the service log: bounded on the node's disk.
+        LogDriver: { Name: 'json-file', Options: { 'max-size': '1m', 'max-file': '1' } },
+      },
+      Mode: { Replicated: { Replicas: 1 } },
+    } as unknown as Docker.CreateServiceOptions)) as { id?: string; ID?: string };
+    const id = created.id ?? created.ID;
+    if (id === undefined) throw new Error('the engine created a service without an id');
+    return id;
+  }
+
+  async removeService(id: string): Promise<void> {
+    try {
+      await this.docker.getService(id).remove();
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+  }
+
+  async listServices(labelFilters: string[]): Promise<string[]> {
+    const list = (await this.docker.listServices({ filters: { label: labelFilters } })) as Array<{
+      ID: string;
+    }>;
+    return list.map((s) => s.ID);
+  }
+
+  async serviceTasks(serviceId: string): Promise<SwarmTask[]> {
+    const list = (await this.docker.listTasks({ filters: { service: [serviceId] } })) as Array<{
+      ID: string;
+      NodeID?: string;
+      Status?: {
+        State?: string;
+        Message?: string;
+        Err?: string;
+        ContainerStatus?: { ContainerID?: string; ExitCode?: number };
+      };
+    }>;
+    return list.map((t) => ({
+      id: t.ID,
+      state: t.Status?.State ?? 'unknown',
+      exitCode: t.Status?.ContainerStatus?.ExitCode ?? null,
+      containerId: t.Status?.ContainerStatus?.ContainerID,
+      nodeId: t.NodeID,
+      message: t.Status?.Err ?? t.Status?.Message ?? '',
+    }));
+  }
+
+  async serviceLogs(serviceId: string): Promise<Buffer> {
+    const logs = (await this.docker
+      .getService(serviceId)
+      .logs({ stdout: true, stderr: true, follow: false })) as unknown as Buffer | NodeJS.ReadableStream;
+    if (Buffer.isBuffer(logs)) return logs;
+    const chunks: Buffer[] = [];
+    for await (const chunk of logs as AsyncIterable<Buffer>) chunks.push(chunk);
+    return Buffer.concat(chunks);
+  }
+
+  async nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string }>> {
+    const list = (await this.docker.listNodes()) as Array<{
+      ID: string;
+      Description?: { Hostname?: string };
+      Status?: { State?: string };
+      Spec?: { Role?: string };
+    }>;
+    return list.map((n) => ({
+      id: n.ID,
+      hostname: n.Description?.Hostname ?? '',
+      state: n.Status?.State ?? 'unknown',
+      role: n.Spec?.Role ?? 'worker',
+    }));
   }
 }

@@ -127,3 +127,56 @@ export function engineMessage(err: unknown): string {
   if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
   return err instanceof Error ? err.message : String(err);
 }
+
+/** One file a Swarm service gets from a config object (mounted read-only at `target`). */
+export interface SwarmConfigFile {
+  configId: string;
+  configName: string;
+  target: string;
+  mode: number;
+}
+
+/** A one-shot service: what the Swarm runner asks a manager for (mapped onto the Engine API's ServiceSpec). */
+export interface SwarmServiceSpec {
+  name: string;
+  labels: Record<string, string>;
+  image: string;
+  command: string[];
+  workingDir: string;
+  user: string;
+  env: string[];
+  readOnly: boolean;
+  init: boolean;
+  capDrop: string[];
+  configs: SwarmConfigFile[];
+  tmpfs: Array<{ target: string; sizeBytes: number; mode: number }>;
+  nanoCpus: number;
+  memoryBytes: number;
+  pids: number;
+  /** Placement constraints (`node.id==…`): the posture probe runs once on each node. */
+  constraints?: string[] | undefined;
+}
+
+export interface SwarmTask {
+  id: string;
+  /** new … running, complete, failed, shutdown, rejected, orphaned, remove. */
+  state: string;
+  exitCode: number | null;
+  containerId: string | undefined;
+  nodeId: string | undefined;
+  message: string;
+}
+
+/** The Swarm part of the Engine API, asked of a manager. */
+export interface SwarmApi {
+  createConfig(name: string, data: Buffer, labels: Record<string, string>): Promise<string>;
+  removeConfig(id: string): Promise<void>;
+  listConfigs(labelFilters: string[]): Promise<string[]>;
+  createService(spec: SwarmServiceSpec): Promise<string>;
+  removeService(id: string): Promise<void>;
+  listServices(labelFilters: string[]): Promise<string[]>;
+  serviceTasks(serviceId: string): Promise<SwarmTask[]>;
+  /** The service's log as multiplexed frames (stdout 1, stderr 2), up to the end of its task. */
+  serviceLogs(serviceId: string): Promise<Buffer>;
+  nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string }>>;
+}

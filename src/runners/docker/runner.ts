@@ -1,19 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { lstat } from 'node:fs/promises';
-import type { Readable } from 'node:stream';
-import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
-import {
-  IMAGE_TOOLS,
-  MOUNTED_TOOLS,
-  TOOLS_MOUNT,
-  WATCHDOG_GRACE_MS,
-  runPrepared,
-  watchdogEntrypoint,
-} from './call.js';
+import { IMAGE_TOOLS, MOUNTED_TOOLS, WATCHDOG_GRACE_MS, runPrepared, watchdogEntrypoint } from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine } from './dockerode-engine.js';
 import { engineMessage } from './engine.js';
@@ -34,7 +25,8 @@ import {
 } from './labels.js';
 import type { Owner } from './labels.js';
 import { PrewarmPool } from './pool.js';
-import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
+import { RunnerVolumes, volumeOwnerPid } from './volumes.js';
+import { buildContainerSpec } from './spec.js';
 import { openDockerEgress } from './egress.js';
 import type { Resolver } from '../../network/egress.js';
 import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
@@ -119,10 +111,8 @@ export class DockerRunner implements Runner {
   private readonly removals = new Set<Promise<void>>();
   /** Calls seen per configuration: prewarming starts with the second. */
   private readonly callsByKey = new Map<string, number>();
-  /** Volumes holding copied capability folders, by content hash. */
-  private readonly volumes = new Map<string, Promise<string>>();
-  /** The volume with the watchdog's busybox for images that are not capsule's own (made on first use). */
-  private tools: Promise<string> | undefined;
+  /** The watchdog's busybox for other images, copies of capability folders for remote engines. */
+  private readonly volumes: RunnerVolumes;
   private ready: Promise<EngineInfo> | undefined;
   private closed = false;
   private readonly signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
@@ -140,6 +130,7 @@ export class DockerRunner implements Runner {
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
     this.egressResolver = options.egressResolver;
+    this.volumes = new RunnerVolumes(this.engine, this.images, this.owner, this.onProgress);
     this.pool = new PrewarmPool(this.engine, {
       perKey: options.prewarm ?? 1,
       // Never hand out a parked container about to expire: it could exit before its go line arrives.
@@ -288,11 +279,11 @@ export class DockerRunner implements Runner {
       orphan(c.labels),
     );
     await Promise.all(containers.map((c) => this.engine.remove(c.id).catch(() => {})));
-    // Volumes: listVolumes gives names only, so the owner pid is encoded in the name (see copyVolume).
+    // Volumes: listVolumes gives names only, so the owner pid is encoded in the name (volumes.ts).
     const volumes = await this.engine.listVolumes([`${MANAGED_LABEL}=1`]);
     const dead = volumes.filter((name) => {
-      const m = /^capsule-cap-(.+)-p(\d+)-/.exec(name);
-      return m !== null && m[1] === sanitize(this.owner.host) && !processAlive(Number(m[2]));
+      const pid = volumeOwnerPid(name, this.owner.host);
+      return pid !== undefined && !processAlive(pid);
     });
     await Promise.all(dead.map((v) => this.engine.removeVolume(v).catch(() => {})));
     return containers.length + dead.length;
@@ -313,14 +304,7 @@ export class DockerRunner implements Runner {
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
     await Promise.all([...this.removals]);
-    const volumes = await Promise.all(
-      [...this.volumes.values(), ...(this.tools === undefined ? [] : [this.tools])].map((v) =>
-        v.catch(() => undefined),
-      ),
-    );
-    await Promise.all(
-      volumes.map((v) => (v === undefined ? undefined : this.engine.removeVolume(v).catch(() => {}))),
-    );
+    await this.volumes.removeAll();
     // Anything of ours still there (e.g. a call that raced close()). Skipped when the engine was never
     // reached, so closing a runner that never ran (or has no engine) does not wait on one.
     if (!engineReached) return;
@@ -488,9 +472,9 @@ export class DockerRunner implements Runner {
     const reusable = this.resetReusable(capability) && this.execPool !== undefined;
     // capsule's images carry the watchdog's busybox sh; any other image gets it mounted in.
     const ownImage = this.ownImage(capability);
-    const toolsVolume = ownImage ? undefined : await this.toolsVolume();
+    const toolsVolume = ownImage ? undefined : await this.volumes.toolsVolume();
     const capabilityFiles = copy
-      ? ({ type: 'volume', volume: await this.copyVolume(capability) } as const)
+      ? ({ type: 'volume', volume: await this.volumes.copyVolume(capability) } as const)
       : ({ type: 'bind', hostPath: capability.dir } as const);
     return buildContainerSpec(capability, {
       capabilityFiles,
@@ -519,114 +503,11 @@ export class DockerRunner implements Runner {
   private ownImage(capability: Capability): boolean {
     return this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined;
   }
-
-  /**
-   * A volume holding capsule/busybox's static binary, mounted read-only at TOOLS_MOUNT into containers of any
-   * other image so their watchdog runs there too (made once per runner; a volume works for remote engines).
-   */
-  private toolsVolume(): Promise<string> {
-    if (this.tools !== undefined) return this.tools;
-    const name = `capsule-cap-${sanitize(this.owner.host)}-p${this.owner.pid}-${this.owner.instance}-tools`;
-    const job = (async () => {
-      await this.engine.createVolume(name, { ...ownerLabels(this.owner), [ROLE_LABEL]: 'tools' });
-      await this.images.ensure('capsule/busybox:1', this.onProgress);
-      const helper = await this.engine.createContainer({
-        image: 'capsule/busybox:1',
-        entrypoint: [],
-        cmd: ['/bin/cp', '/bin/busybox', `${TOOLS_MOUNT}/busybox`],
-        workingDir: '/',
-        // Root owns the fresh volume; nothing but this copy runs in the helper.
-        user: '0:0',
-        env: [],
-        labels: { ...ownerLabels(this.owner), [ROLE_LABEL]: 'tools' },
-        openStdin: false,
-        runtime: 'runc',
-        networkDisabled: true,
-        networkMode: 'none',
-        pidMode: '',
-        ipcMode: 'private',
-        privileged: false,
-        readonlyRootfs: true,
-        capDrop: ['ALL'],
-        capAdd: [],
-        securityOpt: ['no-new-privileges'],
-        memoryBytes: 64 * 1024 * 1024,
-        memorySwapBytes: 64 * 1024 * 1024,
-        pidsLimit: 8,
-        nanoCpus: 1e8,
-        ulimits: [],
-        tmpfs: {},
-        mounts: [{ type: 'volume', source: name, target: TOOLS_MOUNT, readOnly: false }],
-        logDriver: 'none',
-      });
-      try {
-        await this.engine.start(helper);
-        const code = await this.engine.wait(helper);
-        if (code !== 0) throw new Error(`copying busybox into ${name} exited ${code}`);
-      } finally {
-        await this.engine.remove(helper).catch(() => {});
-      }
-      return name;
-    })();
-    this.tools = job;
-    job.catch(() => {
-      if (this.tools === job) this.tools = undefined;
-    });
-    return job;
-  }
-
-  /** A volume holding a copy of the capability folder (remote engines), made once per content hash. */
-  private copyVolume(capability: Capability): Promise<string> {
-    const key = capability.contentHash;
-    const existing = this.volumes.get(key);
-    if (existing !== undefined) return existing;
-    const name = `capsule-cap-${sanitize(this.owner.host)}-p${this.owner.pid}-${this.owner.instance}-${key.replace(/^sha256:/, '').slice(0, 16)}`;
-    const job = (async () => {
-      await this.engine.createVolume(name, {
-        ...ownerLabels(this.owner),
-        [CAPABILITY_LABEL]: capability.name,
-      });
-      await this.images.ensure('capsule/busybox:1', this.onProgress);
-      // putArchive needs a container with the volume mounted; it is never started.
-      const helper = await this.engine.createContainer({
-        ...buildContainerSpec(capability, {
-          capabilityFiles: { type: 'volume', volume: name },
-          labels: { ...ownerLabels(this.owner), [ROLE_LABEL]: 'copy' },
-          hostEnv: {},
-          cpus: 0.1,
-        }),
-        image: 'capsule/busybox:1',
-        cmd: ['true'],
-        readonlyRootfs: false,
-        mounts: [{ type: 'volume', source: name, target: CAPABILITY_MOUNT, readOnly: false }],
-      });
-      try {
-        // Readable by the sandbox user whatever the host modes; symlinks stay symlinks (never followed).
-        const { default: tarFs } = await import('tar-fs');
-        const archive = tarFs.pack(capability.dir, {
-          umask: 0o022,
-          fmode: 0o444,
-          dmode: 0o555,
-        } as tar.PackOptions) as unknown as Readable;
-        await this.engine.putArchive(helper, CAPABILITY_MOUNT, archive);
-      } finally {
-        await this.engine.remove(helper);
-      }
-      return name;
-    })();
-    this.volumes.set(key, job);
-    job.catch(() => this.volumes.delete(key));
-    return job;
-  }
 }
 
 /** Same configuration → same key → interchangeable prewarmed containers. */
 export function specKey(spec: ContainerSpec): string {
   return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
-}
-
-function sanitize(host: string): string {
-  return host.replace(/[^a-zA-Z0-9_.-]/g, '_').slice(0, 40);
 }
 
 function unavailableReason(err: unknown, env: NodeJS.ProcessEnv): string {

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, copyFile, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
@@ -217,6 +217,7 @@ describe('docker containers carry their own deadline', () => {
     name: string,
     manifest: Record<string, unknown>,
     script: string,
+    hostVisible = true,
   ): Promise<ChildProcess> {
     const { root, capRoot } = await tempProject('capsule-deadline-hung-');
     await writeCapability(
@@ -228,9 +229,32 @@ describe('docker containers carry their own deadline', () => {
       },
     );
     const child = runCli(root, name);
-    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    // Stopped only once the capability's own script runs: a container that is merely running may still wait
+    // for its call (a warm container's keep-alive, a started-ahead one's go line), and that wait is bounded by
+    // the container's life (minutes), not by the call's deadline this test is about. gVisor's processes are
+    // not visible from the host, so there the running container is what can be seen.
+    const ready = hostVisible
+      ? async () => scriptRunning(name, 'run.sh')
+      : async () => (await runningOf(child.pid)) >= 1;
+    expect(await eventually(ready, 60_000)).toBe(true);
     child.kill('SIGSTOP');
     return child;
+  }
+
+  /**
+   * Whether capability `name`'s `script` runs, seen in the host's /proc (its processes carry
+   * CAPSULE_CAPABILITY=name): no engine round trip, so a loaded machine cannot make the poll miss the few
+   * seconds the call lives before its deadline.
+   */
+  async function scriptRunning(name: string, script: string): Promise<boolean> {
+    for (const entry of await readdir('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+      if (!cmdline.split('\0').some((arg) => arg.endsWith(script))) continue;
+      const environ = await readFile(`/proc/${entry}/environ`, 'utf8').catch(() => '');
+      if (environ.split('\0').includes(`CAPSULE_CAPABILITY=${name}`)) return true;
+    }
+    return false;
   }
 
   async function endHung(child: ChildProcess): Promise<void> {
@@ -266,6 +290,7 @@ describe('docker containers carry their own deadline', () => {
       `gvisor-${suffix}`,
       { docker: { image: 'capsule/busybox:1', runtime: 'runsc' } },
       "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n",
+      false,
     );
     try {
       expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);

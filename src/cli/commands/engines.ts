@@ -1,0 +1,132 @@
+import type { Command } from 'commander';
+import { EXIT } from '../exit-codes.js';
+import { action, json, write, type CliIO } from '../output.js';
+
+interface EngineRow {
+  name: string;
+  type?: 'docker' | 'swarm' | undefined;
+  host: string;
+  healthy: boolean;
+  error?: string | undefined;
+  version?: string | undefined;
+  runtimes?: string[] | undefined;
+  /** What a hardened call container measured on this engine (absent when it does not answer). */
+  posture?: Record<string, unknown> | undefined;
+  sandboxed?: boolean | undefined;
+  missing?: string[] | undefined;
+}
+
+/** `capsule engines`: the Docker engines docker capabilities may run on, each asked and measured now. */
+export function registerEngines(program: Command, io: CliIO): void {
+  program
+    .command('engines')
+    .description(
+      'List the Docker engines docker capabilities run on (capsule.json "engines", $CAPSULE_ENGINES; none: the local or DOCKER_HOST engine),\n' +
+        'each with its health, version, runtimes and the posture a probe measured inside a hardened call container.\n' +
+        'Exit 0 when every listed engine answers, 69 when one does not.',
+    )
+    .option('--engine <names>', 'only these engines (comma list)')
+    .option(
+      '--json',
+      'print JSON: [{name, type, host, healthy, error?, version, runtimes, posture (docker), sandboxed, missing}]',
+    )
+    .action(
+      action(io, async (opts: { engine?: string; json?: boolean }) => {
+        const [
+          { openProject },
+          { resolveEngines, selectEngines, ENGINE_ENV },
+          engineConfig,
+          posture,
+          dockerode,
+        ] = await Promise.all([
+          import('../session.js'),
+          import('../../config/engines.js'),
+          import('../../runners/docker/engine-config.js'),
+          import('../../runners/docker/posture.js'),
+          import('../../runners/docker/dockerode-engine.js'),
+        ]);
+        const { project } = await openProject(io);
+        const selected = selectEngines(
+          resolveEngines(project.config.engines ?? {}, io.env),
+          opts.engine ?? io.env[ENGINE_ENV],
+        );
+        const { ImageBuilder } = await import('../../runners/docker/images.js');
+        const { currentHost, ownerLabels } = await import('../../runners/docker/labels.js');
+        const owner = { host: currentHost(), pid: process.pid, instance: 'engines' };
+        const targets =
+          selected.length > 0
+            ? await Promise.all(
+                selected.map(async (e) => ({
+                  ...(await engineConfig.connectEngine(e.name, e.config, project.root)),
+                  host: e.config.type === 'swarm' ? e.config.manager : e.config.host,
+                })),
+              )
+            : [
+                {
+                  name: 'default',
+                  kind: 'docker' as const,
+                  host: io.env['DOCKER_HOST'] ?? 'unix:///var/run/docker.sock',
+                  engine: new dockerode.DockerodeEngine({ env: io.env }),
+                },
+              ];
+        const rows: EngineRow[] = await Promise.all(
+          targets.map(async (t): Promise<EngineRow> => {
+            try {
+              await t.engine.ping(5000);
+              const info = await t.engine.info();
+              if (t.kind === 'swarm') {
+                // Every ready node, by a probe service pinned to it (images must be on every node).
+                const { SwarmRunner } = await import('../../runners/docker/swarm-runner.js');
+                const why = await new SwarmRunner({ manager: t.engine }).measureIsolation();
+                return {
+                  name: t.name,
+                  type: 'swarm',
+                  host: t.host,
+                  healthy: true,
+                  version: info.serverVersion,
+                  runtimes: info.runtimes,
+                  sandboxed: why === undefined,
+                  missing: why === undefined ? [] : [why],
+                };
+              }
+              await new ImageBuilder({ engine: t.engine }).ensure(
+                'capsule/busybox:1',
+                (m) => void io.stderr.write(`${t.name}: ${m}\n`),
+              );
+              const measured = await posture.probePosture(t.engine, {
+                runtime: 'runc',
+                labels: ownerLabels(owner),
+              });
+              const verdict = posture.judgePosture(measured);
+              return {
+                name: t.name,
+                type: 'docker',
+                host: t.host,
+                healthy: true,
+                version: info.serverVersion,
+                runtimes: info.runtimes,
+                posture: { ...measured },
+                sandboxed: verdict.sandboxed,
+                missing: verdict.missing,
+              };
+            } catch (err) {
+              return { name: t.name, host: t.host, healthy: false, error: dockerode.engineMessage(err) };
+            }
+          }),
+        );
+        if (opts.json) {
+          await write(io.stdout, json(rows));
+        } else {
+          const lines = rows.map((r) =>
+            r.healthy
+              ? `${r.name}  ${r.host}  docker ${r.version ?? '?'}  runtimes ${(r.runtimes ?? []).join(',')}  ${
+                  r.sandboxed === true ? 'sandboxed' : `NOT sandboxed: ${(r.missing ?? []).join(', ')}`
+                }`
+              : `${r.name}  ${r.host}  does not answer: ${r.error ?? 'unknown error'}`,
+          );
+          await write(io.stdout, `${lines.join('\n')}\n`);
+        }
+        return rows.every((r) => r.healthy) ? EXIT.OK : EXIT.UNAVAILABLE;
+      }),
+    );
+}

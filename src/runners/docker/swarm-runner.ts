@@ -1,0 +1,310 @@
+import { randomBytes } from 'node:crypto';
+import { lstat, readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CapsuleError } from '../../errors.js';
+import type { Capability } from '../../manifest/types.js';
+import type { Runner, RunRequest, RunResult } from '../types.js';
+import { emptyResult } from '../types.js';
+import { OutputDemuxer } from './demux.js';
+import { judgePosture, parseProbeOutput, PROBE_SCRIPT, probeCapability } from './posture.js';
+import { engineMessage } from './engine.js';
+import type { DockerEngine, SwarmApi, SwarmConfigFile } from './engine.js';
+import { dockerIsolation } from './isolation.js';
+import { CAPABILITY_LABEL, MANAGED_LABEL, ROLE_LABEL, currentHost, ownerLabels } from './labels.js';
+import type { Owner } from './labels.js';
+import { CAPABILITY_MOUNT, SANDBOX_USER, containerCommand } from './spec.js';
+
+/** Where the input document is mounted (a Swarm config) and read from by the wrapper. */
+const INPUT_FILE = '/run/capsule-input';
+/** PID 1 is docker-init (ContainerSpec.Init); the capability reads its input from the config file as stdin. */
+const WRAPPER = `exec "$@" <${INPUT_FILE}`;
+/** Task states after which nothing more happens. */
+const FINAL = new Set(['complete', 'failed', 'shutdown', 'rejected', 'orphaned', 'remove']);
+/** How often the task state is asked for while a call runs. */
+const POLL_MS = 100;
+/** Swarm configs hold at most 500 KB each; capability folders travel as one config per file. */
+const MAX_FILE_BYTES = 500 * 1024;
+const MAX_FILES = 64;
+
+export interface SwarmRunnerOptions {
+  /** A manager of the swarm (the Engine API with its Swarm part). */
+  manager: DockerEngine & SwarmApi;
+  /** CPU share per task, in cores. Default 1. */
+  cpus?: number | undefined;
+}
+
+/**
+ * Docker capabilities as one-shot replicated services on a Swarm cluster (docs/scale-out.md): Replicas 1 and
+ * restart condition none (removing a job-mode service does not stop its task), the input and the capability's
+ * files as Swarm configs (no host path is mounted: the task may run on any node), output from the service log,
+ * the exit code from the task status, timeout and cancel by removing the service. Every object is labelled
+ * with its owner and removed after the call.
+ */
+export class SwarmRunner implements Runner {
+  readonly environment = 'docker' as const;
+  private readonly manager: DockerEngine & SwarmApi;
+  private readonly owner: Owner;
+  private readonly cpus: number;
+  private readonly active = new Set<AbortController>();
+  private closed = false;
+  private seq = 0;
+
+  constructor(options: SwarmRunnerOptions) {
+    this.manager = options.manager;
+    this.cpus = options.cpus ?? 1;
+    this.owner = { host: currentHost(), pid: process.pid, instance: randomBytes(6).toString('hex') };
+  }
+
+  async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
+    try {
+      await this.manager.ping(5000);
+      const nodes = await this.manager.nodes();
+      if (!nodes.some((n) => n.state === 'ready'))
+        return { ok: false, reason: 'no node of the swarm is ready' };
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, reason: `the swarm manager does not answer: ${engineMessage(err)}` };
+    }
+  }
+
+  async run(request: RunRequest): Promise<RunResult> {
+    return this.call(request, {});
+  }
+
+  /**
+   * The posture probe as a call on each ready node (a service pinned to it): why this swarm is not a sandbox
+   * on some node, or undefined when every node gives everything (see posture.ts).
+   */
+  async measureIsolation(): Promise<string | undefined> {
+    const nodes = (await this.manager.nodes()).filter((n) => n.state === 'ready');
+    if (nodes.length === 0) return 'no node of the swarm is ready, nothing was measured';
+    const weak: string[] = [];
+    for (const node of nodes) {
+      const missing = await this.call(
+        { capability: probeCapability('runc'), input: '' },
+        {
+          constraints: [`node.id==${node.id}`],
+          files: [
+            { target: `${CAPABILITY_MOUNT}/probe.sh`, data: Buffer.from(`#!/bin/sh\n${PROBE_SCRIPT}\n`) },
+          ],
+        },
+      ).then(
+        (r) =>
+          r.exitCode === 0
+            ? judgePosture(parseProbeOutput(r.stdout, 'runc')).missing
+            : [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
+        (err: unknown) => [`posture not measured (${(err as Error).message})`],
+      );
+      if (missing.length > 0) weak.push(`node ${node.hostname || node.id}: ${missing.join(', ')}`);
+    }
+    return weak.length === 0 ? undefined : weak.join('; ');
+  }
+
+  private async call(
+    request: RunRequest,
+    options: {
+      constraints?: string[] | undefined;
+      files?: Array<{ target: string; data: Buffer }> | undefined;
+    },
+  ): Promise<RunResult> {
+    if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the swarm runner was closed');
+    const { capability } = request;
+    const refusal = this.refusal(capability);
+    if (refusal !== undefined) throw refusal;
+    const internal = new AbortController();
+    this.active.add(internal);
+    const signal =
+      request.signal === undefined ? internal.signal : AbortSignal.any([request.signal, internal.signal]);
+    const labels = {
+      ...ownerLabels(this.owner),
+      [CAPABILITY_LABEL]: capability.name,
+      [ROLE_LABEL]: 'swarm-call',
+    };
+    const name = `capsule-${this.owner.instance}-${++this.seq}`;
+    const configs: string[] = [];
+    let serviceId: string | undefined;
+    try {
+      const files = options.files ?? (await this.capabilityFiles(capability));
+      const mounted: SwarmConfigFile[] = [];
+      // A config cannot be empty: an empty input is no config, and stdin is /dev/null.
+      if (request.input !== '') {
+        const input = await this.manager.createConfig(`${name}-input`, Buffer.from(request.input), labels);
+        configs.push(input);
+        mounted.push({ configId: input, configName: `${name}-input`, target: INPUT_FILE, mode: 0o444 });
+      }
+      for (const [i, f] of files.entries()) {
+        const id = await this.manager.createConfig(`${name}-f${i}`, f.data, labels);
+        configs.push(id);
+        mounted.push({ configId: id, configName: `${name}-f${i}`, target: f.target, mode: 0o555 });
+      }
+      const limits = capability.manifest.limits;
+      const started = performance.now();
+      serviceId = await this.manager.createService({
+        name,
+        labels,
+        image: capability.manifest.docker?.image ?? '',
+        command: [
+          '/bin/sh',
+          '-c',
+          request.input === '' ? 'exec "$@" </dev/null' : WRAPPER,
+          'capsule-swarm',
+          ...containerCommand(capability),
+        ],
+        workingDir: CAPABILITY_MOUNT,
+        user: SANDBOX_USER,
+        env: ['HOME=/tmp', `CAPSULE_CAPABILITY=${capability.name}`],
+        readOnly: true,
+        init: true,
+        capDrop: ['ALL'],
+        configs: mounted,
+        tmpfs: [{ target: '/tmp', sizeBytes: Math.min(64, limits.memoryMb) * 1024 * 1024, mode: 0o1777 }],
+        nanoCpus: Math.round(this.cpus * 1e9),
+        memoryBytes: limits.memoryMb * 1024 * 1024,
+        pids: limits.pids,
+        constraints: options.constraints,
+      });
+      let timedOut = false;
+      let canceled = false;
+      let task;
+      for (;;) {
+        task = (await this.manager.serviceTasks(serviceId))[0];
+        if (task !== undefined && FINAL.has(task.state)) break;
+        if (signal.aborted) {
+          canceled = true;
+          break;
+        }
+        if (performance.now() - started > limits.timeoutMs) {
+          timedOut = true;
+          break;
+        }
+        await new Promise((r) => setTimeout(r, POLL_MS));
+      }
+      const durationMs = Math.round(performance.now() - started);
+      if (timedOut || canceled) {
+        // Removing a replicated service stops its task (StopGracePeriod 0: SIGKILL at once).
+        await this.manager.removeService(serviceId);
+        serviceId = undefined;
+        return { ...emptyResult('docker'), exitCode: null, timedOut, canceled, durationMs };
+      }
+      if (task?.state === 'rejected' || (task?.state === 'failed' && task.exitCode === null)) {
+        throw new CapsuleError('RUNNER_FAILED', `the swarm rejected the task: ${task.message}`, {
+          file: capability.manifestPath,
+          hint: 'check that every node has the image (no registry: load it on each node) and the swarm is healthy',
+        });
+      }
+      const demux = new OutputDemuxer(limits.outputBytes, () => {});
+      demux.push(await this.manager.serviceLogs(serviceId));
+      const exitCode = task?.exitCode ?? null;
+      return {
+        ...emptyResult('docker'),
+        exitCode,
+        signal: exitCode === 137 ? 'SIGKILL' : null,
+        stdout: demux.stdout(),
+        stderr: demux.stderr(),
+        truncated: demux.truncated,
+        durationMs,
+      };
+    } catch (err) {
+      if (err instanceof CapsuleError) throw err;
+      throw new CapsuleError('RUNNER_FAILED', `the swarm failed during the run: ${engineMessage(err)}`, {
+        file: capability.manifestPath,
+        hint: 'check the swarm (docker node ls on a manager) and try again',
+      });
+    } finally {
+      this.active.delete(internal);
+      if (serviceId !== undefined) await this.manager.removeService(serviceId).catch(() => {});
+      await this.removeConfigs(configs);
+    }
+  }
+
+  /** Remove every service and config this process left on the swarm (crash, SIGKILL) — and this runner's. */
+  async reap(): Promise<number> {
+    const mine = [`${MANAGED_LABEL}=1`, `capsule.pid=${this.owner.pid}`];
+    const services = await this.manager.listServices(mine);
+    await Promise.all(services.map((s) => this.manager.removeService(s).catch(() => {})));
+    const configs = await this.manager.listConfigs(mine);
+    await this.removeConfigs(configs);
+    return services.length + configs.length;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const c of this.active) c.abort();
+  }
+
+  private refusal(capability: Capability): CapsuleError | undefined {
+    const docker = capability.manifest.docker;
+    if (capability.manifest.environment !== 'docker' || docker === undefined)
+      return new CapsuleError('UNSUPPORTED', `${capability.name} is not a docker capability`, {
+        file: capability.manifestPath,
+        field: 'environment',
+      });
+    const first = dockerIsolation(capability).refusals[0];
+    if (first !== undefined)
+      return new CapsuleError('UNSUPPORTED', `${capability.name}: ${first.field} ${first.message}`, {
+        file: capability.manifestPath,
+        field: first.field,
+      });
+    // What a service cannot be given is refused, never dropped silently.
+    const why =
+      capability.fsGrants.length > 0
+        ? ['grants.fs', 'host paths cannot be mounted into a swarm task (it may run on any node)']
+        : docker.runtime !== 'runc'
+          ? ['docker.runtime', 'a swarm service cannot pick a runtime (the node daemon’s default runs it)']
+          : capability.manifest.grants.env.length > 0
+            ? ['grants.env', 'host variables are not passed to swarm tasks']
+            : docker.reusable === true
+              ? ['docker.reusable', 'swarm calls are one-shot services']
+              : undefined;
+    if (why === undefined) return undefined;
+    return new CapsuleError('UNSUPPORTED', `${capability.name}: ${why[0]}: ${why[1]}`, {
+      file: capability.manifestPath,
+      field: why[0],
+    });
+  }
+
+  /** The capability folder as config files (regular files only; a symlink is never followed). */
+  private async capabilityFiles(capability: Capability): Promise<Array<{ target: string; data: Buffer }>> {
+    const out: Array<{ target: string; data: Buffer }> = [];
+    const walk = async (dir: string, rel: string): Promise<void> => {
+      for (const entry of await readdir(dir, { withFileTypes: true })) {
+        const abs = path.join(dir, entry.name);
+        const relPath = rel === '' ? entry.name : `${rel}/${entry.name}`;
+        const st = await lstat(abs);
+        if (st.isDirectory()) await walk(abs, relPath);
+        else if (st.isFile()) {
+          if (st.size === 0 || st.size > MAX_FILE_BYTES || out.length >= MAX_FILES) {
+            throw new CapsuleError(
+              'UNSUPPORTED',
+              `${capability.name}: ${relPath} does not fit a swarm call (at most ${MAX_FILES} files, each 1 byte to 500 KB: Swarm configs cannot be empty)`,
+              { file: capability.manifestPath },
+            );
+          }
+          out.push({ target: path.posix.join(CAPABILITY_MOUNT, relPath), data: await readFile(abs) });
+        } else {
+          throw new CapsuleError(
+            'UNSUPPORTED',
+            `${capability.name}: ${relPath} is not a regular file; a swarm call carries regular files only`,
+            { file: capability.manifestPath },
+          );
+        }
+      }
+    };
+    await walk(capability.dir, '');
+    return out;
+  }
+
+  /** A config is in use until its task is gone: asked again for a little while. */
+  private async removeConfigs(ids: readonly string[]): Promise<void> {
+    for (const id of ids) {
+      for (let attempt = 0; attempt < 50; attempt++) {
+        try {
+          await this.manager.removeConfig(id);
+          break;
+        } catch {
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+    }
+  }
+}
