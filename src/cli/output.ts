@@ -1,10 +1,13 @@
 import { CapsuleError } from '../errors.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
-/** Where the CLI writes; injected so tests can capture it. */
-/** Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. */
+/**
+ * Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. A command
+ * listens with `on` until it is done, never `once`: a library's exit hook (proper-lockfile's) re-raises a
+ * signal that no other listener holds any more, which would kill the command before it reports the cancel.
+ */
 export interface SignalSource {
-  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+  on(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
   removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
 }
 

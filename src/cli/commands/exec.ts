@@ -46,7 +46,7 @@ export function registerExec(program: Command, io: CliIO): void {
       });
       const abort = new AbortController();
       const onSigint = (): void => abort.abort();
-      io.signals.once('SIGINT', onSigint);
+      io.signals.on('SIGINT', onSigint);
       try {
         // The agent's run_command, with the terminal's output and no wall-clock limit.
         const tool = createRunCommandTool({

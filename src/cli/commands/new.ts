@@ -184,7 +184,7 @@ export function registerNew(program: Command, io: CliIO): void {
         // sees the signal and removes its staging folder, so nothing is left behind.
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        process.once('SIGINT', onSigint);
+        io.signals.on('SIGINT', onSigint);
         const result = await installDraft(
           draft,
           { root: flags.root, overwrite: false },
@@ -204,7 +204,7 @@ export function registerNew(program: Command, io: CliIO): void {
               ).component,
           },
         )
-          .finally(() => process.removeListener('SIGINT', onSigint))
+          .finally(() => io.signals.removeListener('SIGINT', onSigint))
           .catch((err: unknown) => {
             if (abort.signal.aborted) {
               void io.stderr.write('capsule new: canceled; nothing was written\n');

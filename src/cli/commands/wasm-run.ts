@@ -132,7 +132,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
         const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        io.signals.once('SIGINT', onSigint);
+        io.signals.on('SIGINT', onSigint);
         try {
           const result = await runner.runRaw({
             file,
