@@ -45,8 +45,18 @@ start_engine() {
   ns="$(netns_of "$name")"
   if answers "$name"; then return 0; fi
   mkdir -p "$dir/data" "$dir/exec"
-  # A stale pidfile from a killed daemon would stop dockerd from starting.
-  if [ -f "$dir/dockerd.pid" ] && ! kill -0 "$(cat "$dir/dockerd.pid")" 2>/dev/null; then rm -f "$dir/dockerd.pid"; fi
+  # A daemon that does not answer (killed, stopped, or still shutting down) is ended for good, and its
+  # pidfile removed: a pidfile naming a live process stops the new dockerd from starting.
+  if [ -f "$dir/dockerd.pid" ]; then
+    local old
+    old="$(cat "$dir/dockerd.pid")"
+    if kill -0 "$old" 2>/dev/null; then
+      kill -CONT "$old" 2>/dev/null || true
+      kill -KILL "$old" 2>/dev/null || true
+      for _ in $(seq 1 60); do kill -0 "$old" 2>/dev/null || break; sleep 0.25; done
+    fi
+    rm -f "$dir/dockerd.pid"
+  fi
   node -e '
     const fs = require("node:fs");
     const [file, runsc] = process.argv.slice(1);
