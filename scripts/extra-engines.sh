@@ -50,7 +50,8 @@ start_engine() {
   if [ -f "$dir/dockerd.pid" ]; then
     local old
     old="$(cat "$dir/dockerd.pid")"
-    if kill -0 "$old" 2>/dev/null; then
+    # Only if that pid is still this engine's dockerd (a pid can be reused by another process).
+    if kill -0 "$old" 2>/dev/null && tr '\0' ' ' <"/proc/$old/cmdline" 2>/dev/null | grep -q -- "dockerd .*$dir/dockerd.pid"; then
       kill -CONT "$old" 2>/dev/null || true
       kill -KILL "$old" 2>/dev/null || true
       for _ in $(seq 1 60); do kill -0 "$old" 2>/dev/null || break; sleep 0.25; done
