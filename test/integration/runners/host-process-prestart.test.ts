@@ -121,6 +121,44 @@ describe.runIf(confinement.pidNamespace)('host processes: a prestarted init belo
     expect(await readFile(state, 'utf8')).toBe('trusted\n');
   });
 
+  it('a call running beside another prestarted call cannot read its environment or its script', async () => {
+    const { root, state, markers } = await scratch();
+    const processes = new HostProcesses(confinement, { prestart: true });
+    open.push(processes);
+    await processes.run(call(root, state, 'true'));
+    await processes.prestarting();
+    const suffix = `${process.pid}-${Date.now()}`;
+    // The patterns live in files, so the searching grep's own command line does not hold them.
+    await writeFile(path.join(markers, 'theirs'), `b-secret-${suffix}\n`);
+    await writeFile(path.join(markers, 'mine'), `a-secret-${suffix}\n`);
+    const search = (pattern: string, out: string): string =>
+      `grep -l -a -F -f ${markers}/${pattern} /proc/[0-9]*/environ /proc/[0-9]*/cmdline > ${markers}/${out} 2>/dev/null || true`;
+    const before = processes.prestartedRuns;
+    const [a] = await Promise.all([
+      processes.run(
+        call(
+          root,
+          state,
+          `until [ -e ${markers}/b-running ]; do sleep 0.01; done; ${search('theirs', 'found-theirs')}; ${search('mine', 'found-mine')}; touch ${markers}/a-done`,
+          {
+            A_SECRET: `a-secret-${suffix}`,
+          },
+        ),
+      ),
+      processes.run(
+        call(root, state, `touch ${markers}/b-running; until [ -e ${markers}/a-done ]; do sleep 0.01; done`, {
+          B_SECRET: `b-secret-${suffix}`,
+        }),
+      ),
+    ]);
+    // Each waits for the other by a marker file: the search runs while the other call is running.
+    expect(a.exitCode).toBe(0);
+    expect(processes.prestartedRuns).toBe(before + 2);
+    // The search works (it finds the caller's own secret) and finds nothing of the other call.
+    expect(await readFile(path.join(markers, 'found-mine'), 'utf8')).toContain('/environ');
+    expect(await readFile(path.join(markers, 'found-theirs'), 'utf8')).toBe('');
+  });
+
   it('a prestarted call gets its own limits and read-only state, like a fresh one', async () => {
     const { root, state } = await scratch();
     const processes = new HostProcesses(confinement, { prestart: true });
