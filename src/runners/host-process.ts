@@ -16,6 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
+import type { Readable, Writable } from 'node:stream';
 import { CappedOutput } from './capped-output.js';
 import type { RunResult } from './types.js';
 
@@ -42,6 +43,8 @@ const SYSTEM_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
 /** Capabilities the confined process loses: each could undo the read-only mounts or reach outside the run. */
 const DROPPED_CAPS = ['sys_admin', 'sys_module', 'sys_rawio', 'sys_ptrace', 'mknod', 'sys_boot'];
 const LIMIT_POLL_MS = 25;
+/** Confined inits kept ready per kind of call: back-to-back calls find one whose set-up is done. */
+const PRESTART_DEPTH = 2;
 
 /** What confinement host processes get on this machine, as measured by {@link probeHostConfinement}. */
 export interface HostConfinement {
@@ -221,17 +224,25 @@ function initScript(
   tools: NonNullable<HostConfinement['tools']>,
   cgroupProcs: readonly string[],
   mounts: { fstabFile?: string | undefined; explicit: readonly string[] },
-  cwd: string,
+  cwd: string | 'prestarted',
 ): string {
   const lines = ['set -e'];
   for (const procs of cgroupProcs) lines.push(`echo 0 > ${shQuote(procs)}`);
   if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${shQuote(mounts.fstabFile)}`);
   for (const p of mounts.explicit) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
+  const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
+  if (cwd === 'prestarted') {
+    // Confined, without the capabilities, and waiting: the call's own script (see callScript) arrives
+    // on fd 3, whole, at call time, so the call costs one exec, its command's. `read` keeps every byte
+    // of a line (IFS empty, -r); the loop ends when capsule closes the pipe.
+    const wait = ['s=', 'while IFS= read -r l <&3; do s="$s$l', '"; done', 'exec 3<&-', 'eval "$s"'];
+    lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- ${tools.sh} -c ${shQuote(wait.join('\n'))}`);
+    return lines.join('\n');
+  }
   // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
   // (`cd` would export OLDPWD into the command's environment, which must be exactly what was given.)
   if (mounts.fstabFile !== undefined || mounts.explicit.length > 0)
     lines.push(`cd ${shQuote(cwd)}`, 'unset OLDPWD');
-  const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
   lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
   return lines.join('\n');
 }
@@ -280,6 +291,23 @@ function runMounts(
     : table.fstab;
   const { explicit } = table;
   return { fstabFile: fstab === '' ? undefined : mountTableFile(fstab), explicit };
+}
+
+/** A variable name `export` takes as is (anything else is started the fresh way, never rewritten). */
+const PLAIN_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * What a prestarted init evaluates when its call comes: exactly the call's environment (the init itself
+ * started with none), its cwd entered through the run's mounts, stdin /dev/null when no input is given,
+ * then the command.
+ */
+function callScript(options: Pick<HostProcessOptions, 'file' | 'args' | 'cwd' | 'env' | 'input'>): string {
+  const lines = Object.entries(options.env).map(([k, v]) => `export ${shQuote(`${k}=${v}`)}`);
+  lines.push(`cd ${shQuote(options.cwd)}`, 'unset OLDPWD');
+  if (options.input === undefined) lines.push('exec </dev/null');
+  // The init already runs without the dropped capabilities (initScript): the command is exec'd as is.
+  lines.push(`exec ${[options.file, ...options.args].map(shQuote).join(' ')}`);
+  return `${lines.join('\n')}\n`;
 }
 
 function confinedArgv(
@@ -454,23 +482,33 @@ function createCgroup(
   for (const d of dirs) mkdirSync(d);
   const group: RunCgroup = { dirs, procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')), layout };
   try {
-    if (limits.memoryBytes !== undefined) {
-      if (layout.version === 1) {
-        writeFileSync(path.join(memoryDir, 'memory.limit_in_bytes'), String(limits.memoryBytes));
-        // With swap, the RAM limit alone would only make the run swap.
-        const memsw = path.join(memoryDir, 'memory.memsw.limit_in_bytes');
-        if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
-      } else {
-        writeFileSync(path.join(memoryDir, 'memory.max'), String(limits.memoryBytes));
-        writeFileSync(path.join(memoryDir, 'memory.swap.max'), '0');
-      }
-    }
-    if (limits.pids !== undefined) writeFileSync(path.join(pidsDir, 'pids.max'), String(limits.pids));
+    setCgroupLimits(group, limits);
   } catch (err) {
     removeCgroup(group);
     throw err;
   }
   return group;
+}
+
+/** Write a run's limits into its cgroup (before anything of the run starts). */
+function setCgroupLimits(
+  group: RunCgroup,
+  limits: { memoryBytes?: number | undefined; pids?: number | undefined },
+): void {
+  const { layout } = group;
+  const [memoryDir, pidsDir] = [group.dirs[0] as string, group.dirs[group.dirs.length - 1] as string];
+  if (limits.memoryBytes !== undefined) {
+    if (layout.version === 1) {
+      writeFileSync(path.join(memoryDir, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+      // With swap, the RAM limit alone would only make the run swap.
+      const memsw = path.join(memoryDir, 'memory.memsw.limit_in_bytes');
+      if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
+    } else {
+      writeFileSync(path.join(memoryDir, 'memory.max'), String(limits.memoryBytes));
+      writeFileSync(path.join(memoryDir, 'memory.swap.max'), '0');
+    }
+  }
+  if (limits.pids !== undefined) writeFileSync(path.join(pidsDir, 'pids.max'), String(limits.pids));
 }
 
 /** Counters of limit hits so far. */
@@ -551,7 +589,6 @@ export function killGroup(pid: number | undefined, signal: NodeJS.Signals): void
   }
 }
 
-
 export interface HostProcessOptions {
   file: string;
   args: readonly string[];
@@ -584,18 +621,85 @@ export interface HostProcessResult extends Omit<RunResult, 'environment' | 'pids
   startError?: string | undefined;
 }
 
+/** What a run uses of its execa child (execa loads lazily, so its types are not imported). */
+interface Child extends PromiseLike<{
+  exitCode?: number | undefined;
+  signal?: string | undefined;
+  failed: boolean;
+  shortMessage?: string | undefined;
+  message: string;
+}> {
+  pid?: number | undefined;
+  exitCode: number | null;
+  signalCode: string | null;
+  stdin: Writable | null;
+  stdout: Readable | null;
+  stderr: Readable | null;
+  stdio: readonly unknown[];
+  ref(): void;
+  unref(): void;
+  on(event: 'exit', listener: () => void): unknown;
+}
+
+/**
+ * A confined init started before its call: its namespace, cgroup and mounts set up, waiting on fd 3 for
+ * the call's script. Used by exactly one call, then gone with it; killed when unused at close.
+ */
+interface Prestarted {
+  key: string;
+  child: Child;
+  group: RunCgroup | undefined;
+}
+
+/** What a call's confinement is built from; a prestarted init serves only a call with the same key. */
+interface ConfinedPlan {
+  key: string;
+  readOnly: string[];
+  limited: boolean;
+}
+
+/** Whether a child (and its pipes) keeps capsule's event loop alive: a waiting init does not. */
+function hold(child: Child, keep: boolean): void {
+  for (const handle of [child, ...child.stdio] as ({ ref?: () => void; unref?: () => void } | null)[]) {
+    if (keep) handle?.ref?.();
+    else handle?.unref?.();
+  }
+}
+
 /** Starts host processes with the confinement measured once per instance (explicitly constructed). */
 export class HostProcesses {
   private measured: HostConfinement | undefined;
+  private readonly prestarted = new Map<string, Prestarted[]>();
+  private readonly starting = new Map<string, number>();
+  private filling: Promise<void> = Promise.resolve();
+  private closed = false;
+  /** Calls that ran in a prestarted init (the isolation is the same; this says which start ran). */
+  prestartedRuns = 0;
 
-  constructor(confinement?: HostConfinement) {
+  private readonly prestartNext: boolean;
+
+  /**
+   * `prestart`: keep the next call's confined init ready (captured output only). Only for an owner that
+   * calls close() (the shell runner): an init left waiting dies with capsule, but its cgroup would wait
+   * for the next probe's sweep.
+   */
+  constructor(confinement?: HostConfinement, options: { prestart?: boolean } = {}) {
     this.measured = confinement;
+    this.prestartNext = options.prestart ?? false;
   }
 
   /** What this machine gives host processes: probed on first use, then kept for this instance. */
   confinement(): HostConfinement {
     this.measured ??= probeHostConfinement();
     return this.measured;
+  }
+
+  /** Kill every prestarted init (nothing of them is left) and start no more. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = [...this.prestarted.values()].flat();
+    this.prestarted.clear();
+    await Promise.all(all.map((p) => this.discard(p)));
   }
 
   async run(options: HostProcessOptions): Promise<HostProcessResult> {
@@ -623,44 +727,176 @@ export class HostProcesses {
     const conf = this.confinement();
     let argv = { file: options.file, args: [...options.args] };
     let group: RunCgroup | undefined;
+    let child: Child | undefined;
+    let plan: ConfinedPlan | undefined;
     if (conf.pidNamespace && conf.tools !== undefined) {
       const wantsLimits = options.memoryBytes !== undefined || options.pids !== undefined;
-      if (wantsLimits && conf.cgroup !== undefined) {
-        group = createCgroup(conf.cgroup, { memoryBytes: options.memoryBytes, pids: options.pids });
-      }
       const readOnly = conf.readOnlyPaths ? mountTargets(options.readOnlyPaths ?? []) : [];
-      argv = confinedArgv(
-        conf.tools,
-        conf.userNamespace,
-        initScript(
+      const limited = wantsLimits && conf.cgroup !== undefined;
+      // Only captured output can be prestarted (an inherited terminal is the caller's, given at spawn).
+      if (
+        this.prestartNext &&
+        options.output === 'capture' &&
+        !options.file.startsWith('-') && // sh's exec takes no `--`
+        Object.keys(options.env).every((k) => PLAIN_NAME.test(k))
+      ) {
+        plan = { key: JSON.stringify([readOnly, limited]), readOnly, limited };
+        const ready = this.take(plan.key);
+        if (ready !== undefined) {
+          try {
+            // The limits are in place before the call's script reaches the init.
+            if (ready.group !== undefined)
+              setCgroupLimits(ready.group, { memoryBytes: options.memoryBytes, pids: options.pids });
+            (ready.child.stdio[3] as Writable).end(callScript(options));
+            ({ child, group } = ready);
+            this.prestartedRuns++;
+          } catch {
+            void this.discard(ready);
+          }
+        }
+      }
+      if (child === undefined) {
+        if (limited && conf.cgroup !== undefined) {
+          group = createCgroup(conf.cgroup, { memoryBytes: options.memoryBytes, pids: options.pids });
+        }
+        argv = confinedArgv(
           conf.tools,
-          group?.procsFiles ?? [],
-          runMounts(readOnly, group !== undefined),
-          options.cwd,
-        ),
-        options.file,
-        options.args,
-      );
+          conf.userNamespace,
+          initScript(
+            conf.tools,
+            group?.procsFiles ?? [],
+            runMounts(readOnly, group !== undefined),
+            options.cwd,
+          ),
+          options.file,
+          options.args,
+        );
+      }
       result.confined = true;
     }
 
     try {
-      await this.spawn(argv, options, result, group);
+      child ??= (await this.start(argv, options)).child;
+      await this.watch(child, options, result, group);
     } finally {
       // The namespace is gone once its init is; exiting tasks may take a moment to leave the cgroup,
       // so an empty cgroup is removed in the background rather than making the caller wait.
       if (group !== undefined && !removeCgroup(group)) removeLater(group, 40);
+      // The next call of the same kind finds its init ready (a new one: nothing of this call is in
+      // it), started once this call is done, so it does not compete with this call's command.
+      if (plan !== undefined) this.prestartSoon(plan);
     }
     result.durationMs = performance.now() - started;
     return result;
   }
 
-  private async spawn(
+  /** A prestarted init for this key that is still alive (the oldest first; a dead one is discarded). */
+  private take(key: string): Prestarted | undefined {
+    const queue = this.prestarted.get(key) ?? [];
+    for (let ready = queue.shift(); ready !== undefined; ready = queue.shift()) {
+      if (ready.child.exitCode !== null || ready.child.signalCode !== null) {
+        void this.discard(ready);
+        continue;
+      }
+      hold(ready.child, true);
+      return ready;
+    }
+    return undefined;
+  }
+
+  /** Prestarted inits of this key, waiting or being started. */
+  private waiting(key: string): number {
+    return (this.prestarted.get(key)?.length ?? 0) + (this.starting.get(key) ?? 0);
+  }
+
+  /** Fill this key's queue up to its depth (each init is started for a call to come, never reused). */
+  private prestartSoon(plan: ConfinedPlan): void {
+    this.filling = new Promise<void>((resolve) => {
+      setImmediate(() => {
+        const started: Promise<void>[] = [];
+        while (!this.closed && this.waiting(plan.key) < PRESTART_DEPTH) {
+          this.starting.set(plan.key, (this.starting.get(plan.key) ?? 0) + 1);
+          started.push(
+            this.prestart(plan)
+              .catch(() => {
+                // Not prestarted: the next call starts its init itself, as without prestarting.
+              })
+              .finally(() => this.starting.set(plan.key, (this.starting.get(plan.key) ?? 1) - 1)),
+          );
+        }
+        void Promise.all(started).then(() => resolve());
+      });
+    });
+  }
+
+  /** Resolves once the inits the last call asked for are spawned (tests wait on it, not on a clock). */
+  async prestarting(): Promise<void> {
+    await this.filling;
+  }
+
+  /** Start a confined init exactly as a call would, minus the call: same namespaces, mounts and cgroup. */
+  private async prestart(plan: ConfinedPlan): Promise<void> {
+    const conf = this.confinement();
+    if (conf.tools === undefined) return;
+    // Limits are written when the call comes; until then the init only waits, inside capsule's own.
+    const group = plan.limited && conf.cgroup !== undefined ? createCgroup(conf.cgroup, {}) : undefined;
+    let child: Child;
+    try {
+      const argv = confinedArgv(
+        conf.tools,
+        conf.userNamespace,
+        initScript(
+          conf.tools,
+          group?.procsFiles ?? [],
+          runMounts(plan.readOnly, group !== undefined),
+          'prestarted',
+        ),
+        'prestarted',
+        [],
+      );
+      const { execa } = await import('execa');
+      child = execa(argv.file, argv.args, {
+        cwd: '/',
+        env: {},
+        extendEnv: false,
+        detached: true,
+        stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+        buffer: false,
+        reject: false,
+        stripFinalNewline: false,
+        windowsHide: true,
+      }) as unknown as Child;
+    } catch (err) {
+      if (group !== undefined) removeCgroup(group);
+      throw err;
+    }
+    const ready: Prestarted = { key: plan.key, child, group };
+    // A waiting init keeps no process alive: capsule may exit with it (it dies with capsule).
+    hold(child, false);
+    child.stdin?.on('error', () => {});
+    (child.stdio[3] as Writable).on('error', () => {});
+    const queue = this.prestarted.get(plan.key) ?? [];
+    if (this.closed || queue.length >= PRESTART_DEPTH) {
+      await this.discard(ready);
+      return;
+    }
+    queue.push(ready);
+    this.prestarted.set(plan.key, queue);
+  }
+
+  /** Kill a prestarted init that no call used, and remove its cgroup. */
+  private async discard(ready: Prestarted): Promise<void> {
+    killGroup(ready.child.pid, 'SIGKILL');
+    hold(ready.child, true); // awaited: its exit must keep the loop alive until it is gone
+    await ready.child;
+    if (ready.group !== undefined && !removeCgroup(ready.group)) removeLater(ready.group, 40);
+  }
+
+  /** The child is wrapped: an async function returning it bare would wait for its exit (it is a thenable). */
+  private async start(
     argv: { file: string; args: string[] },
     options: HostProcessOptions,
-    result: HostProcessResult,
-    group: RunCgroup | undefined,
-  ): Promise<void> {
+  ): Promise<{ child: Child }> {
     const capture = options.output === 'capture';
     // Loaded on the first host run: a process that starts none never pays for execa.
     const { execa } = await import('execa');
@@ -676,8 +912,16 @@ export class HostProcesses {
       reject: false,
       stripFinalNewline: false,
       windowsHide: true,
-    });
+    }) as unknown as Child;
+    return { child };
+  }
 
+  private async watch(
+    child: Child,
+    options: HostProcessOptions,
+    result: HostProcessResult,
+    group: RunCgroup | undefined,
+  ): Promise<void> {
     let escalation: NodeJS.Timeout | undefined;
     const kill = (): void => killGroup(child.pid, 'SIGKILL');
     const stop = (): void => {
@@ -696,6 +940,9 @@ export class HostProcesses {
       // A process that never reads stdin must not make us fail with EPIPE.
       child.stdin?.on('error', () => {});
       child.stdin?.end(options.input);
+    } else {
+      // A prestarted init always has a stdin pipe; its command reads /dev/null (callScript), as a fresh one.
+      child.stdin?.end();
     }
     const timer =
       options.timeoutMs === undefined

@@ -57,7 +57,7 @@ export class ShellRunner implements Runner {
     this.readOnlyPaths =
       options.readOnlyPaths ??
       (options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : []);
-    this.processes = options.hostProcesses ?? new HostProcesses();
+    this.processes = options.hostProcesses ?? new HostProcesses(undefined, { prestart: true });
   }
 
   async available(): Promise<{ ok: true }> {
@@ -69,7 +69,9 @@ export class ShellRunner implements Runner {
     return this.processes.confinement();
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.processes.close();
+  }
 
   async run(request: RunRequest): Promise<RunResult> {
     const { capability, input, signal } = request;
