@@ -1,12 +1,15 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { manifestSchema } from '../../../src/manifest/schema.js';
+import type { Capability } from '../../../src/manifest/types.js';
 import { EgressSession, type EgressRecord, type Resolver } from '../../../src/network/egress.js';
 import { egressFetch } from '../../../src/network/fetch.js';
 import { startEgressProxy, type EgressProxy } from '../../../src/network/proxy.js';
+import { openDockerEgress } from '../../../src/runners/docker/egress.js';
 import { listen, mapResolver, type Listener } from '../network/loopback.js';
 
 // Attacks on the egress proxy (what a container reaches at /run/capsule/egress.sock) and on the Wasm
@@ -274,6 +277,72 @@ describe('red team: network egress', () => {
         records.map((r) => [r.decision, r.address]),
         address,
       ).toEqual([['deny', undefined]]);
+    }
+  });
+});
+
+/**
+ * Another local user (here the sandbox uid, 65534) hunting the temp folder for a running docker
+ * capability's egress socket and sending a request through it: what it prints is how many it reached.
+ */
+const HUNTER = `
+const fs = require('node:fs'), path = require('node:path'), http = require('node:http');
+const found = [];
+const walk = (d, depth) => { let es = []; try { es = fs.readdirSync(d, { withFileTypes: true }); } catch { return; }
+  for (const e of es) { const p = path.join(d, e.name);
+    if (!e.isDirectory()) continue;
+    // A folder that cannot be listed can still be searched: the socket's name is known.
+    try { if (fs.statSync(path.join(p, 'egress.sock')).isSocket()) found.push(path.join(p, 'egress.sock')); } catch {}
+    if (depth < 2) walk(p, depth + 1); } };
+walk(process.argv[1], 0);
+let reached = 0;
+Promise.all(found.map((socketPath) => new Promise((done) => {
+  const req = http.request({ socketPath, path: process.argv[2], headers: { host: 'api.test' } }, (res) => {
+    if (res.statusCode === 200) reached += 1; res.resume(); res.on('end', done); });
+  req.on('error', done); req.end(); }))).then(() => console.log(JSON.stringify({ found: found.length, reached })));
+`;
+
+describe('red team: a run’s egress socket is its container’s alone', () => {
+  it('another local user cannot find or use a running capability’s proxy socket', async () => {
+    const listener = await listen();
+    const cap = capability([{ host: 'api.test', ports: [listener.port], internal: ['127.0.0.1'] }]);
+    const egress = await openDockerEgress(
+      { ...cap, dir: '/nonexistent', manifestPath: '/nonexistent/capability.json' } as unknown as Capability,
+      { resolve: mapResolver({ 'api.test': '127.0.0.1' }) },
+    );
+    try {
+      if (egress === undefined) throw new Error('a capability with grants.network gets a proxy');
+      // Control: through its own path the socket answers (the listener is reachable at all).
+      const own = await new Promise<number>((resolve, reject) => {
+        const req = net.connect(path.join(egress.dir, 'egress.sock'), () =>
+          req.write(
+            `GET http://api.test:${listener.port}/ HTTP/1.1\r\nhost: api.test\r\nconnection: close\r\n\r\n`,
+          ),
+        );
+        let text = '';
+        req.on('data', (c: Buffer) => (text += c.toString()));
+        req.on('close', () => resolve(Number(/^HTTP\/1\.1 (\d+)/.exec(text)?.[1] ?? 0)));
+        req.on('error', reject);
+      });
+      expect(own).toBe(200);
+      const before = listener.connections;
+      if (process.getuid?.() === 0) {
+        const out = await new Promise<string>((resolve, reject) =>
+          execFile(
+            process.execPath,
+            ['-e', HUNTER, tmpdir(), `http://api.test:${listener.port}/`],
+            { uid: 65534, gid: 65534, cwd: '/' },
+            (err, stdout) => (err ? reject(err) : resolve(stdout)),
+          ),
+        );
+        expect(JSON.parse(out)).toEqual({ found: 0, reached: 0 });
+        expect(listener.connections).toBe(before);
+      }
+      // Whoever runs the suite: nobody but capsule's user may enter the folder above the run's.
+      expect((await stat(path.dirname(egress.dir))).mode & 0o077).toBe(0);
+    } finally {
+      await egress?.close();
+      await listener.close();
     }
   });
 });
