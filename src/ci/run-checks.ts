@@ -2,6 +2,7 @@ import { judgeCase, loadCases, type CheckCase } from '../checks/cases.js';
 import { isCapsuleError } from '../errors.js';
 import type { Executor, PlannedVariant, RunPermit, VariantPlan } from '../executor/executor.js';
 import type { Capability, Environment, InvalidCapability } from '../manifest/types.js';
+import { inputDocumentText } from '../manifest/input.js';
 import type { CheckOutcome } from './junit.js';
 
 export interface CheckRun {
@@ -140,7 +141,7 @@ async function checkEnvironment(
     const base = { capability: capability.name, environment, caseName: check.name };
     const started = performance.now();
     try {
-      const input = executor.validateInput(capability, JSON.stringify(check.input ?? {}));
+      const input = executor.validateInput(capability, inputDocumentText(check.input ?? {}));
       const result = await executor.runApproved(permit, variant.capability, input, signal);
       const why = judgeCase(check, result);
       record({

@@ -2,6 +2,7 @@ import { CapsuleError } from '../errors.js';
 import type { Executor } from '../executor/executor.js';
 import type { IsolationReport } from '../executor/isolation.js';
 import type { Environment } from '../manifest/types.js';
+import { inputDocumentText } from '../manifest/input.js';
 import type { RunResult } from '../runners/types.js';
 
 export interface CompareInput {
@@ -86,7 +87,7 @@ export async function compareCapability(options: {
   const capability = plan.capability;
   try {
     const inputTexts = options.inputs.map((i) =>
-      executor.validateInput(capability, JSON.stringify(i.input ?? {})),
+      executor.validateInput(capability, inputDocumentText(i.input ?? {})),
     );
     const runnable = plan.variants.flatMap((v) => (v.ok ? [v] : []));
     if (runnable.length === 0) {

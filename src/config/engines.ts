@@ -5,6 +5,14 @@ import { parseStrictJson } from './strict-json.js';
 /** Engine names: what `--engine NAME` and `capsule engines` show. */
 const ENGINE_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/**
+ * An engine address: a socket path, or a tcp:// host (a name, IPv4 or bracketed IPv6) and port, nothing
+ * else. No userinfo, path, query or fragment: `tcp://127.0.0.1:2376@other:2376` reads as one host and
+ * connects to another, and the address is what a person confirms.
+ */
+const ENGINE_ADDRESS =
+  /^(unix:\/\/\/.+|tcp:\/\/(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):\d{1,5})$/;
+
 const tlsSchema = z
   .strictObject({
     ca: z
@@ -23,10 +31,7 @@ export const dockerEngineSchema = z
     type: z.literal('docker').describe('A Docker engine capsule talks to directly (the engine pool).'),
     host: z
       .string()
-      .regex(
-        /^(unix:\/\/\/.+|tcp:\/\/[^/\s]+:\d+)$/,
-        'must be unix:///path/to/docker.sock or tcp://host:port',
-      )
+      .regex(ENGINE_ADDRESS, 'must be unix:///path/to/docker.sock or tcp://host:port')
       .describe('Where the engine answers: unix:///path (a local socket) or tcp://host:port.'),
     tls: tlsSchema.optional(),
   })
@@ -47,10 +52,7 @@ export const swarmEngineSchema = z
     type: z.literal('swarm').describe('A Docker Swarm cluster: each call is a one-shot service on it.'),
     manager: z
       .string()
-      .regex(
-        /^(unix:\/\/\/.+|tcp:\/\/[^/\s]+:\d+)$/,
-        'must be unix:///path/to/docker.sock or tcp://host:port',
-      )
+      .regex(ENGINE_ADDRESS, 'must be unix:///path/to/docker.sock or tcp://host:port')
       .describe('Where a manager of the swarm answers: unix:///path or tcp://host:port.'),
     tls: tlsSchema.optional(),
   })

@@ -5,6 +5,47 @@ import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
 
+/**
+ * How deep a document (input or output) may nest. Validating and serializing recurse; a document nested
+ * deeper than the stack allows would otherwise crash capsule, not fail the call.
+ */
+export const MAX_JSON_DEPTH = 1000;
+
+/** Pure, iterative: whether `value` nests objects/arrays more than `max` levels deep. */
+export function nestsDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/**
+ * A parsed input document as the text a capability is given. Refuses (INPUT_INVALID) a document nested
+ * deeper than MAX_JSON_DEPTH, which would otherwise overflow the stack of JSON.stringify.
+ */
+export function inputDocumentText(value: unknown): string {
+  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+    throw new CapsuleError('INPUT_INVALID', `Input nests deeper than ${MAX_JSON_DEPTH} levels.`, {
+      field: 'input',
+      hint: 'Flatten the document.',
+    });
+  }
+  return JSON.stringify(value);
+}
+
+/** Runs a compiled validator; a schema that recurses without end (`$ref` loops) is an answer, not a crash. */
+function runValidator(validate: ValidateFunction, value: unknown): boolean | Error {
+  try {
+    return validate(value) === true;
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  }
+}
+
 /** The options every input schema is compiled with; the build compiles the meta-schema with them too. */
 export const INPUT_AJV_OPTIONS: Readonly<Options> = Object.freeze({ allErrors: true, strict: false });
 
@@ -94,6 +135,12 @@ export class InputValidator {
         { cause: err },
       );
     }
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+      throw new CapsuleError('INPUT_INVALID', `Input nests deeper than ${MAX_JSON_DEPTH} levels.`, {
+        field: 'input',
+        hint: 'Flatten the document.',
+      });
+    }
     let validate: ValidateFunction;
     try {
       validate = this.compile(capability.manifest.inputSchema);
@@ -108,7 +155,16 @@ export class InputValidator {
         { cause: err },
       );
     }
-    if (!validate(value)) {
+    const verdict = runValidator(validate, value);
+    if (verdict instanceof Error) {
+      throw new CapsuleError(
+        'MANIFEST_INVALID',
+        `The inputSchema of "${capability.name}" cannot check the input: ${verdict.message} (a $ref that loops?)`,
+        { file: capability.manifestPath, field: 'inputSchema' },
+        { cause: verdict },
+      );
+    }
+    if (!verdict) {
       const issues = (validate.errors ?? []).map((e) => ({
         field: `input${e.instancePath.replace(/\//g, '.')}`,
         message: e.message ?? 'is invalid',
@@ -147,6 +203,12 @@ export class InputValidator {
         message: `the output of "${capability.name}" is not JSON (${(err as Error).message}), but its manifest declares an outputSchema`,
       };
     }
+    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+      return {
+        ok: false,
+        message: `the output of "${capability.name}" nests deeper than ${MAX_JSON_DEPTH} levels`,
+      };
+    }
     let validate: ValidateFunction;
     try {
       validate = this.compile(schema);
@@ -156,7 +218,14 @@ export class InputValidator {
         message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
       };
     }
-    if (validate(value)) return { ok: true, value };
+    const verdict = runValidator(validate, value);
+    if (verdict instanceof Error) {
+      return {
+        ok: false,
+        message: `the outputSchema of "${capability.name}" cannot check the output: ${verdict.message} (a $ref that loops?)`,
+      };
+    }
+    if (verdict) return { ok: true, value };
     const fields = (validate.errors ?? []).map(
       (e) => `output${e.instancePath.replace(/\//g, '.')} ${e.message ?? 'is invalid'}`,
     );

@@ -17,9 +17,16 @@ const RANGES: ReadonlyArray<[AddressKind, string, number, 'ipv4' | 'ipv6']> = [
   ['reserved', '240.0.0.0', 4, 'ipv4'],
   ['unspecified', '::', 128, 'ipv6'],
   ['loopback', '::1', 128, 'ipv6'],
-  // NAT64 and 6to4 embed an IPv4 address that may be internal: never reached without naming them.
+  // Forms that embed an IPv4 address that may be internal (IPv4-compatible, SIIT-translated, NAT64 well-known
+  // and local-use, Teredo, 6to4): never reached without naming them.
+  ['reserved', '::', 96, 'ipv6'],
+  ['reserved', '::ffff:0:0:0', 96, 'ipv6'],
   ['reserved', '64:ff9b::', 96, 'ipv6'],
+  ['reserved', '64:ff9b:1::', 48, 'ipv6'],
+  ['reserved', '2001::', 32, 'ipv6'],
   ['reserved', '2002::', 16, 'ipv6'],
+  // Deprecated site-local: private in all but name.
+  ['private', 'fec0::', 10, 'ipv6'],
   ['private', 'fc00::', 7, 'ipv6'],
   ['link-local', 'fe80::', 10, 'ipv6'],
   ['reserved', 'ff00::', 8, 'ipv6'],

@@ -70,14 +70,15 @@ export function protectedPaths(
  * Case-insensitive, as on a case-insensitive file system they are the same entry.
  */
 export function isReservedName(name: string): boolean {
-  const n = name.toLowerCase();
+  // Upper then lower case folds what a case-insensitive file system folds (`ſ` is `s` on macOS).
+  const n = name.toUpperCase().toLowerCase();
   return n === PROJECT_CONFIG_FILE || n === STATE_DIR || /^\.capsule[-_.]/.test(n);
 }
 
 const escapeRe = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 /**
- * isReservedName as a regular expression source (flag `i`), for code that cannot import this
+ * isReservedName as a regular expression source (flags `iu`: Unicode case folding), for code that cannot import this
  * module (the Wasm worker hides these names inside granted folders).
  */
 export const RESERVED_NAME_PATTERN = `^(?:${escapeRe(PROJECT_CONFIG_FILE)}|${escapeRe(STATE_DIR)}|\\.capsule[-_.].*)$`;

@@ -52,11 +52,15 @@ export async function chooseRoot(
     }
   }
   if (root === undefined) throw new CapsuleError('CONFIG_INVALID', 'No capability root is configured.');
+  // Roots come from capsule.json, a repository file: a root of "..", an absolute folder or a symlink out
+  // of the project must not let a generator write (or, with overwrite, replace folders) elsewhere.
+  await ctx.workspace.resolve(root, 'root');
   // A root may be the project root itself (holding capsule.json): only the folder written counts.
   await ctx.workspace.assertWritable(root, 'root', root, { containing: false });
   if (!create) return root;
   await mkdir(root, { recursive: true });
   const real = await realpath(root);
+  await ctx.workspace.resolve(real, 'root');
   await ctx.workspace.assertWritable(real, 'root', real, { containing: false });
   return real;
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { inputDocumentText } from '../manifest/input.js';
 
 import type { RunResult } from '../runners/types.js';
 import type { PermissionCheck, Tool } from './tool.js';
@@ -50,7 +51,7 @@ export function createRunCapabilityTool(): Tool<
     async execute(args, ctx) {
       // The same staged object permission() judged (one preparation per call and name).
       const capability = await ctx.prepareCapability(args.name);
-      const inputText = ctx.validateInput(capability, JSON.stringify(args.input ?? {}));
+      const inputText = ctx.validateInput(capability, inputDocumentText(args.input ?? {}));
       return ctx.runApproved(ctx.permit, capability, inputText, ctx.signal);
     },
   };

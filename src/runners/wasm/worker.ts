@@ -121,7 +121,7 @@ const patterns = new Map<string, RegExp>();
 function hiddenBy(source: string | undefined): ((name: string) => boolean) | undefined {
   if (source === undefined) return undefined;
   let re = patterns.get(source);
-  if (re === undefined) patterns.set(source, (re = new RegExp(source, 'i')));
+  if (re === undefined) patterns.set(source, (re = new RegExp(source, 'iu')));
   return (name) => re.test(name);
 }
 

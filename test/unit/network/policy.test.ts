@@ -142,6 +142,12 @@ describe('checkAddress (pure)', () => {
     ['0.0.0.0', 'unspecified'],
     ['::', 'unspecified'],
     ['64:ff9b::7f00:1', 'reserved'],
+    ['64:ff9b:1::a00:1', 'reserved'],
+    ['::127.0.0.1', 'reserved'],
+    ['::ffff:0:127.0.0.1', 'reserved'],
+    ['2001:0:4136:e378:8000:63bf:3fff:fdd2', 'reserved'],
+    ['fec0::1', 'private'],
+    ['::1', 'loopback'],
     ['224.0.0.1', 'reserved'],
   ])('%s is %s and refused unless named', (address, kind) => {
     expect(addressKind(address)).toBe(kind);
