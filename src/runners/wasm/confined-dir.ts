@@ -31,6 +31,7 @@ import {
   constants,
   existsSync,
   fstatSync,
+  ftruncateSync,
   linkSync,
   lstatSync,
   mkdirSync,
@@ -41,6 +42,7 @@ import {
   rmdirSync,
   symlinkSync,
   unlinkSync,
+  writeSync,
 } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -71,7 +73,16 @@ const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
 export class ConfinedError extends Error {
   constructor(
     readonly code:
-      'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST' | 'EISDIR',
+      | 'ENOTCAPABLE'
+      | 'EROFS'
+      | 'ELOOP'
+      | 'ENOENT'
+      | 'ENOTDIR'
+      | 'EACCES'
+      | 'EINVAL'
+      | 'EEXIST'
+      | 'EISDIR'
+      | 'ENOSPC',
     message: string,
   ) {
     super(`${code}: ${message}`);
@@ -83,6 +94,59 @@ export interface ConfinedDirOptions {
   readOnly?: boolean | undefined;
   /** Names hidden from the guest (never looked up, listed or created). Default: none. */
   hidden?: ((name: string) => boolean) | undefined;
+}
+
+/**
+ * The run's cap on bytes written to its granted folders (`limits.writeBytes`), shared by every
+ * directory and file of one call, preview1 and preview2 alike: every write to a granted file goes
+ * through {@link WriteBudget.write} and every size change through {@link WriteBudget.setSize}.
+ * What counts: each byte written (an overwrite counts again: this caps work done on the user's disk,
+ * not the disk's growth), plus every byte a file grows by without being written — set-size,
+ * allocate, or a write that starts past the end (a sparse hole still grows what the user sees and
+ * copies). Past the cap a call is ENOSPC and `exceeded` is set for the run's result; a write that
+ * only partly fits writes what fits (a short write, as a full disk gives).
+ */
+export class WriteBudget {
+  #left: number;
+  /** A write or size change was refused at the cap. */
+  exceeded = false;
+
+  constructor(readonly limit: number) {
+    this.#left = limit;
+  }
+
+  /** Bytes still allowed. */
+  get left(): number {
+    return this.#left;
+  }
+
+  /**
+   * writeSync through the cap. `position` null writes at the fd's position (an O_APPEND fd: at its
+   * end), which never leaves a hole; a number may start past the end, and the hole counts.
+   */
+  write(fd: number, data: Uint8Array, offset: number, length: number, position: number | null): number {
+    if (length === 0) return writeSync(fd, data, offset, 0, position);
+    const hole = position === null ? 0 : Math.max(0, position - fstatSync(fd).size);
+    const room = this.#left - hole;
+    if (room <= 0) this.#refuse(`a write of ${length} bytes`);
+    const n = writeSync(fd, data, offset, Math.min(length, room), position);
+    // What the kernel wrote counts; a hole counts once it exists (the write made it).
+    this.#left -= n + (n > 0 ? hole : 0);
+    return n;
+  }
+
+  /** ftruncate through the cap: shrinking is free, growing counts in full (sparse or not). */
+  setSize(fd: number, size: number): void {
+    const grow = size - fstatSync(fd).size;
+    if (grow > this.#left) this.#refuse(`growing a file by ${grow} bytes`);
+    ftruncateSync(fd, size);
+    if (grow > 0) this.#left -= grow;
+  }
+
+  #refuse(what: string): never {
+    this.exceeded = true;
+    throw new ConfinedError('ENOSPC', `${what} passes limits.writeBytes (${this.limit} bytes)`);
+  }
 }
 
 /** Where a walk ended: the last component's name inside an open directory. */

@@ -10,14 +10,12 @@ import {
   constants,
   fstatSync,
   fsyncSync,
-  ftruncateSync,
   readSync,
-  writeSync,
   type BigIntStats,
   type Dirent,
   type Stats,
 } from 'node:fs';
-import { ConfinedDir, ConfinedError, setTimes, type FileTimes } from './confined-dir.js';
+import { ConfinedDir, ConfinedError, setTimes, type FileTimes, type WriteBudget } from './confined-dir.js';
 import { MAX_OPEN_FDS } from './preview1/host.js';
 import type { GuestPreopen } from './protocol.js';
 import {
@@ -150,6 +148,8 @@ interface Preopen {
   readonly dirs: Set<ConfinedDir>;
   /** Shared by every preopen of the call: how many host fds the guest holds now. */
   readonly open: { count: number };
+  /** Shared by every preopen of the call: limits.writeBytes. */
+  readonly writes: WriteBudget;
 }
 
 /**
@@ -199,6 +199,7 @@ class Descriptor {
     let pos = Number(offset);
     return new OutputStream(
       fileSink(
+        this.preopen.writes,
         fd,
         () => pos,
         (n) => (pos += n),
@@ -210,6 +211,7 @@ class Descriptor {
     if (this.flags.write !== true) throw 'bad-descriptor';
     return new OutputStream(
       fileSink(
+        this.preopen.writes,
         fd,
         () => fstatSync(fd).size,
         () => undefined,
@@ -233,7 +235,7 @@ class Descriptor {
     this.#writable();
     const fd = this.#file();
     if (this.flags.write !== true) throw 'bad-descriptor';
-    guarded(() => ftruncateSync(fd, Number(size)));
+    guarded(() => this.preopen.writes.setSize(fd, Number(size)));
   }
   setTimes(atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
@@ -251,7 +253,8 @@ class Descriptor {
     this.#writable();
     const fd = this.#file();
     if (this.flags.write !== true) throw 'bad-descriptor';
-    return BigInt(guarded(() => writeSync(fd, buffer, 0, buffer.length, Number(offset))));
+    const writes = this.preopen.writes;
+    return BigInt(guarded(() => writes.write(fd, buffer, 0, buffer.length, Number(offset))));
   }
   readDirectory(): DirectoryEntryStream {
     const dir = this.#dir();
@@ -433,13 +436,18 @@ function fileSource(fd: number, offset: number): ByteSource {
   };
 }
 
-function fileSink(fd: number, position: () => number, advance: (n: number) => void): ByteSink {
+function fileSink(
+  writes: WriteBudget,
+  fd: number,
+  position: () => number,
+  advance: (n: number) => void,
+): ByteSink {
   return {
     write(data: Uint8Array): void {
       let done = 0;
       try {
         while (done < data.length) {
-          const n = writeSync(fd, data, done, data.length - done, position());
+          const n = writes.write(fd, data, done, data.length - done, position());
           advance(n);
           done += n;
         }
@@ -463,6 +471,7 @@ export interface ComponentFilesystem {
 export function componentFilesystem(
   preopens: readonly GuestPreopen[],
   hidden: ((name: string) => boolean) | undefined,
+  writes: WriteBudget,
 ): ComponentFilesystem {
   const opened: Preopen[] = [];
   const roots: Array<readonly [Preopen, string, DescriptorFlags]> = [];
@@ -474,6 +483,7 @@ export function componentFilesystem(
         readOnly: p.readOnly,
         files: new Set(),
         open,
+        writes,
         dirs: new Set(),
       };
       opened.push(pre);
