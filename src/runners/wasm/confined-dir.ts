@@ -12,7 +12,13 @@
  * - more than {@link MAX_SYMLINK_HOPS} symlinks in one walk is ELOOP;
  * - capsule's own state (`capsule.json`, `.capsule/`, see isReservedName in permissions) is never
  *   reachable: such a name is ENOENT, whether looked up or created;
- * - a read-only directory refuses every modification with EROFS.
+ * - a read-only directory refuses every modification with EROFS;
+ * - a regular file with more than one hard link is never opened for writing (nor its times set):
+ *   its other names may lie anywhere on the filesystem (outside the grant, capsule's own state), and
+ *   no path check can see them. ENOTCAPABLE, as for any way out. Reading one is allowed: a hard link
+ *   needs write access to the file's folder where it is made, and reading shows the guest only what
+ *   whoever planted it could already read (package stores and local git clones hard-link files that
+ *   are only ever read); a write would change a file capsule cannot see by path.
  *
  * How it holds against a concurrent host (TOCTOU between resolve and use): the walk never hands the
  * kernel a path with more than one unchecked component. Each step opens the next directory relative
@@ -235,8 +241,9 @@ export class ConfinedDir {
   }
 
   /**
-   * Opens a file or directory (Node open flags). Write flags on a read-only directory are EROFS.
-   * The result is a host fd the caller owns.
+   * Opens a file or directory (Node open flags). Write flags on a read-only directory are EROFS;
+   * a regular file with more than one link is ENOTCAPABLE for writing (see the header). The result
+   * is a host fd the caller owns.
    */
   openFile(guestPath: string, options: WalkOptions & { flags: number; mode?: number }): number {
     const { flags } = options;
@@ -251,13 +258,27 @@ export class ConfinedDir {
       }
       // O_NONBLOCK: a FIFO planted in a grant would block open() in native code, where not even
       // the worker's termination at the call's timeout reaches it (no effect on regular files).
+      // O_TRUNC waits until the link count is checked on the opened file itself (no window between a
+      // check by path and the open): truncating first would already have changed a linked file.
+      const truncate = (flags & O_TRUNC) !== 0;
       const fd = openSync(
         r.path,
-        flags | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
+        (flags & ~O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
         options.mode,
       );
       try {
         this.#checkInside(fd, guestPath);
+        if ((flags & WRITE_FLAGS & ~O_CREAT) !== 0) {
+          const st = fstatSync(fd);
+          if (st.isFile() && st.nlink > 1) {
+            throw new ConfinedError(
+              'ENOTCAPABLE',
+              `${guestPath} has ${st.nlink} hard links (others may lie outside the grant): not opened for writing`,
+            );
+          }
+          if (truncate && st.isDirectory()) throw new ConfinedError('EISDIR', `${guestPath}: a directory`);
+          if (truncate && st.isFile()) truncateOpened(fd, flags);
+        }
       } catch (err) {
         closeSync(fd);
         throw err;
@@ -362,10 +383,19 @@ export class ConfinedDir {
     );
   }
 
-  /** Sets access and/or modification times without following the final component (see setTimes). */
+  /**
+   * Sets access and/or modification times without following the final component (see setTimes).
+   * Not on a file with more than one hard link (its other names may lie outside).
+   */
   utimes(guestPath: string, options: WalkOptions, times: FileTimes): void {
     this.#writable(guestPath);
-    this.at(guestPath, options, (r) => setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true));
+    this.at(guestPath, options, (r) => {
+      const st = lstatSync(r.path);
+      if (st.isFile() && st.nlink > 1) {
+        throw new ConfinedError('ENOTCAPABLE', `${guestPath} has ${st.nlink} hard links: times not set`);
+      }
+      setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true);
+    });
   }
 
   close(): void {
@@ -467,6 +497,29 @@ export class ConfinedDir {
     }
     return done('.');
   }
+}
+
+/**
+ * For fd-level changes that are not writes (set-times on a file opened to read): refuses a regular
+ * file with more than one hard link, as openFile does for writing.
+ */
+export function assertSingleLink(fd: number): void {
+  const st = fstatSync(fd);
+  if (st.isFile() && st.nlink > 1) {
+    throw new ConfinedError('ENOTCAPABLE', `the file has ${st.nlink} hard links: not changed`);
+  }
+}
+
+/**
+ * O_TRUNC after the fact, on the open file: ftruncate where the fd may write, else (O_RDONLY|O_TRUNC,
+ * which Linux honours) a write-only reopen of the same open file through its /proc link.
+ */
+function truncateOpened(fd: number, flags: number): void {
+  if ((flags & (O_WRONLY | O_RDWR)) !== 0) {
+    ftruncateSync(fd, 0);
+    return;
+  }
+  closeSync(openSync(fdPath(fd), O_WRONLY | O_TRUNC | O_NONBLOCK));
 }
 
 /**

@@ -15,7 +15,14 @@ import {
   type Dirent,
   type Stats,
 } from 'node:fs';
-import { ConfinedDir, ConfinedError, setTimes, type FileTimes, type WriteBudget } from './confined-dir.js';
+import {
+  assertSingleLink,
+  ConfinedDir,
+  ConfinedError,
+  setTimes,
+  type FileTimes,
+  type WriteBudget,
+} from './confined-dir.js';
 import { MAX_OPEN_FDS } from './preview1/host.js';
 import type { GuestPreopen } from './protocol.js';
 import {
@@ -240,7 +247,10 @@ class Descriptor {
   setTimes(atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
     const fd = this.#hostFd();
-    guarded(() => setTimes(`/proc/${process.pid}/fd/${fd}`, fileTimes(atime, mtime), false));
+    guarded(() => {
+      assertSingleLink(fd);
+      setTimes(`/proc/${process.pid}/fd/${fd}`, fileTimes(atime, mtime), false);
+    });
   }
   read(length: bigint, offset: bigint): [Uint8Array, boolean] {
     const fd = this.#file();

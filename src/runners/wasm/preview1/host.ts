@@ -20,7 +20,7 @@ import {
 } from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { randomFillSync } from 'node:crypto';
-import { ConfinedDir, setTimes, type WriteBudget } from '../confined-dir.js';
+import { assertSingleLink, ConfinedDir, setTimes, type WriteBudget } from '../confined-dir.js';
 import type { FileTimes } from '../confined-dir.js';
 import {
   CLOCK,
@@ -527,6 +527,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       if (e.kind === 'dir' ? e.dir.readOnly : e.readOnly) return E.ROFS;
       need(e, R.FD_FILESTAT_SET_TIMES);
       const hostFd = e.kind === 'dir' ? e.dir.fd : e.fd;
+      assertSingleLink(hostFd);
       setTimes(`/proc/${process.pid}/fd/${hostFd}`, times(atim, mtim, flags), false);
       return E.SUCCESS;
     },
