@@ -189,10 +189,20 @@ class Descriptor {
   #writable(): void {
     if (this.preopen.readOnly) throw 'read-only';
   }
+  /**
+   * A change through this directory descriptor: a `ro` grant is read-only, and a descriptor opened
+   * without `mutate-directory` may not change what it names either (as preview1 keeps rights per fd).
+   */
+  #mutates(): ConfinedDir {
+    this.#writable();
+    const dir = this.#dir();
+    if (this.flags.mutateDirectory !== true) throw 'not-permitted';
+    return dir;
+  }
   /** The same preopen: renames and links never cross grants (another folder, maybe another mode). */
   #sibling(other: unknown): ConfinedDir {
     if (!(other instanceof Descriptor) || other.preopen !== this.preopen) throw 'cross-device';
-    return other.#dir();
+    return other.#mutates();
   }
 
   readViaStream(offset: bigint): InputStream {
@@ -246,6 +256,7 @@ class Descriptor {
   }
   setTimes(atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
+    if (this.dir !== undefined) this.#mutates();
     const fd = this.#hostFd();
     guarded(() => {
       assertSingleLink(fd);
@@ -272,8 +283,7 @@ class Descriptor {
     return new DirectoryEntryStream(entries.map((e) => ({ name: e.name, type: direntType(e) })));
   }
   createDirectoryAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.mkdir(p));
   }
   stat(): Record<string, unknown> {
@@ -285,13 +295,11 @@ class Descriptor {
     return guarded(() => statOf(dir.stat(p, { follow: flags.symlinkFollow === true })));
   }
   setTimesAt(flags: PathFlags, p: string, atime: NewTimestamp, mtime: NewTimestamp): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.utimes(p, { follow: flags.symlinkFollow === true }, fileTimes(atime, mtime)));
   }
   linkAt(oldFlags: PathFlags, oldPath: string, newDescriptor: Descriptor, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     const to = this.#sibling(newDescriptor);
     guarded(() => dir.link(oldPath, { follow: oldFlags.symlinkFollow === true }, to, newPath));
   }
@@ -304,7 +312,7 @@ class Descriptor {
       openFlags.truncate === true;
     if (modifies && this.preopen.readOnly) throw 'read-only';
     // A descriptor never gains rights its parent lacks.
-    if (modifies && this.flags.mutateDirectory !== true) throw 'read-only';
+    if (modifies && this.flags.mutateDirectory !== true) throw 'not-permitted';
     let mode =
       flags.write === true
         ? flags.read === true
@@ -354,26 +362,22 @@ class Descriptor {
     return guarded(() => dir.readlink(p));
   }
   removeDirectoryAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.rmdir(p));
   }
   renameAt(oldPath: string, newDescriptor: Descriptor, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     const to = this.#sibling(newDescriptor);
     guarded(() => dir.rename(oldPath, to, newPath));
   }
   symlinkAt(oldPath: string, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     // Refused at creation when the target leaves the directory (confined-dir.ts): the link lives
     // in the user's real folder, where host tools would follow it.
     guarded(() => dir.symlink(oldPath, newPath));
   }
   unlinkFileAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => {
       if (dir.stat(p, { follow: false }).isDirectory()) throw 'is-directory';
       dir.unlink(p);

@@ -450,6 +450,60 @@ describe('components: environment and network', () => {
   });
 });
 
+describe('components: descriptor flags of a directory (mutate-directory)', () => {
+  const changes = [
+    { op: 'mkdir', path: 'made' },
+    { op: 'rmdir', path: 'empty' },
+    { op: 'setTimesAt', path: 'f.txt' },
+    { op: 'symlink', target: 'f.txt', path: 'sym' },
+    { op: 'write', path: 'new.txt', text: 'x' },
+    { op: 'link', from: 'f.txt', to: 'hard.txt' },
+    { op: 'rename', from: 'f.txt', to: 'moved.txt' },
+    { op: 'unlink', path: 'hard.txt' },
+  ];
+
+  async function sub(): Promise<{ grant: string; before: string[]; mtime: number }> {
+    const { grant } = await layout();
+    await mkdir(path.join(grant, 'sub', 'empty'), { recursive: true });
+    await writeFile(path.join(grant, 'sub', 'f.txt'), 'kept');
+    return {
+      grant,
+      before: names(path.join(grant, 'sub')),
+      mtime: lstatSync(path.join(grant, 'sub', 'f.txt')).mtimeMs,
+    };
+  }
+
+  it('a directory opened without mutate-directory in a rw grant changes nothing through it', async () => {
+    const { grant, before, mtime } = await sub();
+    const [out] = await ops(
+      [rw(grant)],
+      [{ op: 'inSub', pre: '/data', sub: 'sub', flags: { read: true }, then: changes }],
+    );
+    expect(out).toEqual({ ok: changes.map(() => ({ err: 'not-permitted' })) });
+    expect(names(path.join(grant, 'sub'))).toEqual(before);
+    expect(readFileSync(path.join(grant, 'sub', 'f.txt'), 'utf8')).toBe('kept');
+    expect(lstatSync(path.join(grant, 'sub', 'f.txt')).mtimeMs).toBe(mtime);
+  });
+
+  it('control: the same directory opened with mutate-directory makes every change', async () => {
+    const { grant } = await sub();
+    const [out] = await ops(
+      [rw(grant)],
+      [
+        {
+          op: 'inSub',
+          pre: '/data',
+          sub: 'sub',
+          flags: { read: true, mutateDirectory: true },
+          then: changes,
+        },
+      ],
+    );
+    expect((out as { ok: Array<{ ok?: unknown }> }).ok.every((o) => 'ok' in o)).toBe(true);
+    expect(names(path.join(grant, 'sub'))).toEqual(['made', 'moved.txt', 'new.txt', 'sym']);
+  });
+});
+
 describe('components: canceled while running', () => {
   // The guest writes `started` into its rw grant, then loops: the file is the outside sign that it
   // runs, so the test cancels a running guest, not one still starting (no guessed delay).
