@@ -65,7 +65,7 @@ export const limitsSchema = z
       .max(16 * 1024 * 1024 * 1024)
       .default(DEFAULT_WRITE_BYTES)
       .describe(
-        'Bytes one Wasm run may write to its rw grants, in total: every byte written, plus what set-size, allocate or a write past the end grows a file by. Past it the write fails with "no space" (ENOSPC / insufficient-space) and `writeLimited` is reported.',
+        'Bytes one Wasm run may write to its rw grants, in total: every byte written, plus what set-size, allocate or a write past the end grows a file by, plus 4096 bytes per new file, folder or link. Past it the write fails with "no space" (ENOSPC / insufficient-space) and `writeLimited` is reported.',
       ),
     networkRequests: z
       .int()

@@ -100,6 +100,8 @@ export interface ConfinedDirOptions {
   readOnly?: boolean | undefined;
   /** Names hidden from the guest (never looked up, listed or created). Default: none. */
   hidden?: ((name: string) => boolean) | undefined;
+  /** The run's write cap: every entry this directory (and those beneath it) creates counts. */
+  writes?: WriteBudget | undefined;
 }
 
 /**
@@ -109,9 +111,12 @@ export interface ConfinedDirOptions {
  * What counts: each byte written (an overwrite counts again: this caps work done on the user's disk,
  * not the disk's growth), plus every byte a file grows by without being written — set-size,
  * allocate, or a write that starts past the end (a sparse hole still grows what the user sees and
- * copies). Past the cap a call is ENOSPC and `exceeded` is set for the run's result; a write that
+ * copies), plus one block per new entry ({@link WriteBudget.entry}). Past the cap a call is ENOSPC and `exceeded` is set for the run's result; a write that
  * only partly fits writes what fits (a short write, as a full disk gives).
  */
+/** What one new directory entry counts against the write cap (one filesystem block). */
+export const ENTRY_BYTES = 4096;
+
 export class WriteBudget {
   #left: number;
   /** A write or size change was refused at the cap. */
@@ -139,6 +144,19 @@ export class WriteBudget {
     // What the kernel wrote counts; a hole counts once it exists (the write made it).
     this.#left -= n + (n > 0 ? hole : 0);
     return n;
+  }
+
+  /**
+   * A new entry (file, folder, symlink, hard link): names and inodes take disk too, so a guest that
+   * only creates entries in a loop stops at the cap as well. Each counts as one block
+   * ({@link ENTRY_BYTES}, what it takes on disk at least) plus a symlink's target.
+   */
+  entry<T>(guestPath: string, extra: number, make: () => T): T {
+    const cost = ENTRY_BYTES + extra;
+    if (cost > this.#left) this.#refuse(`creating ${guestPath}`);
+    const made = make();
+    this.#left -= cost;
+    return made;
   }
 
   /** ftruncate through the cap: shrinking is free, growing counts in full (sparse or not). */
@@ -177,6 +195,16 @@ const fdPath = (fd: number, name?: string): string =>
 
 const code = (err: unknown): string | undefined => (err as { code?: string } | null)?.code;
 
+/** Whether a name exists (not following a last symlink). */
+function exists(procPath: string): boolean {
+  try {
+    lstatSync(procPath);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * A host directory the guest may use, held open by fd. Every path method takes a guest path
  * relative to it. Methods throw ConfinedError or a Node fs error (with `code`); callers map codes to
@@ -186,9 +214,16 @@ export class ConfinedDir {
   readonly fd: number;
   readonly readOnly: boolean;
   readonly #hidden: (name: string) => boolean;
+  readonly #writes: WriteBudget | undefined;
   #closed = false;
 
-  private constructor(fd: number, readOnly: boolean, hidden: (name: string) => boolean) {
+  private constructor(
+    fd: number,
+    readOnly: boolean,
+    hidden: (name: string) => boolean,
+    writes: WriteBudget | undefined,
+  ) {
+    this.#writes = writes;
     this.fd = fd;
     this.readOnly = readOnly;
     this.#hidden = hidden;
@@ -212,7 +247,7 @@ export class ConfinedDir {
       }
       throw err;
     }
-    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false));
+    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false), options.writes);
   }
 
   /** The directory's current host path (for messages and the after-open check). */
@@ -261,11 +296,15 @@ export class ConfinedDir {
       // O_TRUNC waits until the link count is checked on the opened file itself (no window between a
       // check by path and the open): truncating first would already have changed a linked file.
       const truncate = (flags & O_TRUNC) !== 0;
-      const fd = openSync(
-        r.path,
-        (flags & ~O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
-        options.mode,
-      );
+      const open = (): number =>
+        openSync(
+          r.path,
+          (flags & ~O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
+          options.mode,
+        );
+      // A file this open may create counts as a new entry (told by name: a file someone else made
+      // in between is charged too, which only errs toward the cap).
+      const fd = (flags & O_CREAT) !== 0 && !exists(r.path) ? this.#entry(guestPath, 0, open) : open();
       try {
         this.#checkInside(fd, guestPath);
         if ((flags & WRITE_FLAGS & ~O_CREAT) !== 0) {
@@ -290,13 +329,13 @@ export class ConfinedDir {
   /** Opens a directory beneath this one as a ConfinedDir of its own (same read-only-ness and hidden names). */
   openDir(guestPath: string, options: WalkOptions): ConfinedDir {
     const fd = this.openFile(guestPath, { ...options, flags: O_RDONLY | O_DIRECTORY });
-    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
   }
 
   /** Wraps an fd this directory's openFile returned for a directory (for fd-based callers). */
   adoptDir(fd: number): ConfinedDir {
     if (!fstatSync(fd).isDirectory()) throw new ConfinedError('ENOTDIR', 'not a directory');
-    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
   }
 
   /** Entries of this directory (no `.`/`..`), hidden names left out. */
@@ -308,7 +347,7 @@ export class ConfinedDir {
   mkdir(guestPath: string, mode = 0o777): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
-      mkdirSync(r.path, mode);
+      this.#entry(guestPath, 0, () => mkdirSync(r.path, mode));
     });
   }
 
@@ -350,7 +389,7 @@ export class ConfinedDir {
       if (!leadsDownward(target)) {
         throw new ConfinedError('ENOTCAPABLE', `symlink target ${target} is absolute or climbs with ..`);
       }
-      symlinkSync(target, r.path);
+      this.#entry(guestPath, Buffer.byteLength(target), () => symlinkSync(target, r.path));
     });
   }
 
@@ -378,7 +417,7 @@ export class ConfinedDir {
     this.at(from, options, (a) =>
       toDir.at(to, { follow: false }, (b) => {
         if (a.trailingSlash || b.trailingSlash) throw new ConfinedError('ENOENT', 'trailing slash');
-        linkSync(a.path, b.path);
+        this.#entry(to, 0, () => linkSync(a.path, b.path));
       }),
     );
   }
@@ -402,6 +441,11 @@ export class ConfinedDir {
     if (this.#closed) return;
     this.#closed = true;
     closeSync(this.fd);
+  }
+
+  /** Makes a new entry through the write cap (none: no cap, e.g. a directory opened without one). */
+  #entry<T>(guestPath: string, extra: number, make: () => T): T {
+    return this.#writes === undefined ? make() : this.#writes.entry(guestPath, extra, make);
   }
 
   #live(): void {

@@ -493,7 +493,7 @@ export function componentFilesystem(
   try {
     for (const p of preopens) {
       const pre: Preopen = {
-        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
+        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
         readOnly: p.readOnly,
         files: new Set(),
         open,

@@ -187,7 +187,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     options.preopens.forEach((p, i) => {
       table.set(3 + i, {
         kind: 'dir',
-        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
+        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
         preopen: p.guest,
         listing: undefined,
         rights: DIR_RIGHTS,

@@ -1,8 +1,9 @@
-import { readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, realpath } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ENTRY_BYTES } from '../../../../src/runners/wasm/confined-dir.js';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
@@ -68,14 +69,14 @@ async function component(dir: string, ops: Array<Record<string, unknown>>, write
 }
 
 describe('limits.writeBytes: preview1', () => {
-  it('stops a guest that writes in a loop at the cap: the file on the host holds exactly the cap', async () => {
+  it('stops a guest that writes in a loop at the cap: the file on the host holds the cap, less its entry', async () => {
     const dir = await grant();
     const r = await runner.runRaw(module(['Fill', 'big.bin'], dir));
     // The last block only partly fits (a short write), the next one is ENOSPC.
     expect(text(r.stderr)).toBe(`errno=${NOSPC}\n`);
     expect(r.exitCode).toBe(NOSPC);
     expect(r.writeLimited).toBe(true);
-    expect(statSync(path.join(dir, 'big.bin')).size).toBe(CAP);
+    expect(statSync(path.join(dir, 'big.bin')).size).toBe(CAP - ENTRY_BYTES);
   });
 
   it('refuses set-size to 1 TiB: the file stays empty (no sparse giant appears)', async () => {
@@ -113,7 +114,7 @@ describe('limits.writeBytes: preview1', () => {
     const r = await runner.run({ capability, input: '{}' });
     expect(r.exitCode).toBe(NOSPC);
     expect(r.writeLimited).toBe(true);
-    expect(statSync(path.join(root, 'out', 'f.bin')).size).toBe(300_000);
+    expect(statSync(path.join(root, 'out', 'f.bin')).size).toBe(300_000 - ENTRY_BYTES);
   });
 });
 
@@ -123,7 +124,7 @@ describe('limits.writeBytes: components', () => {
     const { result, outcomes } = await component(dir, [{ op: 'fill', pre: '/out', path: 'big.bin' }]);
     expect(outcomes).toEqual([{ err: 'insufficient-space' }]);
     expect(result.writeLimited).toBe(true);
-    expect(statSync(path.join(dir, 'big.bin')).size).toBe(CAP);
+    expect(statSync(path.join(dir, 'big.bin')).size).toBe(CAP - ENTRY_BYTES);
   });
 
   it('stops an output stream in a loop at the cap', async () => {
@@ -135,10 +136,12 @@ describe('limits.writeBytes: components', () => {
 
   it('refuses set-size to 1 TiB, and the budget is shared by every file of the call', async () => {
     const dir = await grant();
+    // Each new file is one entry (ENTRY_BYTES): after three, 10 bytes are left.
     const { outcomes } = await component(dir, [
       { op: 'setSize', pre: '/out', path: 'sparse.bin', size: 2 ** 40 },
-      { op: 'setSize', pre: '/out', path: 'a.bin', size: CAP - 10 },
+      { op: 'setSize', pre: '/out', path: 'a.bin', size: CAP - 3 * ENTRY_BYTES - 10 },
       { op: 'setSize', pre: '/out', path: 'b.bin', size: 11 },
+      { op: 'write', pre: '/out', path: 'a.bin', text: 'x' },
       { op: 'write', pre: '/out', path: 'c.txt', text: 'x' },
     ]);
     expect(outcomes).toEqual([
@@ -146,10 +149,27 @@ describe('limits.writeBytes: components', () => {
       { ok: 'resized' },
       { err: 'insufficient-space' },
       { ok: 'written' },
+      { err: 'insufficient-space' },
     ]);
     expect(statSync(path.join(dir, 'sparse.bin')).size).toBe(0);
-    expect(statSync(path.join(dir, 'a.bin')).size).toBe(CAP - 10);
     expect(statSync(path.join(dir, 'b.bin')).size).toBe(0);
-    expect(readFileSync(path.join(dir, 'c.txt'), 'utf8')).toBe('x');
+    expect(readFileSync(path.join(dir, 'a.bin'), 'utf8')).toBe('x');
+    expect(existsSync(path.join(dir, 'c.txt'))).toBe(false);
+  });
+
+  it('counts new entries too: a guest making folders and symlinks in a loop stops at the cap', async () => {
+    const dir = await grant();
+    const many = Array.from({ length: 8 }, (_, i) => ({ op: 'mkdir', pre: '/out', path: `d${i}` }));
+    const { outcomes } = await component(
+      dir,
+      [...many, { op: 'symlink', pre: '/out', target: 'x'.repeat(2000), path: 'long' }],
+      5 * ENTRY_BYTES + 1000,
+    );
+    expect(outcomes).toEqual([
+      ...many.slice(0, 5).map(() => ({ ok: 'made' })),
+      ...many.slice(5).map(() => ({ err: 'insufficient-space' })),
+      { err: 'insufficient-space' },
+    ]);
+    expect(readdirSync(dir).sort()).toEqual(['d0', 'd1', 'd2', 'd3', 'd4']);
   });
 });
