@@ -51,6 +51,7 @@ export async function benchWasmFs({ root, dist = path.join(root, 'dist'), iterat
       preopens: [{ guest: '/data', host: dir, readOnly: true }],
       hiddenNames: undefined,
       outputBytes: 1 << 20,
+      writeBytes: 64 * 1024 * 1024,
       maxPages: prepared.maxPages,
     };
     const runner = new WasmRunner({ poolSize: 1 });

@@ -93,6 +93,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
     stdin: input,
     preopens: [],
     outputBytes: 1 << 20,
+    writeBytes: 64 * 1024 * 1024,
     maxPages: 1024,
   };
   const componentJob = {
@@ -104,6 +105,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
     env: {},
     preopens: [],
     outputBytes: 1 << 20,
+    writeBytes: 64 * 1024 * 1024,
     maxPages: 1024,
   };
   // Two workers, as `min(2, cores)` gives here; the rows below say "2 workers".

@@ -22,6 +22,9 @@ export const relativePath = z
   .refine((p) => !p.includes('\\'), 'must use forward slashes')
   .refine((p) => !p.split('/').includes('..'), 'must not contain a ".." segment');
 
+/** limits.writeBytes when a manifest leaves it out (see docs/manifest.md). */
+export const DEFAULT_WRITE_BYTES = 64 * 1024 * 1024;
+
 export const limitsSchema = z
   .strictObject({
     timeoutMs: z
@@ -55,6 +58,14 @@ export const limitsSchema = z
       .default(64)
       .describe(
         'Maximum number of processes/threads (container pids limit; a cgroup for shell where the machine allows it).',
+      ),
+    writeBytes: z
+      .int()
+      .min(1)
+      .max(16 * 1024 * 1024 * 1024)
+      .default(DEFAULT_WRITE_BYTES)
+      .describe(
+        'Bytes one Wasm run may write to its rw grants, in total: every byte written, plus what set-size, allocate or a write past the end grows a file by, plus 4096 bytes per new file, folder or link. Past it the write fails with "no space" (ENOSPC / insufficient-space) and `writeLimited` is reported.',
       ),
     networkRequests: z
       .int()
@@ -283,6 +294,7 @@ export const manifestSchema = z
       memoryMb: 256,
       outputBytes: 1024 * 1024,
       pids: 64,
+      writeBytes: DEFAULT_WRITE_BYTES,
       networkRequests: 100,
       networkBytes: 16 * 1024 * 1024,
     }),

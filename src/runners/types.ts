@@ -23,6 +23,8 @@ export interface RunResult {
   oomKilled: boolean;
   /** The pids limit refused a new process and the run was stopped (set only where it is enforced). */
   pidsLimited?: boolean;
+  /** A write to a granted folder was refused at `limits.writeBytes` (the guest got "no space"; set only where enforced). */
+  writeLimited?: boolean;
   durationMs: number;
   /** The manifest's outputSchema: stdout parsed as JSON, set only when it matched. */
   output?: unknown;

@@ -14,6 +14,8 @@ export function limitNote(result: RunResult, timeoutMs: number, outputBytes: num
     notes.push(`output passed ${outputBytes} bytes (limits.outputBytes): cut and the run killed`);
   if (result.oomKilled) notes.push('hit its memory limit (limits.memoryMb) and was killed');
   if (result.pidsLimited === true) notes.push('hit its process limit (limits.pids) and was stopped');
+  if (result.writeLimited === true)
+    notes.push('hit its write limit (limits.writeBytes): later writes to its folders failed with "no space"');
   if (result.canceled) notes.push('was canceled');
   if (result.outputInvalid !== undefined) notes.push(`failed: ${result.outputInvalid}`);
   return notes.length ? `capsule: the run ${notes.join('; ')}\n` : '';

@@ -56,7 +56,7 @@ export function registerShow(program: Command, io: CliIO): void {
           `folder:      ${cap.dir}`,
           `hash:        ${cap.contentHash}`,
           `isolation:   ${isolation.summary}`,
-          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${m.grants.network.length > 0 ? `, network ${m.limits.networkRequests} requests / ${m.limits.networkBytes} bytes` : ''}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
+          `limits:      timeout ${m.limits.timeoutMs} ms, memory ${m.limits.memoryMb} MiB, output ${m.limits.outputBytes} bytes, pids ${m.limits.pids}${cap.environment === 'wasm' && m.grants.fs.some((g) => g.mode === 'rw') ? `, writes ${m.limits.writeBytes} bytes` : ''}${m.grants.network.length > 0 ? `, network ${m.limits.networkRequests} requests / ${m.limits.networkBytes} bytes` : ''}${unenforced.length > 0 ? ` (${unenforced.join(' and ')} NOT enforced on this machine)` : ''}`,
           `grants:      ${grants.length ? grants.join('; ') : 'none (everything denied)'}`,
           `input:       ${JSON.stringify(m.inputSchema)}`,
           ...(m.outputSchema !== undefined ? [`output:      ${JSON.stringify(m.outputSchema)}`] : []),

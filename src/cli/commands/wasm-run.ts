@@ -12,6 +12,7 @@ interface WasmRunFlags {
   timeoutMs: string;
   memoryMb: string;
   outputBytes: string;
+  writeBytes: string;
   json?: boolean;
 }
 
@@ -106,6 +107,11 @@ export function registerWasmRun(program: Command, io: CliIO): void {
     .option('--memory-mb <mb>', 'linear memory cap', '4096')
     .option('--output-bytes <n>', 'cap for stdout and for stderr, each', String(256 * 1024 * 1024))
     .option(
+      '--write-bytes <n>',
+      'bytes the module may write to its --dir folders in total; past it writes fail with ENOSPC',
+      String(1024 * 1024 * 1024),
+    )
+    .option(
       '--json',
       'print one JSON document with the whole result (stdout/stderr as UTF-8 text) instead of passing output through',
     )
@@ -124,6 +130,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           timeoutMs: positiveInt(opts.timeoutMs, '--timeout-ms'),
           memoryMb: Math.min(positiveInt(opts.memoryMb, '--memory-mb'), 4096),
           outputBytes: positiveInt(opts.outputBytes, '--output-bytes'),
+          writeBytes: positiveInt(opts.writeBytes, '--write-bytes'),
         };
         const [{ WasmRunner }, { userCacheDir }] = await Promise.all([
           import('../../runners/wasm/wasm-runner.js'),
@@ -161,6 +168,11 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           await writeBytes(io.stderr, result.stderr);
           if (result.truncated)
             await writeBytes(io.stderr, Buffer.from(`capsule: output cut at ${limits.outputBytes} bytes\n`));
+          if (result.writeLimited === true)
+            await writeBytes(
+              io.stderr,
+              Buffer.from(`capsule: write limit of ${limits.writeBytes} bytes reached (--write-bytes)\n`),
+            );
           if (result.oomKilled)
             await writeBytes(
               io.stderr,

@@ -12,7 +12,13 @@
  * - more than {@link MAX_SYMLINK_HOPS} symlinks in one walk is ELOOP;
  * - capsule's own state (`capsule.json`, `.capsule/`, see isReservedName in permissions) is never
  *   reachable: such a name is ENOENT, whether looked up or created;
- * - a read-only directory refuses every modification with EROFS.
+ * - a read-only directory refuses every modification with EROFS;
+ * - a regular file with more than one hard link is never opened for writing (nor its times set):
+ *   its other names may lie anywhere on the filesystem (outside the grant, capsule's own state), and
+ *   no path check can see them. ENOTCAPABLE, as for any way out. Reading one is allowed: a hard link
+ *   needs write access to the file's folder where it is made, and reading shows the guest only what
+ *   whoever planted it could already read (package stores and local git clones hard-link files that
+ *   are only ever read); a write would change a file capsule cannot see by path.
  *
  * How it holds against a concurrent host (TOCTOU between resolve and use): the walk never hands the
  * kernel a path with more than one unchecked component. Each step opens the next directory relative
@@ -31,6 +37,7 @@ import {
   constants,
   existsSync,
   fstatSync,
+  ftruncateSync,
   linkSync,
   lstatSync,
   mkdirSync,
@@ -41,6 +48,7 @@ import {
   rmdirSync,
   symlinkSync,
   unlinkSync,
+  writeSync,
 } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -71,7 +79,16 @@ const WRITE_FLAGS = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
 export class ConfinedError extends Error {
   constructor(
     readonly code:
-      'ENOTCAPABLE' | 'EROFS' | 'ELOOP' | 'ENOENT' | 'ENOTDIR' | 'EACCES' | 'EINVAL' | 'EEXIST' | 'EISDIR',
+      | 'ENOTCAPABLE'
+      | 'EROFS'
+      | 'ELOOP'
+      | 'ENOENT'
+      | 'ENOTDIR'
+      | 'EACCES'
+      | 'EINVAL'
+      | 'EEXIST'
+      | 'EISDIR'
+      | 'ENOSPC',
     message: string,
   ) {
     super(`${code}: ${message}`);
@@ -83,6 +100,77 @@ export interface ConfinedDirOptions {
   readOnly?: boolean | undefined;
   /** Names hidden from the guest (never looked up, listed or created). Default: none. */
   hidden?: ((name: string) => boolean) | undefined;
+  /** The run's write cap: every entry this directory (and those beneath it) creates counts. */
+  writes?: WriteBudget | undefined;
+}
+
+/**
+ * The run's cap on bytes written to its granted folders (`limits.writeBytes`), shared by every
+ * directory and file of one call, preview1 and preview2 alike: every write to a granted file goes
+ * through {@link WriteBudget.write} and every size change through {@link WriteBudget.setSize}.
+ * What counts: each byte written (an overwrite counts again: this caps work done on the user's disk,
+ * not the disk's growth), plus every byte a file grows by without being written — set-size,
+ * allocate, or a write that starts past the end (a sparse hole still grows what the user sees and
+ * copies), plus one block per new entry ({@link WriteBudget.entry}). Past the cap a call is ENOSPC and `exceeded` is set for the run's result; a write that
+ * only partly fits writes what fits (a short write, as a full disk gives).
+ */
+/** What one new directory entry counts against the write cap (one filesystem block). */
+export const ENTRY_BYTES = 4096;
+
+export class WriteBudget {
+  #left: number;
+  /** A write or size change was refused at the cap. */
+  exceeded = false;
+
+  constructor(readonly limit: number) {
+    this.#left = limit;
+  }
+
+  /** Bytes still allowed. */
+  get left(): number {
+    return this.#left;
+  }
+
+  /**
+   * writeSync through the cap. `position` null writes at the fd's position (an O_APPEND fd: at its
+   * end), which never leaves a hole; a number may start past the end, and the hole counts.
+   */
+  write(fd: number, data: Uint8Array, offset: number, length: number, position: number | null): number {
+    if (length === 0) return writeSync(fd, data, offset, 0, position);
+    const hole = position === null ? 0 : Math.max(0, position - fstatSync(fd).size);
+    const room = this.#left - hole;
+    if (room <= 0) this.#refuse(`a write of ${length} bytes`);
+    const n = writeSync(fd, data, offset, Math.min(length, room), position);
+    // What the kernel wrote counts; a hole counts once it exists (the write made it).
+    this.#left -= n + (n > 0 ? hole : 0);
+    return n;
+  }
+
+  /**
+   * A new entry (file, folder, symlink, hard link): names and inodes take disk too, so a guest that
+   * only creates entries in a loop stops at the cap as well. Each counts as one block
+   * ({@link ENTRY_BYTES}, what it takes on disk at least) plus a symlink's target.
+   */
+  entry<T>(guestPath: string, extra: number, make: () => T): T {
+    const cost = ENTRY_BYTES + extra;
+    if (cost > this.#left) this.#refuse(`creating ${guestPath}`);
+    const made = make();
+    this.#left -= cost;
+    return made;
+  }
+
+  /** ftruncate through the cap: shrinking is free, growing counts in full (sparse or not). */
+  setSize(fd: number, size: number): void {
+    const grow = size - fstatSync(fd).size;
+    if (grow > this.#left) this.#refuse(`growing a file by ${grow} bytes`);
+    ftruncateSync(fd, size);
+    if (grow > 0) this.#left -= grow;
+  }
+
+  #refuse(what: string): never {
+    this.exceeded = true;
+    throw new ConfinedError('ENOSPC', `${what} passes limits.writeBytes (${this.limit} bytes)`);
+  }
 }
 
 /** Where a walk ended: the last component's name inside an open directory. */
@@ -107,6 +195,16 @@ const fdPath = (fd: number, name?: string): string =>
 
 const code = (err: unknown): string | undefined => (err as { code?: string } | null)?.code;
 
+/** Whether a name exists (not following a last symlink). */
+function exists(procPath: string): boolean {
+  try {
+    lstatSync(procPath);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * A host directory the guest may use, held open by fd. Every path method takes a guest path
  * relative to it. Methods throw ConfinedError or a Node fs error (with `code`); callers map codes to
@@ -116,9 +214,16 @@ export class ConfinedDir {
   readonly fd: number;
   readonly readOnly: boolean;
   readonly #hidden: (name: string) => boolean;
+  readonly #writes: WriteBudget | undefined;
   #closed = false;
 
-  private constructor(fd: number, readOnly: boolean, hidden: (name: string) => boolean) {
+  private constructor(
+    fd: number,
+    readOnly: boolean,
+    hidden: (name: string) => boolean,
+    writes: WriteBudget | undefined,
+  ) {
+    this.#writes = writes;
     this.fd = fd;
     this.readOnly = readOnly;
     this.#hidden = hidden;
@@ -142,7 +247,7 @@ export class ConfinedDir {
       }
       throw err;
     }
-    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false));
+    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false), options.writes);
   }
 
   /** The directory's current host path (for messages and the after-open check). */
@@ -171,8 +276,9 @@ export class ConfinedDir {
   }
 
   /**
-   * Opens a file or directory (Node open flags). Write flags on a read-only directory are EROFS.
-   * The result is a host fd the caller owns.
+   * Opens a file or directory (Node open flags). Write flags on a read-only directory are EROFS;
+   * a regular file with more than one link is ENOTCAPABLE for writing (see the header). The result
+   * is a host fd the caller owns.
    */
   openFile(guestPath: string, options: WalkOptions & { flags: number; mode?: number }): number {
     const { flags } = options;
@@ -187,13 +293,31 @@ export class ConfinedDir {
       }
       // O_NONBLOCK: a FIFO planted in a grant would block open() in native code, where not even
       // the worker's termination at the call's timeout reaches it (no effect on regular files).
-      const fd = openSync(
-        r.path,
-        flags | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
-        options.mode,
-      );
+      // O_TRUNC waits until the link count is checked on the opened file itself (no window between a
+      // check by path and the open): truncating first would already have changed a linked file.
+      const truncate = (flags & O_TRUNC) !== 0;
+      const open = (): number =>
+        openSync(
+          r.path,
+          (flags & ~O_TRUNC) | O_NOFOLLOW | O_NONBLOCK | (r.trailingSlash ? O_DIRECTORY : 0),
+          options.mode,
+        );
+      // A file this open may create counts as a new entry (told by name: a file someone else made
+      // in between is charged too, which only errs toward the cap).
+      const fd = (flags & O_CREAT) !== 0 && !exists(r.path) ? this.#entry(guestPath, 0, open) : open();
       try {
         this.#checkInside(fd, guestPath);
+        if ((flags & WRITE_FLAGS & ~O_CREAT) !== 0) {
+          const st = fstatSync(fd);
+          if (st.isFile() && st.nlink > 1) {
+            throw new ConfinedError(
+              'ENOTCAPABLE',
+              `${guestPath} has ${st.nlink} hard links (others may lie outside the grant): not opened for writing`,
+            );
+          }
+          if (truncate && st.isDirectory()) throw new ConfinedError('EISDIR', `${guestPath}: a directory`);
+          if (truncate && st.isFile()) truncateOpened(fd, flags);
+        }
       } catch (err) {
         closeSync(fd);
         throw err;
@@ -205,13 +329,13 @@ export class ConfinedDir {
   /** Opens a directory beneath this one as a ConfinedDir of its own (same read-only-ness and hidden names). */
   openDir(guestPath: string, options: WalkOptions): ConfinedDir {
     const fd = this.openFile(guestPath, { ...options, flags: O_RDONLY | O_DIRECTORY });
-    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
   }
 
   /** Wraps an fd this directory's openFile returned for a directory (for fd-based callers). */
   adoptDir(fd: number): ConfinedDir {
     if (!fstatSync(fd).isDirectory()) throw new ConfinedError('ENOTDIR', 'not a directory');
-    return new ConfinedDir(fd, this.readOnly, this.#hidden);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
   }
 
   /** Entries of this directory (no `.`/`..`), hidden names left out. */
@@ -223,7 +347,7 @@ export class ConfinedDir {
   mkdir(guestPath: string, mode = 0o777): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
-      mkdirSync(r.path, mode);
+      this.#entry(guestPath, 0, () => mkdirSync(r.path, mode));
     });
   }
 
@@ -265,7 +389,7 @@ export class ConfinedDir {
       if (!leadsDownward(target)) {
         throw new ConfinedError('ENOTCAPABLE', `symlink target ${target} is absolute or climbs with ..`);
       }
-      symlinkSync(target, r.path);
+      this.#entry(guestPath, Buffer.byteLength(target), () => symlinkSync(target, r.path));
     });
   }
 
@@ -293,21 +417,35 @@ export class ConfinedDir {
     this.at(from, options, (a) =>
       toDir.at(to, { follow: false }, (b) => {
         if (a.trailingSlash || b.trailingSlash) throw new ConfinedError('ENOENT', 'trailing slash');
-        linkSync(a.path, b.path);
+        this.#entry(to, 0, () => linkSync(a.path, b.path));
       }),
     );
   }
 
-  /** Sets access and/or modification times without following the final component (see setTimes). */
+  /**
+   * Sets access and/or modification times without following the final component (see setTimes).
+   * Not on a file with more than one hard link (its other names may lie outside).
+   */
   utimes(guestPath: string, options: WalkOptions, times: FileTimes): void {
     this.#writable(guestPath);
-    this.at(guestPath, options, (r) => setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true));
+    this.at(guestPath, options, (r) => {
+      const st = lstatSync(r.path);
+      if (st.isFile() && st.nlink > 1) {
+        throw new ConfinedError('ENOTCAPABLE', `${guestPath} has ${st.nlink} hard links: times not set`);
+      }
+      setTimes(`/proc/${process.pid}/fd/${r.dirFd}/${r.name}`, times, true);
+    });
   }
 
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     closeSync(this.fd);
+  }
+
+  /** Makes a new entry through the write cap (none: no cap, e.g. a directory opened without one). */
+  #entry<T>(guestPath: string, extra: number, make: () => T): T {
+    return this.#writes === undefined ? make() : this.#writes.entry(guestPath, extra, make);
   }
 
   #live(): void {
@@ -403,6 +541,29 @@ export class ConfinedDir {
     }
     return done('.');
   }
+}
+
+/**
+ * For fd-level changes that are not writes (set-times on a file opened to read): refuses a regular
+ * file with more than one hard link, as openFile does for writing.
+ */
+export function assertSingleLink(fd: number): void {
+  const st = fstatSync(fd);
+  if (st.isFile() && st.nlink > 1) {
+    throw new ConfinedError('ENOTCAPABLE', `the file has ${st.nlink} hard links: not changed`);
+  }
+}
+
+/**
+ * O_TRUNC after the fact, on the open file: ftruncate where the fd may write, else (O_RDONLY|O_TRUNC,
+ * which Linux honours) a write-only reopen of the same open file through its /proc link.
+ */
+function truncateOpened(fd: number, flags: number): void {
+  if ((flags & (O_WRONLY | O_RDWR)) !== 0) {
+    ftruncateSync(fd, 0);
+    return;
+  }
+  closeSync(openSync(fdPath(fd), O_WRONLY | O_TRUNC | O_NONBLOCK));
 }
 
 /**

@@ -10,14 +10,19 @@ import {
   constants,
   fstatSync,
   fsyncSync,
-  ftruncateSync,
   readSync,
-  writeSync,
   type BigIntStats,
   type Dirent,
   type Stats,
 } from 'node:fs';
-import { ConfinedDir, ConfinedError, setTimes, type FileTimes } from './confined-dir.js';
+import {
+  assertSingleLink,
+  ConfinedDir,
+  ConfinedError,
+  setTimes,
+  type FileTimes,
+  type WriteBudget,
+} from './confined-dir.js';
 import { MAX_OPEN_FDS } from './preview1/host.js';
 import type { GuestPreopen } from './protocol.js';
 import {
@@ -150,6 +155,8 @@ interface Preopen {
   readonly dirs: Set<ConfinedDir>;
   /** Shared by every preopen of the call: how many host fds the guest holds now. */
   readonly open: { count: number };
+  /** Shared by every preopen of the call: limits.writeBytes. */
+  readonly writes: WriteBudget;
 }
 
 /**
@@ -182,10 +189,20 @@ class Descriptor {
   #writable(): void {
     if (this.preopen.readOnly) throw 'read-only';
   }
+  /**
+   * A change through this directory descriptor: a `ro` grant is read-only, and a descriptor opened
+   * without `mutate-directory` may not change what it names either (as preview1 keeps rights per fd).
+   */
+  #mutates(): ConfinedDir {
+    this.#writable();
+    const dir = this.#dir();
+    if (this.flags.mutateDirectory !== true) throw 'not-permitted';
+    return dir;
+  }
   /** The same preopen: renames and links never cross grants (another folder, maybe another mode). */
   #sibling(other: unknown): ConfinedDir {
     if (!(other instanceof Descriptor) || other.preopen !== this.preopen) throw 'cross-device';
-    return other.#dir();
+    return other.#mutates();
   }
 
   readViaStream(offset: bigint): InputStream {
@@ -199,6 +216,7 @@ class Descriptor {
     let pos = Number(offset);
     return new OutputStream(
       fileSink(
+        this.preopen.writes,
         fd,
         () => pos,
         (n) => (pos += n),
@@ -210,6 +228,7 @@ class Descriptor {
     if (this.flags.write !== true) throw 'bad-descriptor';
     return new OutputStream(
       fileSink(
+        this.preopen.writes,
         fd,
         () => fstatSync(fd).size,
         () => undefined,
@@ -233,12 +252,16 @@ class Descriptor {
     this.#writable();
     const fd = this.#file();
     if (this.flags.write !== true) throw 'bad-descriptor';
-    guarded(() => ftruncateSync(fd, Number(size)));
+    guarded(() => this.preopen.writes.setSize(fd, Number(size)));
   }
   setTimes(atime: NewTimestamp, mtime: NewTimestamp): void {
     this.#writable();
+    if (this.dir !== undefined) this.#mutates();
     const fd = this.#hostFd();
-    guarded(() => setTimes(`/proc/${process.pid}/fd/${fd}`, fileTimes(atime, mtime), false));
+    guarded(() => {
+      assertSingleLink(fd);
+      setTimes(`/proc/${process.pid}/fd/${fd}`, fileTimes(atime, mtime), false);
+    });
   }
   read(length: bigint, offset: bigint): [Uint8Array, boolean] {
     const fd = this.#file();
@@ -251,7 +274,8 @@ class Descriptor {
     this.#writable();
     const fd = this.#file();
     if (this.flags.write !== true) throw 'bad-descriptor';
-    return BigInt(guarded(() => writeSync(fd, buffer, 0, buffer.length, Number(offset))));
+    const writes = this.preopen.writes;
+    return BigInt(guarded(() => writes.write(fd, buffer, 0, buffer.length, Number(offset))));
   }
   readDirectory(): DirectoryEntryStream {
     const dir = this.#dir();
@@ -259,8 +283,7 @@ class Descriptor {
     return new DirectoryEntryStream(entries.map((e) => ({ name: e.name, type: direntType(e) })));
   }
   createDirectoryAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.mkdir(p));
   }
   stat(): Record<string, unknown> {
@@ -272,13 +295,11 @@ class Descriptor {
     return guarded(() => statOf(dir.stat(p, { follow: flags.symlinkFollow === true })));
   }
   setTimesAt(flags: PathFlags, p: string, atime: NewTimestamp, mtime: NewTimestamp): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.utimes(p, { follow: flags.symlinkFollow === true }, fileTimes(atime, mtime)));
   }
   linkAt(oldFlags: PathFlags, oldPath: string, newDescriptor: Descriptor, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     const to = this.#sibling(newDescriptor);
     guarded(() => dir.link(oldPath, { follow: oldFlags.symlinkFollow === true }, to, newPath));
   }
@@ -291,7 +312,7 @@ class Descriptor {
       openFlags.truncate === true;
     if (modifies && this.preopen.readOnly) throw 'read-only';
     // A descriptor never gains rights its parent lacks.
-    if (modifies && this.flags.mutateDirectory !== true) throw 'read-only';
+    if (modifies && this.flags.mutateDirectory !== true) throw 'not-permitted';
     let mode =
       flags.write === true
         ? flags.read === true
@@ -341,26 +362,22 @@ class Descriptor {
     return guarded(() => dir.readlink(p));
   }
   removeDirectoryAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => dir.rmdir(p));
   }
   renameAt(oldPath: string, newDescriptor: Descriptor, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     const to = this.#sibling(newDescriptor);
     guarded(() => dir.rename(oldPath, to, newPath));
   }
   symlinkAt(oldPath: string, newPath: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     // Refused at creation when the target leaves the directory (confined-dir.ts): the link lives
     // in the user's real folder, where host tools would follow it.
     guarded(() => dir.symlink(oldPath, newPath));
   }
   unlinkFileAt(p: string): void {
-    this.#writable();
-    const dir = this.#dir();
+    const dir = this.#mutates();
     guarded(() => {
       if (dir.stat(p, { follow: false }).isDirectory()) throw 'is-directory';
       dir.unlink(p);
@@ -433,13 +450,18 @@ function fileSource(fd: number, offset: number): ByteSource {
   };
 }
 
-function fileSink(fd: number, position: () => number, advance: (n: number) => void): ByteSink {
+function fileSink(
+  writes: WriteBudget,
+  fd: number,
+  position: () => number,
+  advance: (n: number) => void,
+): ByteSink {
   return {
     write(data: Uint8Array): void {
       let done = 0;
       try {
         while (done < data.length) {
-          const n = writeSync(fd, data, done, data.length - done, position());
+          const n = writes.write(fd, data, done, data.length - done, position());
           advance(n);
           done += n;
         }
@@ -463,6 +485,7 @@ export interface ComponentFilesystem {
 export function componentFilesystem(
   preopens: readonly GuestPreopen[],
   hidden: ((name: string) => boolean) | undefined,
+  writes: WriteBudget,
 ): ComponentFilesystem {
   const opened: Preopen[] = [];
   const roots: Array<readonly [Preopen, string, DescriptorFlags]> = [];
@@ -470,10 +493,11 @@ export function componentFilesystem(
   try {
     for (const p of preopens) {
       const pre: Preopen = {
-        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
+        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
         readOnly: p.readOnly,
         files: new Set(),
         open,
+        writes,
         dirs: new Set(),
       };
       opened.push(pre);

@@ -6,6 +6,7 @@
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import type { ComponentJob } from './protocol.js';
+import type { WriteBudget } from './confined-dir.js';
 import { componentFilesystem, FS_RESOURCES } from './preview2-fs.js';
 import { requestFromGuest, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { InputStream, IoError, OutputStream, Pollable, memorySource, type ByteSink } from './preview2-io.js';
@@ -48,6 +49,8 @@ export interface Preview2Io {
   stderr: ByteSink;
   /** Names hidden in every granted folder (capsule's own state; see protocol.ts hiddenNames). */
   hidden: ((name: string) => boolean) | undefined;
+  /** The call's cap on bytes written to its granted folders. */
+  writes: WriteBudget;
   /** Ends the call with the guest's exit code (throws). */
   exit(code: number): never;
   /** capsule's outgoing HTTP for this call (http-bridge.ts); absent without grants.network. */
@@ -100,7 +103,7 @@ export function preview2Imports(job: ComponentJob, io: Preview2Io): Preview2Host
   const stdinStream = new InputStream(memorySource(new Uint8Array(0)));
   const stdoutStream = new OutputStream(io.stdout);
   const stderrStream = new OutputStream(io.stderr);
-  const fs = componentFilesystem(job.preopens, io.hidden);
+  const fs = componentFilesystem(job.preopens, io.hidden, io.writes);
   const deny = (): never => {
     throw 'access-denied';
   };

@@ -31,6 +31,8 @@ export interface ModuleJob {
   /** Source of a case-insensitive pattern of names hidden in granted folders (capsule's own state). */
   hiddenNames: string | undefined;
   outputBytes: number;
+  /** Cap on bytes written to the granted folders (limits.writeBytes, see WriteBudget). */
+  writeBytes: number;
   /** Pages the (single) memory may reach after the rewrite, for OOM reporting. */
   maxPages: number;
 }
@@ -57,6 +59,7 @@ export interface ComponentJob {
   /** As for a module: names hidden in granted folders (capsule's own state). */
   hiddenNames: string | undefined;
   outputBytes: number;
+  writeBytes: number;
   maxPages: number;
 }
 
@@ -76,6 +79,8 @@ export interface JobDone {
   stderr: Uint8Array;
   truncated: boolean;
   oomKilled: boolean;
+  /** A write was refused at the job's writeBytes. */
+  writeLimited: boolean;
 }
 
 /** The job could not start (link error, missing export): the runner turns it into a CapsuleError. */

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
+import { DEFAULT_WRITE_BYTES } from '../../manifest/schema.js';
 import { EgressSession, type Resolver } from '../../network/egress.js';
 import type { HttpAnswer, HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../permissions/protected-state.js';
@@ -51,6 +52,8 @@ export interface WasmRunSpec {
   timeoutMs: number;
   memoryMb: number;
   outputBytes: number;
+  /** Cap on bytes written to the granted folders (limits.writeBytes; default its manifest default). */
+  writeBytes?: number | undefined;
   signal?: AbortSignal | undefined;
   /** The run's network (grants.network): only components get it, through capsule's http interface. */
   egress?: EgressSession | undefined;
@@ -141,6 +144,7 @@ export class WasmRunner implements Runner {
       timeoutMs: limits.timeoutMs,
       memoryMb: limits.memoryMb,
       outputBytes: limits.outputBytes,
+      writeBytes: limits.writeBytes,
       signal: request.signal,
       egress,
     }).finally(() => egress?.close());
@@ -239,6 +243,7 @@ export class WasmRunner implements Runner {
       base.stderr = reply.stderr;
       base.truncated = reply.truncated;
       base.oomKilled = reply.oomKilled;
+      if (reply.writeLimited) base.writeLimited = true;
     } else if (outcome.crash !== undefined) {
       base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
       base.oomKilled = /memory/i.test(outcome.crash);
@@ -272,6 +277,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
       preopens,
       hiddenNames: RESERVED_NAME_PATTERN,
       outputBytes: spec.outputBytes,
+      writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
       maxPages: prepared.maxPages,
     };
   }
@@ -286,6 +292,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     network: spec.egress !== undefined,
     hiddenNames: RESERVED_NAME_PATTERN,
     outputBytes: spec.outputBytes,
+    writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
     maxPages: prepared.maxPages,
   };
 }

@@ -8,6 +8,7 @@ import { parentPort } from 'node:worker_threads';
 import { setFlagsFromString } from 'node:v8';
 import type { ComponentJob, Job, JobReply, ModuleJob } from './protocol.js';
 import { createPreview1, Preview1Exit } from './preview1/host.js';
+import { WriteBudget } from './confined-dir.js';
 import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
 import { preview2Imports, type Preview2Host } from './preview2-host.js';
@@ -100,6 +101,7 @@ function doneReply(
   ran: { exitCode: number; trapped: boolean; truncated: boolean; stdout: Sink; stderr: Sink },
   memories: WasmMemory[],
   maxPages: number,
+  writes: WriteBudget,
 ): JobReply {
   const errBytes = ran.stderr.bytes();
   const oomKilled =
@@ -114,6 +116,7 @@ function doneReply(
     stderr: errBytes,
     truncated: ran.truncated,
     oomKilled,
+    writeLimited: writes.exceeded,
   };
 }
 
@@ -130,6 +133,7 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
   const stderr = new Sink(job.outputBytes);
   let memory: WasmMemory | undefined;
   let host: Preview1Host;
+  const writes = new WriteBudget(job.writeBytes);
   try {
     host = createPreview1({
       args: job.args,
@@ -140,6 +144,7 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
       preopens: job.preopens,
       memory: () => memory,
       hidden: hiddenBy(job.hiddenNames),
+      writes,
     });
   } catch (err) {
     return { type: 'failed', id, message: `a granted directory cannot be opened: ${describe(err)}` };
@@ -196,6 +201,7 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
     { exitCode, trapped, truncated, stdout, stderr },
     memory === undefined ? [] : [memory],
     job.maxPages,
+    writes,
   );
 }
 
@@ -220,10 +226,12 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   const memories: WasmMemory[] = [];
+  const writes = new WriteBudget(job.writeBytes);
   const host = preview2Imports(job, {
     stdout,
     stderr,
     hidden: hiddenBy(job.hiddenNames),
+    writes,
     exit: (status) => {
       throw new GuestExit(status);
     },
@@ -233,7 +241,7 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
         : undefined,
   });
   try {
-    return callComponent(id, job, code, host, { stdout, stderr, memories });
+    return callComponent(id, job, code, host, { stdout, stderr, memories, writes });
   } finally {
     host.dispose();
   }
@@ -244,9 +252,9 @@ function callComponent(
   job: ComponentJob,
   code: LoadedComponent,
   host: Preview2Host,
-  io: { stdout: Sink; stderr: Sink; memories: WasmMemory[] },
+  io: { stdout: Sink; stderr: Sink; memories: WasmMemory[]; writes: WriteBudget },
 ): JobReply {
-  const { stdout, stderr, memories } = io;
+  const { stdout, stderr, memories, writes } = io;
   let exports: Record<string, unknown>;
   let exitCode = 0;
   let truncated = false;
@@ -296,7 +304,7 @@ function callComponent(
       }
     }
   }
-  return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages);
+  return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages, writes);
 }
 
 /**

@@ -38,6 +38,7 @@ describe('parseManifest', () => {
       memoryMb: 256,
       outputBytes: 1024 * 1024,
       pids: 64,
+      writeBytes: 64 * 1024 * 1024,
       networkRequests: 100,
       networkBytes: 16 * 1024 * 1024,
     });

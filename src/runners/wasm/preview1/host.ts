@@ -14,15 +14,13 @@ import {
   fdatasyncSync,
   fstatSync,
   fsyncSync,
-  ftruncateSync,
   lstatSync,
   openSync,
   readSync,
-  writeSync,
 } from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { randomFillSync } from 'node:crypto';
-import { ConfinedDir, setTimes } from '../confined-dir.js';
+import { assertSingleLink, ConfinedDir, setTimes, type WriteBudget } from '../confined-dir.js';
 import type { FileTimes } from '../confined-dir.js';
 import {
   CLOCK,
@@ -66,6 +64,8 @@ export interface Preview1Options {
   memory: () => { buffer: ArrayBuffer } | undefined;
   /** Names a guest never sees in a granted folder (capsule's own state). */
   hidden?: ((name: string) => boolean) | undefined;
+  /** The call's cap on bytes written to its granted folders (limits.writeBytes). */
+  writes: WriteBudget;
 }
 
 /** Thrown by proc_exit; the runner catches it and reports `code`. */
@@ -165,6 +165,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
   table.set(1, stdio(1));
   table.set(2, stdio(2));
   const hidden = options.hidden;
+  const writes = options.writes;
   let closed = false;
   const closeEntry = (e: Entry): void => {
     if (e.kind === 'dir') e.dir.close();
@@ -186,7 +187,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     options.preopens.forEach((p, i) => {
       table.set(3 + i, {
         kind: 'dir',
-        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden }),
+        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
         preopen: p.guest,
         listing: undefined,
         rights: DIR_RIGHTS,
@@ -351,7 +352,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
         const append = (e.fdflags & FDFLAGS.APPEND) !== 0;
         for (const b of iovs(iovsPtr, iovsLen)) {
           // An O_APPEND host fd writes at the end whatever the position (Linux pwrite too).
-          const n = writeSync(e.fd, b, 0, b.length, append ? null : Number(e.pos));
+          const n = writes.write(e.fd, b, 0, b.length, append ? null : Number(e.pos));
           total += n;
           if (!append) e.pos += BigInt(n);
           if (n < b.length) break;
@@ -409,7 +410,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       let pos = U64(offset);
       let total = 0;
       for (const b of iovs(iovsPtr, iovsLen)) {
-        const n = writeSync(e.fd, b, 0, b.length, Number(pos));
+        const n = writes.write(e.fd, b, 0, b.length, Number(pos));
         total += n;
         pos += BigInt(n);
         if (n < b.length) break;
@@ -517,7 +518,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       if (!e.writable) return E.BADF;
       const n = U64(size);
       if (n > BigInt(Number.MAX_SAFE_INTEGER)) return E.FBIG;
-      ftruncateSync(e.fd, Number(n));
+      writes.setSize(e.fd, Number(n));
       return E.SUCCESS;
     },
     fd_filestat_set_times: (fd: number, atim: bigint, mtim: bigint, flags: number) => {
@@ -526,6 +527,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       if (e.kind === 'dir' ? e.dir.readOnly : e.readOnly) return E.ROFS;
       need(e, R.FD_FILESTAT_SET_TIMES);
       const hostFd = e.kind === 'dir' ? e.dir.fd : e.fd;
+      assertSingleLink(hostFd);
       setTimes(`/proc/${process.pid}/fd/${hostFd}`, times(atim, mtim, flags), false);
       return E.SUCCESS;
     },
@@ -537,7 +539,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       const end = U64(offset) + U64(len);
       if (end > BigInt(Number.MAX_SAFE_INTEGER)) return E.FBIG;
       // posix_fallocate semantics without it: a file shorter than offset+len grows to it.
-      if (fstatSync(e.fd, { bigint: true }).size < end) ftruncateSync(e.fd, Number(end));
+      if (fstatSync(e.fd, { bigint: true }).size < end) writes.setSize(e.fd, Number(end));
       return E.SUCCESS;
     },
     fd_advise: (fd: number, offset: bigint, len: bigint, advice: number) => {

@@ -9,6 +9,7 @@ import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';
+import { eventually } from '../../../helpers/eventually.js';
 import { FIXTURES, wasmCapability } from './helpers.js';
 
 // A component capability reads and writes its granted folders and nothing else, judged on the host:
@@ -446,6 +447,100 @@ describe('components: environment and network', () => {
     } finally {
       server.close();
     }
+  });
+});
+
+describe('components: descriptor flags of a directory (mutate-directory)', () => {
+  const changes = [
+    { op: 'mkdir', path: 'made' },
+    { op: 'rmdir', path: 'empty' },
+    { op: 'setTimesAt', path: 'f.txt' },
+    { op: 'symlink', target: 'f.txt', path: 'sym' },
+    { op: 'write', path: 'new.txt', text: 'x' },
+    { op: 'link', from: 'f.txt', to: 'hard.txt' },
+    { op: 'rename', from: 'f.txt', to: 'moved.txt' },
+    { op: 'unlink', path: 'hard.txt' },
+  ];
+
+  async function sub(): Promise<{ grant: string; before: string[]; mtime: number }> {
+    const { grant } = await layout();
+    await mkdir(path.join(grant, 'sub', 'empty'), { recursive: true });
+    await writeFile(path.join(grant, 'sub', 'f.txt'), 'kept');
+    return {
+      grant,
+      before: names(path.join(grant, 'sub')),
+      mtime: lstatSync(path.join(grant, 'sub', 'f.txt')).mtimeMs,
+    };
+  }
+
+  it('a directory opened without mutate-directory in a rw grant changes nothing through it', async () => {
+    const { grant, before, mtime } = await sub();
+    const [out] = await ops(
+      [rw(grant)],
+      [{ op: 'inSub', pre: '/data', sub: 'sub', flags: { read: true }, then: changes }],
+    );
+    expect(out).toEqual({ ok: changes.map(() => ({ err: 'not-permitted' })) });
+    expect(names(path.join(grant, 'sub'))).toEqual(before);
+    expect(readFileSync(path.join(grant, 'sub', 'f.txt'), 'utf8')).toBe('kept');
+    expect(lstatSync(path.join(grant, 'sub', 'f.txt')).mtimeMs).toBe(mtime);
+  });
+
+  it('control: the same directory opened with mutate-directory makes every change', async () => {
+    const { grant } = await sub();
+    const [out] = await ops(
+      [rw(grant)],
+      [
+        {
+          op: 'inSub',
+          pre: '/data',
+          sub: 'sub',
+          flags: { read: true, mutateDirectory: true },
+          then: changes,
+        },
+      ],
+    );
+    expect((out as { ok: Array<{ ok?: unknown }> }).ok.every((o) => 'ok' in o)).toBe(true);
+    expect(names(path.join(grant, 'sub'))).toEqual(['made', 'moved.txt', 'new.txt', 'sym']);
+  });
+});
+
+describe('components: canceled while running', () => {
+  // The guest writes `started` into its rw grant, then loops: the file is the outside sign that it
+  // runs, so the test cancels a running guest, not one still starting (no guessed delay).
+  const spinning = (grant: string, signal?: AbortSignal, own = runner) =>
+    own.runRaw({
+      file: 'fsprobe.wasm',
+      bytes: probe,
+      programName: 'fsprobe',
+      args: [],
+      env: {},
+      input: Buffer.from(JSON.stringify({ ops: [{ op: 'spin', pre: '/data', path: 'started' }] })),
+      dirs: [rw(grant)],
+      timeoutMs: 60_000,
+      memoryMb: 64,
+      outputBytes: 65536,
+      signal,
+    });
+
+  it('ends on AbortSignal as canceled, and the next call runs', async () => {
+    const { grant } = await layout();
+    const ac = new AbortController();
+    const pending = spinning(grant, ac.signal);
+    await eventually(() => existsSync(path.join(grant, 'started')), 'the guest to have started');
+    ac.abort();
+    expect(await pending).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
+    expect(await ops([ro(grant)], [{ op: 'read', pre: '/data', path: 'in.txt' }])).toEqual([
+      { ok: 'granted text' },
+    ]);
+  });
+
+  it('ends as canceled when the runner closes', async () => {
+    const { grant } = await layout();
+    const own = new WasmRunner({ poolSize: 1 });
+    const pending = spinning(grant, undefined, own);
+    await eventually(() => existsSync(path.join(grant, 'started')), 'the guest to have started');
+    await own.close();
+    expect(await pending).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
   });
 });
 

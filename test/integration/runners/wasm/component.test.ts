@@ -10,6 +10,7 @@ import { loadCapability } from '../../../../src/manifest/load.js';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
+import { eventually } from '../../../helpers/eventually.js';
 import { FIXTURES } from './helpers.js';
 
 const REPO = path.resolve(new URL('../../../../', import.meta.url).pathname);
@@ -32,6 +33,17 @@ function spec(bytes: Uint8Array, input: string, extra: Partial<WasmRunSpec> = {}
     outputBytes: 1024 * 1024,
     ...extra,
   };
+}
+
+/** Connects to the test's own listener and waits until the listener has counted that connection. */
+async function ownConnection(port: number, count: () => number): Promise<void> {
+  const before = count();
+  const socket = net.connect(port, '127.0.0.1');
+  try {
+    await eventually(() => count() > before, "the listener to see the test's own connection");
+  } finally {
+    socket.destroy();
+  }
 }
 
 async function caught(p: Promise<unknown>): Promise<unknown> {
@@ -117,8 +129,10 @@ describe('WasmRunner: components', () => {
       });
       const r = await runner.runRaw(spec(art.component, JSON.stringify({ port })));
       expect(text(r.stdout)).toBe('denied: "access-denied"\n');
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      expect({ connections, bytes }).toEqual({ connections: 0, bytes: 0 });
+      // A connection the guest had started would be queued before this one: once ours is accepted,
+      // the count says whether there was another (no guessed delay).
+      await ownConnection(port, () => connections);
+      expect({ connections, bytes }).toEqual({ connections: 1, bytes: 0 });
     } finally {
       server.close();
     }
@@ -142,8 +156,8 @@ describe('WasmRunner: components', () => {
       );
       expect(isCapsuleError(err, 'UNSUPPORTED')).toBe(true);
       expect((err as Error).message).toMatch(/http\.wasm imports wasi:http\/outgoing-handler/);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      expect(requests).toBe(0);
+      await ownConnection(port, () => requests);
+      expect(requests).toBe(1);
     } finally {
       server.close();
     }

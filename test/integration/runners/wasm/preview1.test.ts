@@ -8,6 +8,7 @@ import type { WasmRawResult, WasmRunSpec } from '../../../../src/runners/wasm/wa
 import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';
 import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import { tempProject } from '../../../helpers/capability.js';
+import { eventually } from '../../../helpers/eventually.js';
 import { assemble, wasmCapability } from './helpers.js';
 
 const probe = assemble('probe.wat');
@@ -321,19 +322,31 @@ describe('WasmRunner: limits', () => {
     });
   });
 
+  /** A guest that writes `started` into a fresh rw grant, then spins: the file is the sign it runs. */
+  async function spinning(): Promise<{ dirs: DirGrant[]; started: string }> {
+    const { root } = await tempProject('capsule-wasm-spin-');
+    return { dirs: [{ hostPath: root, guestPath: '/s', mode: 'rw' }], started: path.join(root, 'started') };
+  }
+
   it('ends in-flight calls as canceled when the runner closes', async () => {
     const own = new WasmRunner({ poolSize: 1 });
-    const pending = own.runRaw({ ...spec(['ispin']), timeoutMs: 10_000 });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    const { dirs, started } = await spinning();
+    const pending = own.runRaw({ ...spec(['Ispin', 'started'], { dirs }), timeoutMs: 60_000 });
+    // Close once the guest really runs (not after a guessed delay): closing earlier tests another path.
+    await eventually(() => existsSync(started), 'the guest to have started');
     await own.close();
     expect(await pending).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
   });
 
-  it('cancels on AbortSignal', async () => {
+  it('cancels on AbortSignal, once the guest runs, and the next call works', async () => {
     const ac = new AbortController();
-    setTimeout(() => ac.abort(), 200);
-    const r = await runProbe(['ispin'], { signal: ac.signal, timeoutMs: 10_000 });
-    expect(r).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
+    const { dirs, started } = await spinning();
+    const pending = runProbe(['Ispin', 'started'], { dirs, signal: ac.signal, timeoutMs: 60_000 });
+    await eventually(() => existsSync(started), 'the guest to have started');
+    ac.abort();
+    expect(await pending).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
+    const next = await runProbe(['cat'], { input: Buffer.from('after the cancel') });
+    expect(text(next.stdout)).toBe('after the cancel');
   });
 });
 

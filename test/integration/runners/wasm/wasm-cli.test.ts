@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, writeFile, mkdir } from 'node:fs/promises';
+import { mkdtemp, readFile, stat, writeFile, mkdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -22,6 +22,24 @@ describe('capsule wasm run (built CLI)', () => {
   it('passes the proc_exit code and stderr through unchanged', async () => {
     const r = await builtCli(['wasm', 'run', probe, '--', 'xit', '7']);
     expect(r).toMatchObject({ code: 7, stdout: '', stderr: 'bye' });
+  });
+
+  it('caps what the module writes to its --dir folders at --write-bytes (ENOSPC, and a line says so)', async () => {
+    const r = await builtCli([
+      'wasm',
+      'run',
+      probe,
+      '--write-bytes',
+      '100000',
+      '--dir',
+      `${path.join(dir, 'data')}::/w`,
+      '--',
+      'Fill',
+      'fill.bin',
+    ]);
+    expect(r.code).toBe(51);
+    expect(r.stderr).toMatch(/errno=51\ncapsule: write limit of 100000 bytes reached \(--write-bytes\)/);
+    expect((await stat(path.join(dir, 'data', 'fill.bin'))).size).toBeLessThanOrEqual(100_000);
   });
 
   it('passes stdin to the module and its stdout back', async () => {

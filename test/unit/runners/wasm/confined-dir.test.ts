@@ -10,7 +10,9 @@ import {
   writeFileSync,
   closeSync,
   constants,
+  linkSync,
   readSync,
+  statSync,
 } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,7 +20,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConfinedDir, MAX_SYMLINK_HOPS, leadsDownward } from '../../../../src/runners/wasm/confined-dir.js';
 import { isReservedName, RESERVED_NAME_PATTERN } from '../../../../src/permissions/protected-state.js';
 
-const { O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC } = constants;
+const { O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND } = constants;
 
 let base: string;
 let grant: string;
@@ -303,5 +305,33 @@ describe('leadsDownward', () => {
     expect(leadsDownward('a/../b')).toBe(false);
     expect(leadsDownward('/x')).toBe(false);
     expect(leadsDownward('')).toBe(false);
+  });
+});
+
+describe('ConfinedDir: hard links (their other names may lie outside)', () => {
+  beforeEach(() => linkSync(path.join(base, 'secret.txt'), path.join(grant, 'linked.txt')));
+
+  it.each([
+    ['O_WRONLY|O_TRUNC', O_WRONLY | O_TRUNC],
+    ['O_RDWR', O_RDWR],
+    ['O_WRONLY|O_APPEND', O_WRONLY | O_APPEND],
+    ['O_RDONLY|O_TRUNC', O_RDONLY | O_TRUNC],
+    ['O_WRONLY|O_CREAT|O_TRUNC', O_WRONLY | O_CREAT | O_TRUNC],
+  ])('refuses to open one with %s, before anything is truncated', (_, flags) => {
+    expect(codeOf(() => dir.openFile('linked.txt', { follow: true, flags }))).toBe('ENOTCAPABLE');
+    expect(readFileSync(path.join(base, 'secret.txt'), 'utf8')).toBe('TOP SECRET');
+  });
+
+  it('opens one to read, and refuses to set its times', () => {
+    expect(read(dir, 'linked.txt')).toBe('TOP SECRET');
+    const before = statSync(path.join(base, 'secret.txt')).mtimeMs;
+    expect(codeOf(() => dir.utimes('linked.txt', { follow: false }, { mtime: 0n }))).toBe('ENOTCAPABLE');
+    expect(statSync(path.join(base, 'secret.txt')).mtimeMs).toBe(before);
+  });
+
+  it('keeps O_TRUNC as it was on a file with one link (also with O_RDONLY), and EISDIR on a directory', () => {
+    closeSync(dir.openFile('a.txt', { follow: true, flags: O_RDONLY | O_TRUNC }));
+    expect(readFileSync(path.join(grant, 'a.txt'), 'utf8')).toBe('');
+    expect(codeOf(() => dir.openFile('sub', { follow: true, flags: O_RDONLY | O_TRUNC }))).toBe('EISDIR');
   });
 });

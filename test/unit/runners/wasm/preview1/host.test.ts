@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { E, OFLAGS, R } from '../../../../../src/runners/wasm/preview1/abi.js';
 import { createPreview1, MAX_OPEN_FDS, Preview1Exit } from '../../../../../src/runners/wasm/preview1/host.js';
 import type { Preview1Host } from '../../../../../src/runners/wasm/preview1/host.js';
+import { WriteBudget } from '../../../../../src/runners/wasm/confined-dir.js';
 
 // The host's calls driven directly, as a guest would through its imports, on a real folder.
 let base: string;
@@ -29,7 +30,10 @@ function open(dirfd: number, p: string, oflags: number, rights: bigint, fdflags 
   return errno === 0 ? dv().getUint32(16, true) : -errno;
 }
 
-function make(readOnly: boolean): void {
+let writes: WriteBudget;
+
+function make(readOnly: boolean, writeBytes = 1 << 20): void {
+  writes = new WriteBudget(writeBytes);
   buffer = new ArrayBuffer(65_536);
   host = createPreview1({
     args: ['t'],
@@ -39,6 +43,7 @@ function make(readOnly: boolean): void {
     stderr: { write: () => {} },
     preopens: [{ guest: '/g', host: path.join(base, 'g'), readOnly }],
     memory: () => ({ buffer }),
+    writes,
   });
 }
 
@@ -85,6 +90,37 @@ describe('preview1 host: a read-only preopen, fd by fd', () => {
     expect(call('fd_filestat_set_times', 3, 0n, 0n, 4)).toBe(E.ROFS);
     expect(readFileSync(path.join(base, 'g', 'f.txt'), 'utf8')).toBe('original');
     expect(statSync(path.join(base, 'g', 'f.txt')).mtimeMs).toBe(before.mtimeMs);
+  });
+});
+
+describe('preview1 host: limits.writeBytes', () => {
+  const RW = R.FD_READ | R.FD_WRITE | R.FD_SEEK | R.FD_ALLOCATE | R.FD_FILESTAT_SET_SIZE;
+
+  it('counts fd_allocate growth: past the budget it is NOSPC and the file keeps its size', () => {
+    make(false, 1000);
+    const fd = open(3, 'f.txt', 0, RW);
+    expect(call('fd_allocate', fd, 0n, 1n << 40n)).toBe(E.NOSPC);
+    expect(statSync(path.join(base, 'g', 'f.txt')).size).toBe(8);
+    expect(writes.exceeded).toBe(true);
+    // Within what is left (1000 bytes) it grows; an allocate inside the file costs nothing.
+    expect(call('fd_allocate', fd, 0n, 1008n)).toBe(E.SUCCESS);
+    expect(call('fd_allocate', fd, 0n, 10n)).toBe(E.SUCCESS);
+    expect(statSync(path.join(base, 'g', 'f.txt')).size).toBe(1008);
+    expect(writes.left).toBe(0);
+  });
+
+  it('counts appends and shrinking is free', () => {
+    make(false, 10);
+    const fd = open(3, 'f.txt', 0, RW, 1 /* FDFLAGS.APPEND */);
+    const [ptr, len] = put('0123456789abcdef', 2048);
+    dv().setUint32(0, ptr, true);
+    dv().setUint32(4, len, true);
+    expect(call('fd_write', fd, 0, 1, 8)).toBe(E.SUCCESS);
+    expect(dv().getUint32(8, true)).toBe(10);
+    expect(call('fd_write', fd, 0, 1, 8)).toBe(E.NOSPC);
+    expect(readFileSync(path.join(base, 'g', 'f.txt'), 'utf8')).toBe('original0123456789');
+    expect(call('fd_filestat_set_size', fd, 0n)).toBe(E.SUCCESS);
+    expect(call('fd_filestat_set_size', fd, 1n)).toBe(E.NOSPC);
   });
 });
 
