@@ -167,6 +167,27 @@ export class EnginePool implements Runner {
   /** The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as busier. */
   private async pick(request: RunRequest): Promise<Member> {
     const healthy = await this.healthy();
+    if (request.engine !== undefined) {
+      // Pinned (compare across engines): that engine or nothing, never another one in its place.
+      const pinned = healthy.find((m) => m.name === request.engine);
+      if (pinned === undefined) {
+        const known = this.members.some((m) => m.name === request.engine);
+        throw new CapsuleError(
+          'RUNNER_UNAVAILABLE',
+          known
+            ? `engine ${request.engine} does not answer`
+            : `engine ${request.engine} is not one of this pool (${this.members.map((m) => m.name).join(', ')})`,
+          {
+            file: request.capability.manifestPath,
+            engine: request.engine,
+            hint: 'check the engines (capsule engines)',
+          },
+        );
+      }
+      pinned.inFlight += 1;
+      pinned.calls += 1;
+      return pinned;
+    }
     if (healthy.length === 0) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
