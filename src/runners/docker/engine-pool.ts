@@ -12,6 +12,7 @@ import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
 import { SwarmRunner } from './swarm-runner.js';
+import { SANDBOX_IMAGES } from './image-recipes.js';
 
 export type PoolEngine =
   | { name: string; kind?: 'docker' | undefined; engine: DockerEngine }
@@ -73,6 +74,8 @@ export class EnginePool implements Runner {
           ? new SwarmRunner({ manager: e.engine, cpus: options.runner?.cpus })
           : new DockerRunner({
               ...options.runner,
+              // Granted variables come from the runtime's environment; a pool built without one grants none.
+              env: options.runner?.env ?? {},
               engine: e.engine,
               handleProcessSignals: false,
               // Each engine builds (or has loaded) its own images: say which one a build is for.
@@ -229,7 +232,7 @@ export class EnginePool implements Runner {
   private measure(m: Member): Promise<MeasuredPosture> {
     if (m.posture === undefined) {
       const job = (async () => {
-        await new ImageBuilder({ engine: m.engine }).ensure('capsule/busybox:1', this.progress);
+        await new ImageBuilder({ engine: m.engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
         return probePosture(m.engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
       })();
       m.posture = job;
