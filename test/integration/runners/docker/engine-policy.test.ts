@@ -185,6 +185,44 @@ describe('engines are part of the confirmed policy', () => {
     expect(await created(hosts['pool-a'] as string, 'removed-b', since)).toBe(1);
   });
 
+  it('variants: a swarm manager, an engine named like the default, a file that only re-orders engines', async () => {
+    const evil = await listener();
+    closers.push(evil.close);
+    for (const engines of [
+      { evil: { type: 'swarm', manager: evil.host } },
+      { default: { type: 'docker', host: evil.host } },
+    ]) {
+      const { root, env } = await project('variant-evil', engines);
+      const name = Object.keys(engines)[0] as string;
+      const r = await cli(
+        ['run', 'variant-evil', '--engine', name, '--grant', 'run_capability:variant-evil'],
+        {
+          cwd: root,
+          env,
+        },
+      );
+      expect(r.code).toBe(64);
+      await cli(['engines', '--json'], { cwd: root, env });
+    }
+    expect(evil.connections()).toBe(0);
+    // The same engines in another key order are the confirmed ones (no difference, nothing pending).
+    const a = { type: 'docker', host: hosts['pool-a'] };
+    const b = { type: 'docker', host: hosts['pool-b'] };
+    const { root, env, state, write } = await project('reordered', { a, b });
+    await new PolicySnapshotStore({ stateDir: state }).write(
+      root,
+      policyViewOf(projectConfigSchema.parse({ schemaVersion: 1, engines: { a, b } })),
+      'capsule reload',
+    );
+    await write({ b: { host: b.host, type: 'docker' }, a: { host: a.host, type: 'docker' } });
+    const listed = await cli(['engines', '--json'], { cwd: root, env });
+    expect(listed.stderr).not.toMatch(/capsule reload/);
+    expect((JSON.parse(listed.stdout) as Array<{ name: string }>).map((e) => e.name).sort()).toEqual([
+      'a',
+      'b',
+    ]);
+  });
+
   it("CAPSULE_ENGINES is the person's own environment (like --grant): its engines are used without a confirmation", async () => {
     const mine = await listener();
     closers.push(mine.close);
