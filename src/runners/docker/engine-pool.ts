@@ -15,7 +15,13 @@ import { SwarmRunner } from './swarm-runner.js';
 import { SANDBOX_IMAGES } from './image-recipes.js';
 
 export type PoolEngine =
-  | { name: string; kind?: 'docker' | undefined; engine: DockerEngine }
+  | {
+      name: string;
+      kind?: 'docker' | undefined;
+      engine: DockerEngine;
+      /** Where it answers (unix:///…, tcp://…), as its errors name it. */
+      host?: string | undefined;
+    }
   /** A swarm: calls become one-shot services on it (swarm-runner.ts); `engine` is a manager. */
   | { name: string; kind: 'swarm'; engine: DockerEngine & SwarmApi };
 
@@ -77,6 +83,7 @@ export class EnginePool implements Runner {
               // Granted variables come from the runtime's environment; a pool built without one grants none.
               env: options.runner?.env ?? {},
               engine: e.engine,
+              engineHost: e.host,
               handleProcessSignals: false,
               // Each engine builds (or has loaded) its own images: say which one a build is for.
               onProgress: (message) => this.progress(`${e.name}: ${message}`),

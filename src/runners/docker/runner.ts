@@ -65,6 +65,8 @@ export interface DockerRunnerOptions {
   cpus?: number | undefined;
   /** The host environment (from openRuntime): DOCKER_HOST and granted variables are read from it. */
   env: NodeJS.ProcessEnv;
+  /** Where `engine` answers, as errors name it. Default: env's DOCKER_HOST, else the local socket. */
+  engineHost?: string | undefined;
   /** Project root, so fs grants are checked against capsule's own state again before each mount. */
   projectRoot?: string | undefined;
   /** capsule's per-user cache folder, never mounted either. */
@@ -93,6 +95,7 @@ export class DockerRunner implements Runner {
   private readonly prestart: boolean;
   private readonly parkedIdleMs: number;
   private readonly hostEnv: NodeJS.ProcessEnv;
+  private readonly engineHost: string;
   private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
@@ -120,6 +123,7 @@ export class DockerRunner implements Runner {
     this.prestart = options.prestart ?? true;
     this.parkedIdleMs = options.parkedIdleMs ?? 300_000;
     this.hostEnv = options.env;
+    this.engineHost = options.engineHost ?? options.env['DOCKER_HOST'] ?? '/var/run/docker.sock';
     this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
@@ -152,7 +156,7 @@ export class DockerRunner implements Runner {
       await this.engine.ping(this.engineTimeoutMs);
       return { ok: true };
     } catch (err) {
-      return { ok: false, reason: unavailableReason(err, this.hostEnv) };
+      return { ok: false, reason: unavailableReason(err, this.engineHost) };
     }
   }
 
@@ -411,7 +415,7 @@ export class DockerRunner implements Runner {
         } catch (err) {
           throw new CapsuleError(
             'RUNNER_UNAVAILABLE',
-            unavailableReason(err, this.hostEnv),
+            unavailableReason(err, this.engineHost),
             {
               hint: 'start a Docker engine (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
             },
@@ -492,9 +496,8 @@ export function specKey(spec: ContainerSpec): string {
   return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
 }
 
-function unavailableReason(err: unknown, env: NodeJS.ProcessEnv): string {
+function unavailableReason(err: unknown, where: string): string {
   const message = engineMessage(err);
-  const where = env['DOCKER_HOST'] ?? '/var/run/docker.sock';
   if (/ENOENT|ECONNREFUSED/.test(message)) return `no Docker engine answers at ${where} (${message})`;
   return `the Docker engine at ${where} is not usable: ${message}`;
 }

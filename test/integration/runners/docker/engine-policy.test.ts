@@ -233,5 +233,8 @@ describe('engines are part of the confirmed policy', () => {
     });
     expect(r.code).not.toBe(0);
     expect(mine.connections()).toBeGreaterThan(0);
+    // The error names the engine and where it answers (not the default socket).
+    expect(r.stderr).toContain('engine mine');
+    expect(r.stderr).toContain(mine.host);
   });
 });
