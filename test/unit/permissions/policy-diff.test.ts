@@ -130,6 +130,34 @@ describe('engines in the policy', () => {
     expect(confirmed.pending).toBeUndefined();
   });
 
+  it("a person's project grant at a prompt does not carry an unconfirmed engine into the snapshot", async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const { root, file } = await tempProject({ schemaVersion: 1 });
+    const store = new PolicySnapshotStore({ stateDir: state });
+    await store.write(root, view({ schemaVersion: 1 }), 'capsule reload');
+    await writeFile(file, JSON.stringify({ schemaVersion: 1, engines: { evil } }));
+    const config = projectConfigSchema.parse({ schemaVersion: 1, engines: { evil } });
+    const starting = await resolveStartingPolicy({
+      projectRoot: root,
+      file,
+      config,
+      store,
+      recordFirstUse: true,
+    });
+    expect(starting.config.engines).toBeUndefined();
+    const e = await PermissionEngine.create({
+      projectRoot: root,
+      config: starting.config,
+      snapshots: store,
+      prompter: createScriptedPrompter(['AlwaysThisProject']),
+      audit: false,
+    });
+    await e.check(capabilityRequest('w', { sandboxed: true }));
+    const after = await store.read(root);
+    expect(Object.keys(after?.policy.allowlist ?? {})).toEqual(['run_capability:w']);
+    expect(after?.policy.engines).toBeUndefined();
+  });
+
   it('a snapshot with engines edited to point elsewhere is refused', async () => {
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
     const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-eng-'));
