@@ -13,7 +13,7 @@ export async function benchDocker({ root, iterations = 30 }) {
   const { readFile, realpath } = await import('node:fs/promises');
   const path = await import('node:path');
 
-  const engine = new DockerodeEngine();
+  const engine = new DockerodeEngine({ env: process.env });
   await new ImageBuilder({ engine }).ensure('capsule/busybox:1');
   const dir = await realpath(path.join(root, 'capabilities', 'hello-docker'));
   const manifestPath = path.join(dir, 'capability.json');
@@ -79,8 +79,8 @@ export async function benchDocker({ root, iterations = 30 }) {
       throw new Error(`bare run failed: ${r.StatusCode} ${text}`);
   }
 
-  const fresh = new DockerRunner({ engine, prewarm: 1 });
-  const warm = new DockerRunner({ engine, prewarm: 0 });
+  const fresh = new DockerRunner({ env: process.env, engine, prewarm: 1 });
+  const warm = new DockerRunner({ env: process.env, engine, prewarm: 0 });
   const samples = { bare: [], fresh: [], warm: [] };
   const timed = async (fn) => {
     const t = performance.now();
@@ -115,7 +115,7 @@ export async function benchDocker({ root, iterations = 30 }) {
   const BARE = 'docker: bare dockerode hardened create+attach+start+wait+remove';
   const calls = Math.max(16, iterations * 2);
   async function load(label, capability, callers) {
-    const runner = new DockerRunner({ engine });
+    const runner = new DockerRunner({ env: process.env, engine });
     try {
       // Warm-up at the same concurrency: the pool has seen this configuration and sized itself to the demand.
       for (let i = 0; i < 8; i++)
@@ -167,7 +167,7 @@ export async function benchDocker({ root, iterations = 30 }) {
       ...base,
       manifest: { ...base.manifest, docker: { ...base.manifest.docker, runtime: 'runsc' } },
     };
-    const runsc = new DockerRunner({ engine, prewarm: 1 });
+    const runsc = new DockerRunner({ env: process.env, engine, prewarm: 1 });
     const times = [];
     try {
       for (let i = 0; i < Math.min(iterations, 15) + 2; i++) {

@@ -45,7 +45,7 @@ export async function benchPool({ root, iterations = 20 }) {
     await fn();
     return performance.now() - t;
   };
-  const one = new DockerRunner({ engine: connect('pool-a') });
+  const one = new DockerRunner({ env: process.env, engine: connect('pool-a') });
   const pool = new EnginePool([
     { name: 'pool-a', engine: connect('pool-a') },
     { name: 'pool-b', engine: connect('pool-b') },

@@ -28,6 +28,8 @@ export interface EnvironmentRun {
 
 export interface EnvironmentReport {
   environment: Environment;
+  /** The Docker engine this column ran on (`--engine a,b`: one docker column per engine). */
+  engine?: string | undefined;
   status: 'ok' | 'not-portable' | 'unavailable' | 'error';
   /** Why it is not ok. */
   reason?: string | undefined;
@@ -45,10 +47,15 @@ export interface CompareReport {
   /** Each input document as compact JSON, in the order of `inputs` (the chart names a lone `--input` by it). */
   inputTexts?: string[] | undefined;
   environments: EnvironmentReport[];
-  /** Per input: do all environments that ran agree on stdout and exit code? */
-  agreement: Array<{ input: string; equal: boolean; differing: Environment[] }>;
+  /** Per input: do all environments that ran agree on stdout and exit code? (`differing`: column names, see columnName) */
+  agreement: Array<{ input: string; equal: boolean; differing: string[] }>;
   /** True when every input agrees across every environment that ran. */
   equal: boolean;
+}
+
+/** A report column's name: the environment, or `docker@ENGINE` when docker ran on several engines. */
+export function columnName(e: Pick<EnvironmentReport, 'environment' | 'engine'>): string {
+  return e.engine !== undefined ? `${e.environment}@${e.engine}` : e.environment;
 }
 
 export function percentile(samples: readonly number[], q: number): number {
@@ -76,6 +83,8 @@ export async function compareCapability(options: {
   inputs: readonly CompareInput[];
   runs: number;
   sequential?: boolean;
+  /** Two or more Docker engines: the docker environment runs on each of them, one column per engine. */
+  engines?: readonly string[] | undefined;
   signal?: AbortSignal;
   onProgress?: (message: string) => void;
 }): Promise<CompareReport> {
@@ -90,6 +99,14 @@ export async function compareCapability(options: {
       executor.validateInput(capability, inputDocumentText(i.input ?? {})),
     );
     const runnable = plan.variants.flatMap((v) => (v.ok ? [v] : []));
+    const perEngine =
+      (options.engines?.length ?? 0) >= 2 ? (options.engines as readonly string[]) : undefined;
+    // One column per environment, and for docker one per engine when several are named.
+    const columns = runnable.flatMap((v) =>
+      v.environment === 'docker' && perEngine !== undefined
+        ? perEngine.map((engine) => ({ entry: v, engine }))
+        : [{ entry: v, engine: undefined as string | undefined }],
+    );
     if (runnable.length === 0) {
       const reasons = plan.variants.map((v) => `${v.environment}: ${v.ok ? '' : v.reason}`).join('; ');
       throw new CapsuleError(
@@ -100,9 +117,10 @@ export async function compareCapability(options: {
     // One decision for the whole comparison, before anything runs.
     const permit = await executor.approve(plan, { signal: options.signal });
 
-    const runOne = async (entry: (typeof runnable)[number]): Promise<EnvironmentReport> => {
+    const runOne = async ({ entry, engine }: (typeof columns)[number]): Promise<EnvironmentReport> => {
       const report: EnvironmentReport = {
         environment: entry.environment,
+        engine,
         status: 'ok',
         how: entry.how,
         isolation: entry.isolation,
@@ -114,9 +132,11 @@ export async function compareCapability(options: {
         for (const [i, inputText] of inputTexts.entries()) {
           const results: RunResult[] = [];
           for (let n = 0; n < options.runs; n++) {
-            results.push(await executor.runApproved(permit, entry.capability, inputText, options.signal));
+            results.push(
+              await executor.runApproved(permit, entry.capability, inputText, options.signal, { engine }),
+            );
           }
-          options.onProgress?.(`${entry.environment}: ${options.inputs[i]?.name ?? i} done`);
+          options.onProgress?.(`${columnName(report)}: ${options.inputs[i]?.name ?? i} done`);
           const first = results[0] as RunResult;
           const durations = results.map((r) => r.durationMs);
           report.runs.push({
@@ -140,14 +160,14 @@ export async function compareCapability(options: {
 
     const done: EnvironmentReport[] = [];
     if (options.sequential) {
-      for (const entry of runnable) done.push(await runOne(entry));
+      for (const column of columns) done.push(await runOne(column));
     } else {
-      done.push(...(await Promise.all(runnable.map(runOne))));
+      done.push(...(await Promise.all(columns.map(runOne))));
     }
-    const environments: EnvironmentReport[] = plan.variants.map((v) =>
+    const environments: EnvironmentReport[] = plan.variants.flatMap((v) =>
       v.ok
-        ? (done.find((d) => d.environment === v.environment) as EnvironmentReport)
-        : { environment: v.environment, status: 'not-portable', reason: v.reason, runs: [] },
+        ? done.filter((d) => d.environment === v.environment)
+        : [{ environment: v.environment, status: 'not-portable' as const, reason: v.reason, runs: [] }],
     );
 
     const ran = environments.filter((e) => e.status === 'ok');
@@ -155,7 +175,7 @@ export async function compareCapability(options: {
       const reference = ran[0]?.runs[i];
       const differing = ran
         .filter((e) => e.runs[i]?.stdout !== reference?.stdout || e.runs[i]?.exitCode !== reference?.exitCode)
-        .map((e) => e.environment);
+        .map(columnName);
       return { input: input.name, equal: differing.length === 0, differing };
     });
     return {

@@ -1,4 +1,4 @@
-import type { CompareReport, EnvironmentReport } from './compare.js';
+import { columnName, type CompareReport, type EnvironmentReport } from './compare.js';
 import { lineDiff } from '../text-diff.js';
 
 const ms = (n: number): string => (n >= 100 ? n.toFixed(0) : n.toFixed(1));
@@ -20,14 +20,14 @@ export function renderTable(report: CompareReport): string {
   const rows: string[][] = [];
   for (const env of report.environments) {
     if (env.status !== 'ok') {
-      rows.push([env.environment, '-', '-', '-', '-', '-', `${env.status}: ${env.reason ?? ''}`]);
+      rows.push([columnName(env), '-', '-', '-', '-', '-', `${env.status}: ${env.reason ?? ''}`]);
       continue;
     }
     for (const run of env.runs) {
       const agreement = report.agreement.find((a) => a.input === run.input);
-      const mark = agreement?.differing.includes(env.environment) ? ' ≠' : '';
+      const mark = agreement?.differing.includes(columnName(env)) ? ' ≠' : '';
       rows.push([
-        env.environment,
+        columnName(env),
         run.input,
         run.exitCode === null ? `sig ${run.signal ?? '?'}` : String(run.exitCode),
         ms(run.medianMs),
@@ -42,7 +42,7 @@ export function renderTable(report: CompareReport): string {
   out += `${pad(header, widths)}\n${rows.map((r) => pad(r, widths)).join('\n')}\n`;
   for (const env of report.environments) {
     if (env.status === 'ok')
-      out += `isolation ${env.environment}: ${env.isolation?.summary ?? '?'} (${env.how ?? ''})\n`;
+      out += `isolation ${columnName(env)}: ${env.isolation?.summary ?? '?'} (${env.how ?? ''})\n`;
   }
   out += diffs(report).join('\n');
   out += report.equal ? 'outputs: equal in every environment that ran\n' : 'outputs: DIFFER\n';
@@ -56,11 +56,11 @@ function diffs(report: CompareReport): string[] {
   for (const [i, a] of report.agreement.entries()) {
     if (a.equal || reference === undefined) continue;
     for (const envName of a.differing) {
-      const other = ran.find((e) => e.environment === envName) as EnvironmentReport;
+      const other = ran.find((e) => columnName(e) === envName) as EnvironmentReport;
       const ref = reference.runs[i];
       const got = other.runs[i];
-      out.push(`--- ${reference.environment} / ${a.input} (exit ${ref?.exitCode ?? '?'})`);
-      out.push(`+++ ${other.environment} / ${a.input} (exit ${got?.exitCode ?? '?'})`);
+      out.push(`--- ${columnName(reference)} / ${a.input} (exit ${ref?.exitCode ?? '?'})`);
+      out.push(`+++ ${columnName(other)} / ${a.input} (exit ${got?.exitCode ?? '?'})`);
       out.push(...lineDiff(ref?.stdout ?? '', got?.stdout ?? '').slice(0, 200), '');
     }
   }
@@ -114,7 +114,8 @@ export function renderSvgChart(report: CompareReport): string {
             {
               input: inputLabel(name, texts[i]),
               first: e === ran[0],
-              env: e.environment,
+              env: columnName(e),
+              color: COLORS[e.environment] ?? '#666',
               median: r.medianMs,
               p95: r.p95Ms,
             },
@@ -146,8 +147,9 @@ export function renderSvgChart(report: CompareReport): string {
   svg += `<g class="legend" transform="translate(${left},${30})">`;
   let lx = 0;
   for (const e of ran) {
-    svg += `<g class="legend-entry" data-env="${escapeHtml(e.environment)}" transform="translate(${lx},0)"><rect width="14" height="14" fill="${COLORS[e.environment] ?? '#666'}"/><text x="20" y="12">${escapeHtml(e.environment)}</text></g>`;
-    lx += 30 + e.environment.length * 8;
+    const name = columnName(e);
+    svg += `<g class="legend-entry" data-env="${escapeHtml(name)}" transform="translate(${lx},0)"><rect width="14" height="14" fill="${COLORS[e.environment] ?? '#666'}"/><text x="20" y="12">${escapeHtml(name)}</text></g>`;
+    lx += 30 + name.length * 8;
   }
   svg += `<g class="legend-entry" data-mark="median" transform="translate(${lx},0)"><rect width="22" height="14" fill="#9ca3af"/><text x="28" y="12">bar: median</text></g>`;
   lx += 110;
@@ -169,7 +171,7 @@ export function renderSvgChart(report: CompareReport): string {
 
   for (const [i, b] of rows.entries()) {
     const y = top + i * rowH;
-    const color = COLORS[b.env] ?? '#666';
+    const color = b.color;
     svg += `<g class="row" data-env="${escapeHtml(b.env)}" data-input="${escapeHtml(b.input)}">`;
     if (b.first && i > 0) svg += `<line x1="8" x2="${width - right}" y1="${y}" y2="${y}" stroke="#d1d5db"/>`;
     svg += `<text class="row-label" x="${left - 8}" y="${y + 16}" text-anchor="end">${b.first ? `<tspan font-weight="bold">${escapeHtml(b.input)}</tspan> ` : ''}<tspan fill="#555">${escapeHtml(b.env)}</tspan></text>`;
@@ -181,17 +183,20 @@ export function renderSvgChart(report: CompareReport): string {
   return `${svg}</svg>`;
 }
 
+const engineAttr = (e: EnvironmentReport): string =>
+  e.engine !== undefined ? ` data-engine="${escapeHtml(e.engine)}"` : '';
+
 /** A self-contained HTML page: summary, per-environment table, diffs, SVG chart; no scripts, no external assets. */
 export function renderHtml(report: CompareReport): string {
   const rows = report.environments
     .flatMap((e) =>
       e.status !== 'ok'
         ? [
-            `<tr class="env-${e.environment}"><td>${e.environment}</td><td colspan="6">${escapeHtml(`${e.status}: ${e.reason ?? ''}`)}</td></tr>`,
+            `<tr class="env-${e.environment}"${engineAttr(e)}><td>${escapeHtml(columnName(e))}</td><td colspan="6">${escapeHtml(`${e.status}: ${e.reason ?? ''}`)}</td></tr>`,
           ]
         : e.runs.map(
             (r) =>
-              `<tr class="env-${e.environment}"><td>${e.environment}</td><td>${escapeHtml(r.input)}</td><td>${r.exitCode ?? `signal ${escapeHtml(r.signal ?? '?')}`}</td><td>${ms(r.medianMs)}</td><td>${ms(r.p95Ms)}</td><td>${escapeHtml(r.limitHits.join(', ') || '-')}</td><td><pre>${escapeHtml(r.stdout.slice(0, 4000))}</pre></td></tr>`,
+              `<tr class="env-${e.environment}"${engineAttr(e)}><td>${escapeHtml(columnName(e))}</td><td>${escapeHtml(r.input)}</td><td>${r.exitCode ?? `signal ${escapeHtml(r.signal ?? '?')}`}</td><td>${ms(r.medianMs)}</td><td>${ms(r.p95Ms)}</td><td>${escapeHtml(r.limitHits.join(', ') || '-')}</td><td><pre>${escapeHtml(r.stdout.slice(0, 4000))}</pre></td></tr>`,
           ),
     )
     .join('\n');
@@ -199,7 +204,7 @@ export function renderHtml(report: CompareReport): string {
     .filter((e) => e.status === 'ok')
     .map(
       (e) =>
-        `<li><b>${e.environment}</b>: ${escapeHtml(e.isolation?.summary ?? '')} <i>(${escapeHtml(e.how ?? '')})</i></li>`,
+        `<li><b>${escapeHtml(columnName(e))}</b>: ${escapeHtml(e.isolation?.summary ?? '')} <i>(${escapeHtml(e.how ?? '')})</i></li>`,
     )
     .join('\n');
   const diffText = diffs(report).join('\n');

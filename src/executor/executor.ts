@@ -156,6 +156,8 @@ export class Executor {
     capability: Capability,
     inputText: string,
     signal?: AbortSignal,
+    /** `engine`: run on this configured Docker engine only (compare across engines). */
+    options: { engine?: string | undefined } = {},
   ): Promise<RunResult> {
     const covered = permit === undefined ? undefined : this.#permits.get(permit);
     if (covered === undefined || !covered.has(capability)) {
@@ -185,6 +187,7 @@ export class Executor {
           capability,
           input: inputText,
           signal,
+          engine: options.engine,
           egressAudit:
             gate.recordNetwork !== undefined
               ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()

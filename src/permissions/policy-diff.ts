@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
+import { enginesSchema, type DockerEngineConfig, type EnginesConfig } from '../config/engines.js';
 import {
   normalizeAllowlist,
   PERMISSION_MODES,
@@ -15,7 +16,9 @@ import { PROFILES_DIR } from './protected-state.js';
 /**
  * The policy part of a project: what decides whether a call may run. capsule.json's mode, rules
  * and allowlist (levels and bound hashes; `grantedAt`/`note` are informational and left out) and the
- * project's agent profiles (by content hash). `roots` is not policy: it only says where to look.
+ * project's agent profiles (by content hash), and the Docker engines calls may go to (an engine gets
+ * every docker call's files and input, so a repository's file must not point them elsewhere by itself).
+ * `roots` is not policy: it only says where to look.
  */
 export const policyViewSchema = z.strictObject({
   mode: z.enum(PERMISSION_MODES),
@@ -27,6 +30,8 @@ export const policyViewSchema = z.strictObject({
   ),
   /** Project profile file name (under .capsule/profiles) → sha256 of its text. */
   profiles: z.record(z.string(), z.string()),
+  /** capsule.json `engines`; absent when none (so snapshots from before engines were policy still verify). */
+  engines: enginesSchema.optional(),
 });
 
 export type PolicyView = z.infer<typeof policyViewSchema>;
@@ -45,6 +50,9 @@ export interface PolicyDiff {
   profilesAdded: string[];
   profilesRemoved: string[];
   profilesChanged: string[];
+  enginesAdded: string[];
+  enginesRemoved: string[];
+  enginesChanged: string[];
 }
 
 /** What a confirmer is asked: the file, the diff, and the lines a person reads. */
@@ -60,6 +68,28 @@ export interface PolicyChange {
 /** The human side of a policy change: terminal prompt, MCP elicitation; true adopts it. */
 export type PolicyConfirmer = (change: PolicyChange, signal?: AbortSignal) => Promise<boolean>;
 
+/** One engine's settings in a fixed key order, so equal settings compare and hash equal. */
+function canonicalEngine(e: DockerEngineConfig): DockerEngineConfig {
+  const tls = e.tls !== undefined ? { tls: { ca: e.tls.ca, cert: e.tls.cert, key: e.tls.key } } : {};
+  return e.type === 'swarm'
+    ? { type: 'swarm', manager: e.manager, ...tls }
+    : { type: 'docker', host: e.host, ...tls };
+}
+
+/** Engines sorted by name, each canonical; undefined when there are none. */
+function canonicalEngines(engines: EnginesConfig | undefined): EnginesConfig | undefined {
+  const names = Object.keys(engines ?? {}).sort();
+  if (engines === undefined || names.length === 0) return undefined;
+  const out: EnginesConfig = {};
+  for (const name of names) out[name] = canonicalEngine(engines[name] as DockerEngineConfig);
+  return out;
+}
+
+/** Where an engine answers, as a person reads it in a difference. */
+function engineLabel(e: DockerEngineConfig): string {
+  return `${e.type} ${e.type === 'swarm' ? e.manager : e.host}${e.tls !== undefined ? ` (tls ca ${e.tls.ca})` : ''}`;
+}
+
 export function policyViewOf(config: ProjectConfig, profiles: ProfileHashes = {}): PolicyView {
   const allowlist: PolicyView['allowlist'] = {};
   for (const e of normalizeAllowlist(config.allowlist).sort((a, b) => (a.key < b.key ? -1 : 1))) {
@@ -68,12 +98,14 @@ export function policyViewOf(config: ProjectConfig, profiles: ProfileHashes = {}
   }
   const sortedProfiles: ProfileHashes = {};
   for (const name of Object.keys(profiles).sort()) sortedProfiles[name] = profiles[name] as string;
+  const engines = canonicalEngines(config.engines);
   return {
     mode: config.mode,
     allow: [...config.permissions.allow],
     deny: [...config.permissions.deny],
     allowlist,
     profiles: sortedProfiles,
+    ...(engines !== undefined ? { engines } : {}),
   };
 }
 
@@ -86,7 +118,14 @@ export function configWithPolicy(onDisk: ProjectConfig, view: PolicyView): Proje
     mode: view.mode,
     permissions: { allow: [...view.allow], deny: [...view.deny] },
     allowlist,
+    engines: view.engines !== undefined ? { ...view.engines } : undefined,
   };
+}
+
+/** The view without engines: what a project's files may adopt before any person confirmed them. */
+export function withoutEngines(view: PolicyView): PolicyView {
+  const { engines: _engines, ...rest } = view;
+  return rest;
 }
 
 /** Modes from the one that allows least to the one that allows most. */
@@ -114,6 +153,13 @@ export function tightenOnly(confirmed: PolicyView, onDisk: PolicyView): PolicyVi
   const profiles: ProfileHashes = { ...confirmed.profiles };
   const mode =
     MODE_ORDER.indexOf(onDisk.mode) < MODE_ORDER.indexOf(confirmed.mode) ? onDisk.mode : confirmed.mode;
+  // An engine removed on disk is dropped at once (fewer places calls may go); an added one, or a
+  // confirmed name whose settings changed (another host, other TLS files), waits for a person.
+  const engines: EnginesConfig = {};
+  for (const [name, engine] of Object.entries(confirmed.engines ?? {})) {
+    const disk = onDisk.engines?.[name];
+    if (disk !== undefined && JSON.stringify(disk) === JSON.stringify(engine)) engines[name] = engine;
+  }
   const sorted: PolicyView['allowlist'] = {};
   for (const key of Object.keys(allowlist).sort())
     sorted[key] = allowlist[key] as PolicyView['allowlist'][string];
@@ -123,6 +169,7 @@ export function tightenOnly(confirmed: PolicyView, onDisk: PolicyView): PolicyVi
     deny: [...new Set([...confirmed.deny, ...onDisk.deny])],
     allowlist: sorted,
     profiles,
+    ...(Object.keys(engines).length > 0 ? { engines } : {}),
   };
 }
 
@@ -141,6 +188,8 @@ export function diffPolicy(from: PolicyView, to: PolicyView): PolicyDiff {
   const keysTo = Object.keys(to.allowlist);
   const profFrom = Object.keys(from.profiles);
   const profTo = Object.keys(to.profiles);
+  const engFrom = Object.keys(from.engines ?? {});
+  const engTo = Object.keys(to.engines ?? {});
   return {
     mode: from.mode !== to.mode ? { from: from.mode, to: to.mode } : undefined,
     allowAdded: added(from.allow, to.allow),
@@ -155,6 +204,12 @@ export function diffPolicy(from: PolicyView, to: PolicyView): PolicyDiff {
     profilesAdded: added(profFrom, profTo),
     profilesRemoved: added(profTo, profFrom),
     profilesChanged: profTo.filter((p) => p in from.profiles && from.profiles[p] !== to.profiles[p]),
+    enginesAdded: added(engFrom, engTo),
+    enginesRemoved: added(engTo, engFrom),
+    enginesChanged: engTo.filter(
+      (n) =>
+        n in (from.engines ?? {}) && JSON.stringify(from.engines?.[n]) !== JSON.stringify(to.engines?.[n]),
+    ),
   };
 }
 
@@ -187,6 +242,13 @@ export function renderPolicyDiff(d: PolicyDiff, to: PolicyView): string[] {
   for (const p of d.profilesRemoved) lines.push(`- profile ${s(path.join(PROFILES_DIR, p))}`);
   for (const p of d.profilesChanged)
     lines.push(`~ profile ${s(path.join(PROFILES_DIR, p))} (content changed)`);
+  const engine = (n: string): string => {
+    const e = to.engines?.[n];
+    return e === undefined ? '' : `: ${s(engineLabel(e))}`;
+  };
+  for (const n of d.enginesAdded) lines.push(`+ engine ${s(n)}${engine(n)}`);
+  for (const n of d.enginesRemoved) lines.push(`- engine ${s(n)}`);
+  for (const n of d.enginesChanged) lines.push(`~ engine ${s(n)}${engine(n)}`);
   return lines;
 }
 

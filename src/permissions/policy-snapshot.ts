@@ -17,6 +17,7 @@ import {
   type PolicyChange,
   type PolicyView,
   type ProfileHashes,
+  withoutEngines,
 } from './policy-diff.js';
 
 const snapshotSchema = z
@@ -138,7 +139,7 @@ export interface StartingPolicy {
 
 /**
  * Which policy to start with. No snapshot yet (a fresh checkout, a CI machine): the files as they are
- * — a repository's file can never lift the ceiling anyway — and, when `recordFirstUse`, that state
+ * — a repository's file can never lift the ceiling anyway — except `engines`, and, when `recordFirstUse`, that state
  * becomes the confirmed one (sessions do this, so what an agent changes in one session is not
  * adopted by the next). A snapshot that differs from disk: the snapshot wins, the difference is
  * reported, and `capsule reload` shows it to a person; what only tightens the policy applies at once.
@@ -159,11 +160,25 @@ export async function resolveStartingPolicy(options: {
   }
   const onDisk = policyViewOf(options.config, profiles);
   const asOnDisk = { config: options.config, view: onDisk, profiles, profileTexts: diskTexts };
-  if (options.store === undefined) return asOnDisk;
-  const snapshot = await options.store.read(options.projectRoot);
+  const snapshot = options.store !== undefined ? await options.store.read(options.projectRoot) : undefined;
   if (snapshot === undefined) {
-    if (options.recordFirstUse) await options.store.write(options.projectRoot, onDisk, 'first use');
-    return asOnDisk;
+    // Never confirmed: the files as they are, except `engines`. An engine receives every docker call's
+    // files and input, and no ceiling limits where a repository's file points them; the person's own
+    // engines (CAPSULE_ENGINES, --engine, DOCKER_HOST) need no confirmation.
+    const firstUse = withoutEngines(onDisk);
+    if (options.recordFirstUse && options.store !== undefined)
+      await options.store.write(options.projectRoot, firstUse, 'first use');
+    const pending = policyChange(options.file, firstUse, onDisk);
+    if (pending === undefined) return asOnDisk;
+    return {
+      ...asOnDisk,
+      config: configWithPolicy(options.config, firstUse),
+      view: firstUse,
+      pending,
+      warning:
+        `${options.file} names Docker engines no person confirmed for this project; they are not used ` +
+        `(${pending.lines.join('; ')}). Review and confirm them with: capsule reload`,
+    };
   }
   if (policyChange(options.file, snapshot.policy, onDisk) === undefined) return asOnDisk;
   const view = tightenOnly(snapshot.policy, onDisk);

@@ -42,6 +42,12 @@ export interface RunRequest {
   signal?: AbortSignal | undefined;
   /** Where the run's network requests are recorded (capabilities with grants.network). */
   egressAudit?: EgressAudit | undefined;
+  /**
+   * Run on this configured engine only (compare across engines). Read by the engine pool, which refuses a
+   * name it does not have or an engine that does not answer rather than schedule elsewhere; runners with
+   * one place to run ignore it.
+   */
+  engine?: string | undefined;
 }
 
 /** One interface per runner; implementations live beside it (shell, wasm, docker). */

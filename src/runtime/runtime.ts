@@ -228,7 +228,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       readOnlyPaths: hostReadOnly,
       onProgress: options.onRunnerProgress,
       engines: selectEngines(
-        resolveEngines(project.config.engines ?? {}, env),
+        resolveEngines(starting.config.engines ?? {}, env),
         options.engine ?? env[ENGINE_ENV],
       ),
     });

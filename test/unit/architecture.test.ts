@@ -146,14 +146,11 @@ describe('architecture: the outside world is injected', () => {
   // The entry point builds CliIO from the process; the composition root's explicit default is the one
   // place a library caller's missing `env` becomes process.env.
   const ALLOWED = new Set(['cli/main.ts', 'runtime/runtime.ts']);
-  // Still defaulting to process.env for DOCKER_HOST discovery when built by hand; openRuntime always
-  // passes env. Remove from here when the Docker runner takes env as required.
-  const PENDING = new Set(['runners/docker/runner.ts', 'runners/docker/dockerode-engine.ts']);
 
   it('nothing under src/ reads process.env or process.stdin but the entry point and the composition root', () => {
     const readers = sourceFiles(SRC)
       .map((f) => path.relative(SRC, f))
-      .filter((f) => !ALLOWED.has(f) && !PENDING.has(f))
+      .filter((f) => !ALLOWED.has(f))
       .filter((f) => /process\.(env|stdin)\b/.test(code(readFileSync(path.join(SRC, f), 'utf8'))));
     expect(readers).toEqual([]);
   });
@@ -193,8 +190,8 @@ function wrapsWithoutCause(text: string): number[] {
 }
 
 describe('errors: a wrap keeps its cause', () => {
-  // Being split by concurrent work (issues 13 and 15) this round; their wrap sites get their cause there.
-  const PENDING_PARTS = ['runners/docker/', 'runners/wasm/', 'tools/generate.ts'];
+  // Being split by concurrent work (issue 13) this round; their wrap sites get their cause there.
+  const PENDING_PARTS = ['runners/wasm/', 'tools/generate.ts'];
 
   it('every CapsuleError made in a catch block passes the caught error as cause', () => {
     const files = sourceFiles(SRC).filter(

@@ -45,6 +45,7 @@ export function registerCompare(program: Command, io: CliIO): void {
         .description(
           'Run one capability in several environments and compare outputs, exit codes and timings.\n' +
             'A JavaScript-authored capability is portable: a component in wasm, node on the host, node in the node image.\n' +
+            'With --engine a,b (two or more engines), docker runs on each engine: one column per engine (docker@a, docker@b).\n' +
             `Exit 0 when outputs are equal, 1 when they differ, ${EXIT_INCOMPLETE} when a requested environment could not run.`,
         )
         .argument('<name>', 'capability name')
@@ -100,6 +101,11 @@ export function registerCompare(program: Command, io: CliIO): void {
             inputs,
             runs,
             sequential: opts.sequential ?? false,
+            // --engine a,b: the docker environment on each engine, side by side.
+            engines: (opts.engine ?? io.env['CAPSULE_ENGINE'])
+              ?.split(',')
+              .map((s) => s.trim())
+              .filter((s) => s !== ''),
             onProgress: (m) => {
               if (!opts.json && io.interactive) void write(io.stderr, `${m}\n`);
             },

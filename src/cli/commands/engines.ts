@@ -33,21 +33,33 @@ export function registerEngines(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { engine?: string; json?: boolean }) => {
         const [
-          { openProject },
+          { openProject, cliStateDir },
           { resolveEngines, selectEngines, ENGINE_ENV },
           engineConfig,
           posture,
           dockerode,
+          { PolicySnapshotStore, resolveStartingPolicy },
         ] = await Promise.all([
           import('../session.js'),
           import('../../config/engines.js'),
           import('../../runners/docker/engine-config.js'),
           import('../../runners/docker/posture.js'),
           import('../../runners/docker/dockerode-engine.js'),
+          import('../../permissions/policy-snapshot.js'),
         ]);
         const { project } = await openProject(io);
+        // Only the engines a person confirmed (or their own CAPSULE_ENGINES): even asking an engine
+        // for its version would reach whatever a repository's file names.
+        const starting = await resolveStartingPolicy({
+          projectRoot: project.root,
+          file: project.file,
+          config: project.config,
+          store: new PolicySnapshotStore({ stateDir: cliStateDir(io) }),
+          recordFirstUse: false,
+        });
+        if (starting.warning !== undefined) await write(io.stderr, `capsule: ${starting.warning}\n`);
         const selected = selectEngines(
-          resolveEngines(project.config.engines ?? {}, io.env),
+          resolveEngines(starting.config.engines ?? {}, io.env),
           opts.engine ?? io.env[ENGINE_ENV],
         );
         const { ImageBuilder } = await import('../../runners/docker/images.js');

@@ -6,7 +6,7 @@ export function registerReload(program: Command, io: CliIO): void {
   program
     .command('reload')
     .description(
-      "Show how capsule.json's policy (rules, mode, allowlist) and the project profiles differ from the\n" +
+      "Show how capsule.json's policy (rules, mode, allowlist, engines) and the project profiles differ from the\n" +
         'policy a person last confirmed for this project, and ask in the terminal whether to adopt it.\n' +
         'Until then, sessions and commands keep the confirmed policy (changes that only tighten it apply at once).\n' +
         'No terminal or --no-prompt: shows the difference, changes nothing, exits 77.',

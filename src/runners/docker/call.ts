@@ -17,8 +17,8 @@ export interface PreparedContainer {
   parkedAt: number;
   /** The attach stream closed while the container waited: it died (engine restart…) and must not be used. */
   dead: boolean;
-  /** Removes it when it stays unused (PrewarmPool). */
-  idleTimer?: NodeJS.Timeout | undefined;
+  /** Cancels the pool's timer that removes it when it stays unused (PrewarmPool). */
+  cancelIdle?: (() => void) | undefined;
   /** Output that arrived while parked (only the watchdog's own lines): handed to the call, once. */
   takeEarly?: (() => Buffer[]) | undefined;
 }
@@ -152,6 +152,8 @@ const STREAM_DRAIN_MS = 2000;
 export async function prepareContainer(
   engine: DockerEngine,
   spec: ContainerSpec,
+  /** The clock `parkedAt` is read from (the prewarm pool's). */
+  now: () => number = () => performance.now(),
 ): Promise<PreparedContainer> {
   const id = await engine.createContainer(spec);
   try {
@@ -189,7 +191,7 @@ export async function prepareContainer(
       };
       await engine.start(id);
       prepared.started = true;
-      prepared.parkedAt = performance.now();
+      prepared.parkedAt = now();
     }
     return prepared;
   } catch (err) {
@@ -234,10 +236,15 @@ export async function runPrepared(
       if (!prepared.started) await engine.start(id);
     } catch (err) {
       stream.destroy();
-      throw new CapsuleError('RUNNER_FAILED', `the container could not start: ${engineMessage(err)}`, {
-        field: 'entry',
-        hint: 'check that the interpreter exists in the image (capsule/busybox has sh; capsule/node has node and sh) and that entry is executable when no interpreter is set',
-      });
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `the container could not start: ${engineMessage(err)}`,
+        {
+          field: 'entry',
+          hint: 'check that the interpreter exists in the image (capsule/busybox has sh; capsule/node has node and sh) and that entry is executable when no interpreter is set',
+        },
+        { cause: err },
+      );
     }
     // A kill issued while start() was in flight found nothing running yet: issue it again.
     if (killedBy !== undefined) await engine.kill(id).catch(() => {});

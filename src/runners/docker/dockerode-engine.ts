@@ -16,16 +16,20 @@ import { engineMessage } from './engine.js';
 
 export { engineMessage };
 
-export interface DockerodeEngineOptions {
-  /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock (dockerode's own lookup). */
+interface EngineConnection {
+  /** Unix socket path; default: DOCKER_HOST when set, else /var/run/docker.sock. */
   socketPath?: string | undefined;
-  /** Environment to read DOCKER_HOST from; default process.env. */
+  /** Environment to read DOCKER_HOST from (the composition root's; never read from the process here). */
   env?: NodeJS.ProcessEnv | undefined;
   /** An engine named in capsule's config (unix:///path or tcp://host:port); overrides DOCKER_HOST. */
   host?: string | undefined;
   /** Mutual TLS material (PEM contents) for a tcp:// host: spoken as https, the engine's certificate checked. */
   tls?: { ca: Buffer; cert: Buffer; key: Buffer } | undefined;
 }
+
+/** Where the engine is: a named host or socket, or the environment whose DOCKER_HOST says it. */
+export type DockerodeEngineOptions = EngineConnection &
+  ({ env: NodeJS.ProcessEnv } | { host: string } | { socketPath: string });
 
 /** While a container runs, how often its engine is asked whether it still answers, and how long it may take. */
 const WAIT_PING_EVERY_MS = 1000;
@@ -67,9 +71,8 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly docker: Docker;
   private readonly remote: boolean;
 
-  constructor(options: DockerodeEngineOptions = {}) {
-    const env = options.env ?? process.env;
-    const host = options.host ?? env['DOCKER_HOST'];
+  constructor(options: DockerodeEngineOptions) {
+    const host = options.host ?? options.env?.['DOCKER_HOST'];
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
     const connection = connectionOptions(options.socketPath, host);

@@ -31,7 +31,7 @@ export async function connectEngine(
   }
   if (config.type === 'swarm')
     return { name, kind: 'swarm', engine: new DockerodeEngine({ host: config.manager, tls }) };
-  return { name, engine: new DockerodeEngine({ host: config.host, tls }) };
+  return { name, host: config.host, engine: new DockerodeEngine({ host: config.host, tls }) };
 }
 
 export async function openEnginePool(

@@ -12,9 +12,16 @@ import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
 import { SwarmRunner } from './swarm-runner.js';
+import { SANDBOX_IMAGES } from './image-recipes.js';
 
 export type PoolEngine =
-  | { name: string; kind?: 'docker' | undefined; engine: DockerEngine }
+  | {
+      name: string;
+      kind?: 'docker' | undefined;
+      engine: DockerEngine;
+      /** Where it answers (unix:///…, tcp://…), as its errors name it. */
+      host?: string | undefined;
+    }
   /** A swarm: calls become one-shot services on it (swarm-runner.ts); `engine` is a manager. */
   | { name: string; kind: 'swarm'; engine: DockerEngine & SwarmApi };
 
@@ -73,7 +80,10 @@ export class EnginePool implements Runner {
           ? new SwarmRunner({ manager: e.engine, cpus: options.runner?.cpus })
           : new DockerRunner({
               ...options.runner,
+              // Granted variables come from the runtime's environment; a pool built without one grants none.
+              env: options.runner?.env ?? {},
               engine: e.engine,
+              engineHost: e.host,
               handleProcessSignals: false,
               // Each engine builds (or has loaded) its own images: say which one a build is for.
               onProgress: (message) => this.progress(`${e.name}: ${message}`),
@@ -167,6 +177,27 @@ export class EnginePool implements Runner {
   /** The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as busier. */
   private async pick(request: RunRequest): Promise<Member> {
     const healthy = await this.healthy();
+    if (request.engine !== undefined) {
+      // Pinned (compare across engines): that engine or nothing, never another one in its place.
+      const pinned = healthy.find((m) => m.name === request.engine);
+      if (pinned === undefined) {
+        const known = this.members.some((m) => m.name === request.engine);
+        throw new CapsuleError(
+          'RUNNER_UNAVAILABLE',
+          known
+            ? `engine ${request.engine} does not answer`
+            : `engine ${request.engine} is not one of this pool (${this.members.map((m) => m.name).join(', ')})`,
+          {
+            file: request.capability.manifestPath,
+            engine: request.engine,
+            hint: 'check the engines (capsule engines)',
+          },
+        );
+      }
+      pinned.inFlight += 1;
+      pinned.calls += 1;
+      return pinned;
+    }
     if (healthy.length === 0) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
@@ -208,7 +239,7 @@ export class EnginePool implements Runner {
   private measure(m: Member): Promise<MeasuredPosture> {
     if (m.posture === undefined) {
       const job = (async () => {
-        await new ImageBuilder({ engine: m.engine }).ensure('capsule/busybox:1', this.progress);
+        await new ImageBuilder({ engine: m.engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
         return probePosture(m.engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
       })();
       m.posture = job;

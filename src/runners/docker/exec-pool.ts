@@ -612,9 +612,14 @@ export class ExecPool {
     } catch (err) {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
-      throw new CapsuleError('RUNNER_FAILED', `the warm container could not start: ${engineMessage(err)}`, {
-        hint: 'check the image and the engine (docker info); the keep-alive is busybox sh, from the image or mounted in by capsule',
-      });
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `the warm container could not start: ${engineMessage(err)}`,
+        {
+          hint: 'check the image and the engine (docker info); the keep-alive is busybox sh, from the image or mounted in by capsule',
+        },
+        { cause: err },
+      );
     }
     const warm: Warm = {
       id,

@@ -206,6 +206,7 @@ export class ImageBuilder {
           file: path.join(recipeDir, 'Dockerfile'),
           hint: 'check that the Docker engine runs (`docker info`) and that busybox-static is installed (apt-get install busybox-static)',
         },
+        { cause: err },
       );
     } finally {
       await rm(staging, { recursive: true, force: true });

@@ -2,6 +2,23 @@ import type { ContainerSpec, DockerEngine } from './engine.js';
 import { parkedIdleMs, prepareContainer } from './call.js';
 import type { PreparedContainer } from './call.js';
 
+/** The pool's time: how old a parked container is, and when an unused one is dropped. */
+export interface PoolClock {
+  now(): number;
+  /** Call `fn` once after `ms`; returns what cancels it. */
+  after(ms: number, fn: () => void): () => void;
+}
+
+/** Real time; the timers do not keep the process alive. */
+export const SYSTEM_CLOCK: PoolClock = {
+  now: () => performance.now(),
+  after(ms, fn) {
+    const timer = setTimeout(fn, ms);
+    timer.unref();
+    return () => clearTimeout(timer);
+  },
+};
+
 export interface PrewarmPoolOptions {
   /** Idle prepared containers kept per configuration to begin with. 0 disables prewarming. */
   perKey: number;
@@ -16,6 +33,8 @@ export interface PrewarmPoolOptions {
   maxKeys: number;
   /** A parked container this close to its idle deadline is not handed out (it could expire before its call). */
   parkedMarginMs?: number | undefined;
+  /** Default SYSTEM_CLOCK; tests drive their own, so they judge by effect without waiting. */
+  clock?: PoolClock | undefined;
 }
 
 /**
@@ -37,6 +56,7 @@ export class PrewarmPool {
   private readonly pending = new Set<Promise<unknown>>();
   private readonly maxPerKey: number;
   private readonly idleMs: number;
+  private readonly clock: PoolClock;
   private closed = false;
 
   constructor(engine: DockerEngine, options: PrewarmPoolOptions) {
@@ -44,6 +64,7 @@ export class PrewarmPool {
     this.options = options;
     this.maxPerKey = Math.max(options.perKey, options.maxPerKey ?? 4);
     this.idleMs = options.idleMs ?? 15_000;
+    this.clock = options.clock ?? SYSTEM_CLOCK;
   }
 
   /**
@@ -66,7 +87,7 @@ export class PrewarmPool {
         if (handed !== undefined) return handed;
       }
     }
-    return prepareContainer(this.engine, spec);
+    return prepareContainer(this.engine, spec, this.clock.now);
   }
 
   /** Top the key up to its current count of idle containers in the background, prepared in parallel. */
@@ -77,7 +98,7 @@ export class PrewarmPool {
     for (let i = have; i < this.targetOf(key); i++) {
       this.filling.set(key, (this.filling.get(key) ?? 0) + 1);
       let counted = false;
-      const job = prepareContainer(this.engine, spec)
+      const job = prepareContainer(this.engine, spec, this.clock.now)
         .then(async (prepared) => {
           if (this.closed) {
             prepared.stream.destroy();
@@ -100,11 +121,10 @@ export class PrewarmPool {
           // One that reaches its idle deadline exits on its own: drop it then, rather than at the next take.
           void prepared.ended.then(() => this.dropIdle(key, prepared));
           // Unused for idleMs: demand went down, keep one fewer ready.
-          prepared.idleTimer = setTimeout(() => {
+          prepared.cancelIdle = this.clock.after(this.idleMs, () => {
             if (!this.dropIdle(key, prepared)) return;
             this.target.set(key, Math.max(this.options.perKey, this.targetOf(key) - 1));
-          }, this.idleMs);
-          prepared.idleTimer.unref();
+          });
           await this.evict();
         })
         // A failed prewarm only costs the next call its head start.
@@ -128,6 +148,11 @@ export class PrewarmPool {
     return n;
   }
 
+  /** Resolves once no container is being prepared (those started meanwhile included). */
+  async settled(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending]);
+  }
+
   /** Remove every idle container and wait for prewarms in flight. */
   async close(): Promise<void> {
     this.closed = true;
@@ -146,7 +171,7 @@ export class PrewarmPool {
   private expiring(prepared: PreparedContainer, spec: ContainerSpec): boolean {
     const idle = parkedIdleMs(spec);
     if (!prepared.started || idle === undefined) return false;
-    return performance.now() - prepared.parkedAt > idle - (this.options.parkedMarginMs ?? 0);
+    return this.clock.now() - prepared.parkedAt > idle - (this.options.parkedMarginMs ?? 0);
   }
 
   private targetOf(key: string): number {
@@ -159,7 +184,7 @@ export class PrewarmPool {
     // Skip (and remove) any that died while waiting or are about to reach their idle deadline.
     while (ready !== undefined && (ready.dead || this.expiring(ready, spec))) {
       const gone = ready;
-      clearTimeout(gone.idleTimer);
+      gone.cancelIdle?.();
       void this.engine.remove(gone.id).catch(() => {});
       ready = list?.shift();
     }
@@ -168,7 +193,7 @@ export class PrewarmPool {
       this.idle.delete(key);
       this.idle.set(key, list);
     }
-    clearTimeout(ready?.idleTimer);
+    ready?.cancelIdle?.();
     return ready;
   }
 
@@ -177,7 +202,7 @@ export class PrewarmPool {
     const at = list?.indexOf(prepared) ?? -1;
     if (list === undefined || at < 0) return false;
     list.splice(at, 1);
-    clearTimeout(prepared.idleTimer);
+    prepared.cancelIdle?.();
     prepared.stream.destroy();
     void this.engine.remove(prepared.id).catch(() => {});
     return true;

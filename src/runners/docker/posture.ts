@@ -4,6 +4,7 @@ import type { Capability } from '../../manifest/types.js';
 import type { DockerEngine } from './engine.js';
 import { ROLE_LABEL } from './labels.js';
 import { buildContainerSpec } from './spec.js';
+import { SANDBOX_IMAGES } from './image-recipes.js';
 
 /**
  * What an engine actually gives a hardened call container, measured from inside one (never assumed from
@@ -90,7 +91,7 @@ export function probeCapability(runtime: string): Capability {
       description: 'capsule measures what a call container gets on this engine.',
       environment: 'docker',
       entry: 'probe.sh',
-      docker: { image: 'capsule/busybox:1', runtime },
+      docker: { image: SANDBOX_IMAGES.busybox, runtime },
       limits: { timeoutMs: 10000, memoryMb: 32, outputBytes: 4096, pids: 16 },
     }),
   );

@@ -14,18 +14,12 @@ import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
 import { dockerIsolation } from './isolation.js';
 import type { DockerIsolation } from './isolation.js';
-import {
-  CAPABILITY_LABEL,
-  MANAGED_LABEL,
-  ROLE_LABEL,
-  currentHost,
-  isOrphan,
-  ownerLabels,
-  processAlive,
-} from './labels.js';
+import { CAPABILITY_LABEL, ROLE_LABEL, currentHost, ownerLabels } from './labels.js';
 import type { Owner } from './labels.js';
 import { PrewarmPool } from './pool.js';
-import { RunnerVolumes, volumeOwnerPid } from './volumes.js';
+import { RunnerVolumes } from './volumes.js';
+import { reapOrphans } from './orphans.js';
+import { cleanupOnProcessSignals } from './process-signals.js';
 import { buildContainerSpec } from './spec.js';
 import { openDockerEgress } from './egress.js';
 import type { Resolver } from '../../network/egress.js';
@@ -69,8 +63,10 @@ export interface DockerRunnerOptions {
   reusablePerKey?: number | undefined;
   /** CPU share per container, in cores. Default 1. */
   cpus?: number | undefined;
-  /** Process environment: DOCKER_HOST and granted variables are read from it. Default process.env. */
-  env?: NodeJS.ProcessEnv | undefined;
+  /** The host environment (from openRuntime): DOCKER_HOST and granted variables are read from it. */
+  env: NodeJS.ProcessEnv;
+  /** Where `engine` answers, as errors name it. Default: env's DOCKER_HOST, else the local socket. */
+  engineHost?: string | undefined;
   /** Project root, so fs grants are checked against capsule's own state again before each mount. */
   projectRoot?: string | undefined;
   /** capsule's per-user cache folder, never mounted either. */
@@ -99,6 +95,7 @@ export class DockerRunner implements Runner {
   private readonly prestart: boolean;
   private readonly parkedIdleMs: number;
   private readonly hostEnv: NodeJS.ProcessEnv;
+  private readonly engineHost: string;
   private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
@@ -115,9 +112,9 @@ export class DockerRunner implements Runner {
   private readonly volumes: RunnerVolumes;
   private ready: Promise<EngineInfo> | undefined;
   private closed = false;
-  private readonly signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
+  private readonly detachSignals: (() => void) | undefined;
 
-  constructor(options: DockerRunnerOptions = {}) {
+  constructor(options: DockerRunnerOptions) {
     this.engine = options.engine ?? new DockerodeEngine({ env: options.env });
     this.images = options.images ?? new ImageBuilder({ engine: this.engine });
     this.owner = { host: currentHost(), pid: process.pid, instance: randomBytes(6).toString('hex') };
@@ -125,7 +122,8 @@ export class DockerRunner implements Runner {
     this.cpus = options.cpus ?? 1;
     this.prestart = options.prestart ?? true;
     this.parkedIdleMs = options.parkedIdleMs ?? 300_000;
-    this.hostEnv = options.env ?? process.env;
+    this.hostEnv = options.env;
+    this.engineHost = options.engineHost ?? options.env['DOCKER_HOST'] ?? '/var/run/docker.sock';
     this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
@@ -144,15 +142,8 @@ export class DockerRunner implements Runner {
             lifeMs: options.parkedIdleMs ?? 300_000,
             maxPerKey: options.reusablePerKey,
           });
-    if (options.handleProcessSignals === true) {
-      this.signalHandler = (signal) => {
-        process.removeListener('SIGINT', this.signalHandler as NodeJS.SignalsListener);
-        process.removeListener('SIGTERM', this.signalHandler as NodeJS.SignalsListener);
-        void this.close().finally(() => process.kill(process.pid, signal));
-      };
-      process.on('SIGINT', this.signalHandler);
-      process.on('SIGTERM', this.signalHandler);
-    }
+    this.detachSignals =
+      options.handleProcessSignals === true ? cleanupOnProcessSignals(() => this.close()) : undefined;
   }
 
   /** The effective isolation of a capability under this runner (pure; see isolation.ts). */
@@ -165,7 +156,7 @@ export class DockerRunner implements Runner {
       await this.engine.ping(this.engineTimeoutMs);
       return { ok: true };
     } catch (err) {
-      return { ok: false, reason: unavailableReason(err, this.hostEnv) };
+      return { ok: false, reason: unavailableReason(err, this.engineHost) };
     }
   }
 
@@ -182,6 +173,7 @@ export class DockerRunner implements Runner {
           file: request.capability.manifestPath,
           hint: 'check the engine (docker info) and try again',
         },
+        { cause: err },
       );
     }
   }
@@ -272,21 +264,8 @@ export class DockerRunner implements Runner {
    * Remove containers and volumes left by capsule processes that died on this host (crash, SIGKILL).
    * Runs once before the first call; returns how many objects were removed.
    */
-  async reapOrphans(): Promise<number> {
-    const orphan = (labels: Record<string, string>): boolean =>
-      isOrphan(labels, this.owner.host, processAlive);
-    const containers = (await this.engine.listContainers([`${MANAGED_LABEL}=1`])).filter((c) =>
-      orphan(c.labels),
-    );
-    await Promise.all(containers.map((c) => this.engine.remove(c.id).catch(() => {})));
-    // Volumes: listVolumes gives names only, so the owner pid is encoded in the name (volumes.ts).
-    const volumes = await this.engine.listVolumes([`${MANAGED_LABEL}=1`]);
-    const dead = volumes.filter((name) => {
-      const pid = volumeOwnerPid(name, this.owner.host);
-      return pid !== undefined && !processAlive(pid);
-    });
-    await Promise.all(dead.map((v) => this.engine.removeVolume(v).catch(() => {})));
-    return containers.length + dead.length;
+  reapOrphans(): Promise<number> {
+    return reapOrphans(this.engine, this.owner.host);
   }
 
   async close(): Promise<void> {
@@ -296,10 +275,7 @@ export class DockerRunner implements Runner {
     }
     const engineReached = this.ready !== undefined;
     this.closed = true;
-    if (this.signalHandler !== undefined) {
-      process.removeListener('SIGINT', this.signalHandler);
-      process.removeListener('SIGTERM', this.signalHandler);
-    }
+    this.detachSignals?.();
     for (const controller of this.active.keys()) controller.abort();
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
@@ -325,10 +301,15 @@ export class DockerRunner implements Runner {
     try {
       prepared = await this.pool.take(key, spec);
     } catch (err) {
-      throw new CapsuleError('RUNNER_FAILED', `could not create the container: ${engineMessage(err)}`, {
-        file: request.capability.manifestPath,
-        field: 'docker',
-      });
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `could not create the container: ${engineMessage(err)}`,
+        {
+          file: request.capability.manifestPath,
+          field: 'docker',
+        },
+        { cause: err },
+      );
     }
     // The next call's container is prepared while this one runs — from a configuration's second call on,
     // so a one-shot process (a single `capsule run`) never pays for a container it will not use.
@@ -432,9 +413,14 @@ export class DockerRunner implements Runner {
           await this.reapOrphans().catch(() => 0);
           return info;
         } catch (err) {
-          throw new CapsuleError('RUNNER_UNAVAILABLE', unavailableReason(err, this.hostEnv), {
-            hint: 'start a Docker engine (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
-          });
+          throw new CapsuleError(
+            'RUNNER_UNAVAILABLE',
+            unavailableReason(err, this.engineHost),
+            {
+              hint: 'start a Docker engine (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
+            },
+            { cause: err },
+          );
         }
       })();
       this.ready = attempt;
@@ -510,9 +496,8 @@ export function specKey(spec: ContainerSpec): string {
   return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
 }
 
-function unavailableReason(err: unknown, env: NodeJS.ProcessEnv): string {
+function unavailableReason(err: unknown, where: string): string {
   const message = engineMessage(err);
-  const where = env['DOCKER_HOST'] ?? '/var/run/docker.sock';
   if (/ENOENT|ECONNREFUSED/.test(message)) return `no Docker engine answers at ${where} (${message})`;
   return `the Docker engine at ${where} is not usable: ${message}`;
 }

@@ -206,10 +206,15 @@ export class SwarmRunner implements Runner {
       };
     } catch (err) {
       if (err instanceof CapsuleError) throw err;
-      throw new CapsuleError('RUNNER_FAILED', `the swarm failed during the run: ${engineMessage(err)}`, {
-        file: capability.manifestPath,
-        hint: 'check the swarm (docker node ls on a manager) and try again',
-      });
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `the swarm failed during the run: ${engineMessage(err)}`,
+        {
+          file: capability.manifestPath,
+          hint: 'check the swarm (docker node ls on a manager) and try again',
+        },
+        { cause: err },
+      );
     } finally {
       this.active.delete(internal);
       if (serviceId !== undefined) await this.manager.removeService(serviceId).catch(() => {});

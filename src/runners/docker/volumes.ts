@@ -7,6 +7,7 @@ import type { ImageBuilder, ImageProgress } from './images.js';
 import { CAPABILITY_LABEL, ROLE_LABEL, ownerLabels } from './labels.js';
 import type { Owner } from './labels.js';
 import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
+import { SANDBOX_IMAGES } from './image-recipes.js';
 
 /** A host name as it may appear in a volume name. */
 export function sanitizeHost(host: string): string {
@@ -53,9 +54,9 @@ export class RunnerVolumes {
     const name = volumeName(this.owner, 'tools');
     const job = (async () => {
       await this.engine.createVolume(name, { ...ownerLabels(this.owner), [ROLE_LABEL]: 'tools' });
-      await this.images.ensure('capsule/busybox:1', this.onProgress);
+      await this.images.ensure(SANDBOX_IMAGES.busybox, this.onProgress);
       const helper = await this.engine.createContainer({
-        image: 'capsule/busybox:1',
+        image: SANDBOX_IMAGES.busybox,
         entrypoint: [],
         cmd: ['/bin/cp', '/bin/busybox', `${TOOLS_MOUNT}/busybox`],
         workingDir: '/',
@@ -110,7 +111,7 @@ export class RunnerVolumes {
         ...ownerLabels(this.owner),
         [CAPABILITY_LABEL]: capability.name,
       });
-      await this.images.ensure('capsule/busybox:1', this.onProgress);
+      await this.images.ensure(SANDBOX_IMAGES.busybox, this.onProgress);
       // putArchive needs a container with the volume mounted; it is never started.
       const helper = await this.engine.createContainer({
         ...buildContainerSpec(capability, {
@@ -119,7 +120,7 @@ export class RunnerVolumes {
           hostEnv: {},
           cpus: 0.1,
         }),
-        image: 'capsule/busybox:1',
+        image: SANDBOX_IMAGES.busybox,
         cmd: ['true'],
         readonlyRootfs: false,
         mounts: [{ type: 'volume', source: name, target: CAPABILITY_MOUNT, readOnly: false }],

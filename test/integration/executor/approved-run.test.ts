@@ -287,7 +287,7 @@ describe('what runs is what was approved (docker)', () => {
       async (f) => {
         await writeFile(path.join(f.capRoot, 'box', 'run.sh'), 'touch /project/out/swapped\n');
       },
-      { runners: () => [new DockerRunner({ prewarm: 0 })] },
+      { runners: () => [new DockerRunner({ env: process.env, prewarm: 0 })] },
     );
     const out = path.join(f.root, 'out');
     await mkdir(out);

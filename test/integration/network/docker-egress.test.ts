@@ -27,6 +27,7 @@ describe('docker egress through capsule’s proxy', () => {
     ({ engine } = await dockerForTests());
     // The test build's resolver: names to loopback, handed to the runner, never in a manifest.
     runner = new DockerRunner({
+      env: process.env,
       engine,
       prewarm: 0,
       egressResolver: mapResolver({ 'api.test': '127.0.0.1', 'evil.test': '127.0.0.1' }),

@@ -25,7 +25,7 @@ describe('a project grant covers the hosts that were shown', () => {
   beforeAll(async () => {
     first = await listen((_req, res) => res.end('first host'));
     added = await listen((_req, res) => res.end('added host'));
-    runner = new DockerRunner({ prewarm: 0 });
+    runner = new DockerRunner({ env: process.env, prewarm: 0 });
   });
 
   afterAll(async () => {

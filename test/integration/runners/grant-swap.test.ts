@@ -106,8 +106,8 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
     const capability = await loadValid(dir, root, capRoot);
     await swap(root);
     for (const runner of [
-      new DockerRunner({ prewarm: 0, projectRoot: root }),
-      new DockerRunner({ prewarm: 0 }),
+      new DockerRunner({ env: process.env, prewarm: 0, projectRoot: root }),
+      new DockerRunner({ env: process.env, prewarm: 0 }),
     ]) {
       try {
         const out = await outcome(runner.run({ capability, input: '' }));
@@ -145,7 +145,7 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
       }),
     );
     const capability = await loadValid(dir, root, capRoot);
-    const runner = new DockerRunner({ prewarm: 0, projectRoot: root });
+    const runner = new DockerRunner({ env: process.env, prewarm: 0, projectRoot: root });
     try {
       expect(await outcome(runner.run({ capability, input: '' }))).toBe('refused:PERMISSION_DENIED');
     } finally {

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { projectConfigSchema } from '../../../src/config/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { policyChange, policyViewOf, tightenOnly } from '../../../src/permissions/policy-diff.js';
-import { PolicySnapshotStore } from '../../../src/permissions/policy-snapshot.js';
+import { PolicySnapshotStore, resolveStartingPolicy } from '../../../src/permissions/policy-snapshot.js';
 import { createScriptedPrompter, parseAnswer } from '../../../src/permissions/prompter.js';
 import { capabilityRequest, commandReq, HASH_A, tempProject } from './helpers.js';
 
@@ -59,6 +59,117 @@ describe('policy difference', () => {
     });
     const wider = view({ mode: 'bypass', permissions: { allow: ['read_file', 'write_file(src/**)'] } });
     expect(tightenOnly(confirmed, wider).mode).toBe('edit');
+  });
+});
+
+describe('engines in the policy', () => {
+  const a = { type: 'docker', host: 'unix:///run/a.sock' } as const;
+  const b = { type: 'docker', host: 'unix:///run/b.sock' } as const;
+  const evil = { type: 'docker', host: 'unix:///tmp/evil.sock' } as const;
+
+  it('an added, removed or re-pointed engine is a difference a person is shown', () => {
+    const change = policyChange(
+      'capsule.json',
+      view({ engines: { a, b } }),
+      view({ engines: { a: evil, c: b } }),
+    );
+    expect(change?.lines).toEqual([
+      '+ engine c: docker unix:///run/b.sock',
+      '- engine b',
+      '~ engine a: docker unix:///tmp/evil.sock',
+    ]);
+    // Key order and a swarm's TLS files are compared as settings, not as text.
+    const tls = { type: 'swarm', manager: 'tcp://m:2376', tls: { key: 'k', cert: 'c', ca: 'ca' } } as const;
+    expect(
+      policyChange('capsule.json', view({ engines: { s: tls } }), view({ engines: { s: { ...tls } } })),
+    ).toBe(undefined);
+    expect(
+      policyChange(
+        'capsule.json',
+        view({ engines: { s: tls } }),
+        view({ engines: { s: { ...tls, tls: { ...tls.tls, ca: 'evil-ca' } } } }),
+      )?.lines,
+    ).toEqual(['~ engine s: swarm tcp://m:2376 (tls ca evil-ca)']);
+  });
+
+  it('tightenOnly drops a removed engine at once and keeps added or changed ones out', () => {
+    expect(tightenOnly(view({ engines: { a, b } }), view({ engines: { a } })).engines).toEqual({ a });
+    expect(tightenOnly(view({ engines: { a } }), view({ engines: { a, evil } })).engines).toEqual({ a });
+    expect(tightenOnly(view({ engines: { a } }), view({ engines: { a: evil } })).engines).toBeUndefined();
+    expect(tightenOnly(view({}), view({ engines: { evil } })).engines).toBeUndefined();
+  });
+
+  it('a never-confirmed project starts without the engines its file names, and a first-use snapshot leaves them pending', async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-eng-'));
+    const store = new PolicySnapshotStore({ stateDir: state });
+    const config = projectConfigSchema.parse({ schemaVersion: 1, engines: { evil } });
+    for (const s of [undefined, store]) {
+      const starting = await resolveStartingPolicy({
+        projectRoot: root,
+        file: 'capsule.json',
+        config,
+        store: s,
+        recordFirstUse: true,
+      });
+      expect(starting.config.engines).toBeUndefined();
+      expect(starting.pending?.lines).toEqual(['+ engine evil: docker unix:///tmp/evil.sock']);
+      expect(starting.warning).toMatch(/capsule reload/);
+    }
+    expect((await store.read(root))?.policy.engines).toBeUndefined();
+    // Once a person confirms them, they are in effect.
+    await store.write(root, policyViewOf(config), 'capsule reload');
+    const confirmed = await resolveStartingPolicy({
+      projectRoot: root,
+      file: 'capsule.json',
+      config,
+      store,
+      recordFirstUse: true,
+    });
+    expect(confirmed.config.engines).toEqual({ evil });
+    expect(confirmed.pending).toBeUndefined();
+  });
+
+  it("a person's project grant at a prompt does not carry an unconfirmed engine into the snapshot", async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const { root, file } = await tempProject({ schemaVersion: 1 });
+    const store = new PolicySnapshotStore({ stateDir: state });
+    await store.write(root, view({ schemaVersion: 1 }), 'capsule reload');
+    await writeFile(file, JSON.stringify({ schemaVersion: 1, engines: { evil } }));
+    const config = projectConfigSchema.parse({ schemaVersion: 1, engines: { evil } });
+    const starting = await resolveStartingPolicy({
+      projectRoot: root,
+      file,
+      config,
+      store,
+      recordFirstUse: true,
+    });
+    expect(starting.config.engines).toBeUndefined();
+    const e = await PermissionEngine.create({
+      projectRoot: root,
+      config: starting.config,
+      snapshots: store,
+      prompter: createScriptedPrompter(['AlwaysThisProject']),
+      audit: false,
+    });
+    await e.check(capabilityRequest('w', { sandboxed: true }));
+    const after = await store.read(root);
+    expect(Object.keys(after?.policy.allowlist ?? {})).toEqual(['run_capability:w']);
+    expect(after?.policy.engines).toBeUndefined();
+  });
+
+  it('a snapshot with engines edited to point elsewhere is refused', async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-eng-'));
+    const store = new PolicySnapshotStore({ stateDir: state });
+    await store.write(root, view({ engines: { a } }), 'test');
+    const { file } = await store.fileFor(root);
+    const doc = JSON.parse(await readFile(file, 'utf8')) as {
+      policy: { engines: Record<string, { host: string }> };
+    };
+    (doc.policy.engines['a'] as { host: string }).host = evil.host;
+    await writeFile(file, JSON.stringify(doc));
+    await expect(store.read(root)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
   });
 });
 

@@ -18,7 +18,7 @@ describe('docker runner against hostile capabilities', () => {
 
   beforeAll(async () => {
     ({ engine } = await dockerForTests());
-    runner = new DockerRunner({ engine, prewarm: 0 });
+    runner = new DockerRunner({ env: process.env, engine, prewarm: 0 });
   });
 
   afterAll(async () => {
@@ -198,7 +198,7 @@ describe('docker runner against hostile capabilities', () => {
       },
     });
     // copy mode stands for a remote engine: the egress proxy socket cannot be mounted into it.
-    const refusing = new DockerRunner({ engine: counting, capabilityFiles: 'copy' });
+    const refusing = new DockerRunner({ env: process.env, engine: counting, capabilityFiles: 'copy' });
     await expect(
       refusing.run({ capability: await fixture('network-grant'), input: '{}' }),
     ).rejects.toMatchObject({

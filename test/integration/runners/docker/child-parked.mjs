@@ -21,7 +21,7 @@ const capability = {
   root: path.dirname(dir),
   fsGrants: [],
 };
-const runner = new DockerRunner({ parkedIdleMs: Number(process.argv[3]) });
+const runner = new DockerRunner({ env: process.env, parkedIdleMs: Number(process.argv[3]) });
 await runner.prewarm(capability);
 process.stdout.write('parked\n');
 setInterval(() => {}, 1 << 30);

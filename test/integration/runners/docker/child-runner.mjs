@@ -21,7 +21,7 @@ const capability = {
   root: path.dirname(dir),
   fsGrants: [],
 };
-const runner = new DockerRunner({ handleProcessSignals: process.argv[3] === 'yes' });
+const runner = new DockerRunner({ env: process.env, handleProcessSignals: process.argv[3] === 'yes' });
 process.stdout.write('running\n');
 const result = await runner.run({ capability, input: '{}' });
 process.stdout.write(`finished ${JSON.stringify(result)}\n`);

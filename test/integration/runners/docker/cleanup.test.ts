@@ -78,7 +78,7 @@ describe('docker runner cleanup', () => {
     await exited;
     // The crash left it behind, still running.
     expect(await running(child.pid)).toBeGreaterThanOrEqual(1);
-    const next = new DockerRunner({ engine, prewarm: 0 });
+    const next = new DockerRunner({ env: process.env, engine, prewarm: 0 });
     try {
       const reaped = await next.reapOrphans();
       expect(reaped).toBeGreaterThanOrEqual(1);
@@ -99,7 +99,7 @@ describe('docker runner cleanup', () => {
   });
 
   it('reaping never touches containers of live capsule processes', async () => {
-    const a = new DockerRunner({ engine, prewarm: 1 });
+    const a = new DockerRunner({ env: process.env, engine, prewarm: 1 });
     const t = await tempCapability('live-one', { entry: 'run.sh' }, { 'run.sh': 'echo hi\n' });
     try {
       await a.run({ capability: t.capability, input: '{}' });
@@ -119,7 +119,7 @@ describe('docker runner cleanup', () => {
         seen = now;
         return steady >= 5;
       });
-      const b = new DockerRunner({ engine, prewarm: 0 });
+      const b = new DockerRunner({ env: process.env, engine, prewarm: 0 });
       await b.reapOrphans();
       await b.close();
       expect(await ids()).toBe(seen);

@@ -314,7 +314,7 @@ describe('docker containers carry their own deadline', () => {
 
   it('a live runner: a parked container that reaches its idle deadline leaves the engine, and the next call still runs', async () => {
     const t = await tempCapability('parked-expiry', { entry: 'run.sh' }, { 'run.sh': 'cat\n' });
-    const runner = new DockerRunner({ engine, parkedIdleMs: 1500 });
+    const runner = new DockerRunner({ env: process.env, engine, parkedIdleMs: 1500 });
     const mine = async (): Promise<number> =>
       (await engine.listContainers([`capsule.pid=${process.pid}`, 'capsule.capability=parked-expiry']))
         .length;

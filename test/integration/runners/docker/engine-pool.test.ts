@@ -195,7 +195,15 @@ describe('engine pool on real engines', () => {
       { environment: 'docker', docker: { image: 'capsule/busybox:1' } },
       { 'run.sh': 'echo ran-here\n' },
     );
-    const env = { ...process.env, XDG_STATE_HOME: path.join(root, '.state') };
+    // The engines are the person's own (CAPSULE_ENGINES): a repository's `engines` waits for a confirmation.
+    const env = {
+      ...process.env,
+      XDG_STATE_HOME: path.join(root, '.state'),
+      CAPSULE_ENGINES: JSON.stringify({
+        strong: { type: 'docker', host: engines['pool-a']?.host },
+        weak: { type: 'docker', host: engines['weak']?.host },
+      }),
+    };
     const shown = await cli(['show', 'posture-marker', '--json'], { cwd: root, env });
     const { contentHash } = JSON.parse(shown.stdout) as { contentHash: string };
     await writeFile(
@@ -203,10 +211,6 @@ describe('engine pool on real engines', () => {
       JSON.stringify({
         schemaVersion: 1,
         allowlist: { 'run_capability:posture-marker': { level: 'AlwaysThisProject', contentHash } },
-        engines: {
-          strong: { type: 'docker', host: engines['pool-a']?.host },
-          weak: { type: 'docker', host: engines['weak']?.host },
-        },
       }),
     );
     const onStrong = await cli(['run', 'posture-marker', '--no-prompt', '--engine', 'strong'], {

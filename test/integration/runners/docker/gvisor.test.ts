@@ -7,7 +7,7 @@ import type { Capability } from '../../../../src/manifest/types.js';
 import { fixture, tempCapability } from './helpers.js';
 
 // gVisor is optional: these run when the engine has the runsc runtime (CAPSULE_GVISOR=1 scripts/provision-docker.sh).
-const engine = new DockerodeEngine();
+const engine = new DockerodeEngine({ env: process.env });
 const hasRunsc = await engine
   .info()
   .then((i) => i.runtimes.includes('runsc'))
@@ -24,7 +24,7 @@ describe('docker runner on gVisor (runsc)', () => {
     expect(hasRunsc).toBe(true);
   });
 
-  const runner = new DockerRunner({ engine, prewarm: 0 });
+  const runner = new DockerRunner({ env: process.env, engine, prewarm: 0 });
   const cleanups: Array<() => Promise<void>> = [];
 
   afterAll(async () => {

@@ -10,7 +10,7 @@ import { ImageBuilder } from '../../../../src/runners/docker/images.js';
 
 /** One engine + builder per test file; base images are built once and left in place for later runs. */
 export async function dockerForTests(): Promise<{ engine: DockerodeEngine; builder: ImageBuilder }> {
-  const engine = new DockerodeEngine();
+  const engine = new DockerodeEngine({ env: process.env });
   try {
     await engine.ping(5000);
   } catch (err) {

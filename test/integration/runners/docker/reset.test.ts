@@ -162,7 +162,8 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
 
   // One container at most: the next call has to wait for the reset of the same container (or its
   // replacement when the reset fails), so the probe shows what the reset left.
-  const oneContainer = (): DockerRunner => new DockerRunner({ engine, prewarm: 0, reusablePerKey: 1 });
+  const oneContainer = (): DockerRunner =>
+    new DockerRunner({ env: process.env, engine, prewarm: 0, reusablePerKey: 1 });
   const probe = async (runner: DockerRunner): Promise<Probe> => {
     const r = await runner.run({ capability, input: 'probe\n' });
     expect(r.exitCode).toBe(0);
@@ -233,7 +234,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
   });
 
   it('concurrent callers each get a clean container; the pool grows under load and stays bounded', async () => {
-    const runner = new DockerRunner({ engine, prewarm: 0, reusablePerKey: 3 });
+    const runner = new DockerRunner({ env: process.env, engine, prewarm: 0, reusablePerKey: 3 });
     try {
       const baseline = await probe(runner);
       for (let round = 0; round < 3; round++) {

@@ -135,7 +135,7 @@ describe('DockerRunner', () => {
   });
 
   it('close() cancels calls in flight and leaves nothing behind', async () => {
-    const closing = new DockerRunner({ engine });
+    const closing = new DockerRunner({ env: process.env, engine });
     const capability = await temp(
       'closed-mid-call',
       { entry: 'run.sh', limits: { timeoutMs: 30_000 } },
@@ -215,7 +215,7 @@ describe('DockerRunner', () => {
   });
 
   it('copies capability files into a volume when asked (remote engines), read-only', async () => {
-    const copying = new DockerRunner({ engine, capabilityFiles: 'copy', prewarm: 0 });
+    const copying = new DockerRunner({ env: process.env, engine, capabilityFiles: 'copy', prewarm: 0 });
     try {
       const capability = await temp(
         'copied',
@@ -239,7 +239,7 @@ describe('DockerRunner', () => {
   });
 
   it('keeps one prepared container ready after a call, and close() removes it', async () => {
-    const pooled = new DockerRunner({ engine, prewarm: 1 });
+    const pooled = new DockerRunner({ env: process.env, engine, prewarm: 1 });
     const capability = await temp(
       'pooled',
       { entry: 'run.sh' },
@@ -263,7 +263,7 @@ describe('DockerRunner', () => {
   });
 
   it('reusable capabilities reuse a container, reset between calls: no state reaches the next call', async () => {
-    const warm = new DockerRunner({ engine, prewarm: 0 });
+    const warm = new DockerRunner({ env: process.env, engine, prewarm: 0 });
     try {
       const capability = await temp(
         'warm',
@@ -301,7 +301,7 @@ describe('DockerRunner', () => {
   });
 
   it('exec pool: OOM and output floods are reported and retire the warm container', async () => {
-    const warm = new DockerRunner({ engine, prewarm: 0 });
+    const warm = new DockerRunner({ env: process.env, engine, prewarm: 0 });
     try {
       const capability = await temp(
         'warm-hostile',
@@ -346,7 +346,7 @@ describe('DockerRunner without an engine', () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'capsule-noengine-'));
     try {
       const engine = new DockerodeEngine({ socketPath: path.join(dir, 'missing.sock') });
-      const runner = new DockerRunner({ engine, engineTimeoutMs: 1000 });
+      const runner = new DockerRunner({ env: process.env, engine, engineTimeoutMs: 1000 });
       const availability = await runner.available();
       expect(availability.ok).toBe(false);
       if (!availability.ok) expect(availability.reason).toMatch(/no Docker engine answers|not usable/);
@@ -376,7 +376,7 @@ describe('DockerRunner without an engine', () => {
 describe('the hello-docker example capability', () => {
   it('runs as shipped and greets from inside the sandbox as nobody', async () => {
     const { engine } = await dockerForTests();
-    const runner = new DockerRunner({ engine });
+    const runner = new DockerRunner({ env: process.env, engine });
     try {
       const dir = fileURLToPath(new URL('../../../../capabilities/hello-docker/', import.meta.url));
       const result = await runner.run({ capability: await capabilityFrom(dir), input: '{"name":"reader"}' });

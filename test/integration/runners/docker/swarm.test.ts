@@ -42,8 +42,8 @@ describe('swarm runner on a real two-node swarm', () => {
     } catch (err) {
       throw new Error(`run "bash scripts/extra-engines.sh up" as root first (${(err as Error).message})`);
     }
-    manager = new DockerodeEngine({ host: index.engines['swarm-m']?.host });
-    worker = new DockerodeEngine({ host: index.engines['swarm-w']?.host });
+    manager = new DockerodeEngine({ host: index.engines['swarm-m']?.host as string });
+    worker = new DockerodeEngine({ host: index.engines['swarm-w']?.host as string });
     runner = new SwarmRunner({ manager });
     expect(await runner.available()).toEqual({ ok: true });
   });

@@ -1,8 +1,9 @@
+import { once } from 'node:events';
 import { Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { watchdogEntrypoint } from '../../../../src/runners/docker/call.js';
 import type { ContainerSpec, DockerEngine } from '../../../../src/runners/docker/engine.js';
-import { PrewarmPool } from '../../../../src/runners/docker/pool.js';
+import { PrewarmPool, type PoolClock } from '../../../../src/runners/docker/pool.js';
 
 /** Just enough engine for the pool: containers are ids, attach streams are in-memory duplexes. */
 function fakeEngine() {
@@ -38,27 +39,49 @@ function fakeEngine() {
 
 const spec = (image: string, gated = false, idleMs = 60_000): ContainerSpec =>
   ({ image, entrypoint: gated ? watchdogEntrypoint(1000, idleMs) : [] }) as unknown as ContainerSpec;
-const settle = () => new Promise((r) => setTimeout(r, 10));
+/** A clock the test moves by hand: nothing in these tests waits for real time to pass. */
+function manualClock(): PoolClock & { advance(ms: number): void } {
+  let t = 0;
+  let timers: Array<{ at: number; fn: () => void }> = [];
+  return {
+    now: () => t,
+    after(ms, fn) {
+      const timer = { at: t + ms, fn };
+      timers.push(timer);
+      return () => {
+        timers = timers.filter((x) => x !== timer);
+      };
+    },
+    advance(ms) {
+      t += ms;
+      const due = timers.filter((x) => x.at <= t).sort((a, b) => a.at - b.at);
+      timers = timers.filter((x) => x.at > t);
+      for (const x of due) x.fn();
+    },
+  };
+}
 
 describe('PrewarmPool', () => {
   it('grows when calls find it empty (prepared in parallel, bounded) and shrinks back when unused', async () => {
     const { engine, live } = fakeEngine();
-    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 3, maxKeys: 4, idleMs: 40 });
+    const clock = manualClock();
+    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 3, maxKeys: 4, idleMs: 40, clock });
     // A configuration the pool prepares for; then calls come faster than it is refilled.
     pool.refill('k', spec('a'));
-    await settle();
+    await pool.settled();
     const taken = [];
     for (let i = 0; i < 6; i++) taken.push(await pool.take('k', spec('a')));
     pool.refill('k', spec('a'));
-    await settle();
+    await pool.settled();
     // Five calls found it empty; the count grew to its bound, not past it.
     expect(pool.idleCount()).toBe(3);
-    await new Promise((r) => setTimeout(r, 60));
-    await settle();
+    clock.advance(39);
+    expect(pool.idleCount()).toBe(3);
+    clock.advance(1);
     // Unused: each one went, lowering the count back towards perKey.
     expect(pool.idleCount()).toBe(0);
     pool.refill('k', spec('a'));
-    await settle();
+    await pool.settled();
     expect(pool.idleCount()).toBeLessThan(3);
     expect(live.size).toBe(taken.length + pool.idleCount());
     await pool.close();
@@ -78,7 +101,7 @@ describe('PrewarmPool', () => {
     const { engine, live } = fakeEngine();
     const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4 });
     pool.refill('k', spec('a'));
-    await settle();
+    await pool.settled();
     expect(pool.idleCount()).toBe(1);
     const first = await pool.take('k', spec('a'));
     const second = await pool.take('k', spec('a'));
@@ -100,23 +123,32 @@ describe('PrewarmPool', () => {
 
   it('never hands out a parked container close to its idle deadline, and drops one that expired', async () => {
     const { engine, live, streams } = fakeEngine();
-    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 1, maxKeys: 4, parkedMarginMs: 40 });
+    const clock = manualClock();
+    const pool = new PrewarmPool(engine, { perKey: 1, maxPerKey: 1, maxKeys: 4, parkedMarginMs: 40, clock });
     const parked = spec('a', true, 60);
     pool.refill('k', parked);
-    await settle();
+    await pool.settled();
     const [old] = [...live];
-    // Within its margin of the 60 ms deadline: a fresh one is prepared instead, the old one removed.
-    await new Promise((r) => setTimeout(r, 30));
+    // Outside its margin of the 60 ms deadline it is handed out; within it, a fresh one is prepared
+    // instead and the old one removed.
+    clock.advance(20);
+    const early = await pool.take('k', parked);
+    expect(early.id).toBe(old);
+    pool.refill('k', parked);
+    await pool.settled();
+    const [second] = [...live].filter((id) => id !== old);
+    clock.advance(21);
     const taken = await pool.take('k', parked);
+    expect(taken.id).not.toBe(second);
     expect(taken.id).not.toBe(old);
-    await settle();
-    expect(live.has(old ?? '')).toBe(false);
+    expect(live.has(second ?? '')).toBe(false);
     // One that reaches its deadline while idle (its stream ends) leaves the pool and the engine at once.
     pool.refill('k', parked);
-    await settle();
-    const idle = [...live].find((id) => id !== taken.id) ?? '';
-    streams.get(idle)?.destroy();
-    await settle();
+    await pool.settled();
+    const idle = [...live].find((id) => id !== taken.id && id !== old) ?? '';
+    const stream = streams.get(idle) as Duplex;
+    stream.destroy();
+    await once(stream, 'close');
     expect(pool.idleCount()).toBe(0);
     expect(live.has(idle)).toBe(false);
     await pool.close();
@@ -126,13 +158,13 @@ describe('PrewarmPool', () => {
     const { engine, live, streams } = fakeEngine();
     const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 4 });
     pool.refill('k', spec('a'));
-    await settle();
+    await pool.settled();
     const [deadId] = [...live];
-    streams.get(deadId ?? '')?.destroy();
-    await settle();
+    const stream = streams.get(deadId ?? '') as Duplex;
+    stream.destroy();
+    await once(stream, 'close');
     const taken = await pool.take('k', spec('a'));
     expect(taken.id).not.toBe(deadId);
-    await settle();
     expect(live.has(deadId ?? '')).toBe(false);
   });
 
@@ -141,7 +173,7 @@ describe('PrewarmPool', () => {
     const pool = new PrewarmPool(engine, { perKey: 1, maxKeys: 2 });
     for (const k of ['a', 'b', 'c']) {
       pool.refill(k, spec(k));
-      await settle();
+      await pool.settled();
     }
     expect(pool.idleCount()).toBe(2);
     expect(live.size).toBe(2);
@@ -153,7 +185,7 @@ describe('PrewarmPool', () => {
     const { engine, live } = fakeEngine();
     const none = new PrewarmPool(engine, { perKey: 0, maxKeys: 2 });
     none.refill('k', spec('a'));
-    await settle();
+    await none.settled();
     expect(live.size).toBe(0);
     const pool = new PrewarmPool(engine, { perKey: 2, maxKeys: 2 });
     pool.refill('k', spec('a'));

@@ -37,7 +37,7 @@ const capability: Capability = {
 
 describe('DockerRunner with an engine that does not answer', () => {
   it('available() is {ok:false, reason} within the timeout', async () => {
-    const runner = new DockerRunner({ engine: hungEngine(), engineTimeoutMs: 200 });
+    const runner = new DockerRunner({ env: {}, engine: hungEngine(), engineTimeoutMs: 200 });
     const r = await runner.available();
     expect(r.ok).toBe(false);
     // The engine never answers: the reason is the timeout's, so the answer came from it, not the engine.
@@ -45,7 +45,7 @@ describe('DockerRunner with an engine that does not answer', () => {
   });
 
   it('run() fails with RUNNER_UNAVAILABLE and a hint, never hangs', async () => {
-    const runner = new DockerRunner({ engine: hungEngine(), engineTimeoutMs: 200 });
+    const runner = new DockerRunner({ env: {}, engine: hungEngine(), engineTimeoutMs: 200 });
     await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
       code: 'RUNNER_UNAVAILABLE',
       details: { hint: expect.stringMatching(/provision-docker/) },
