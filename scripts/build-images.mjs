@@ -21,7 +21,7 @@ const { DockerodeEngine } = await import(path.join(root, 'dist', 'runners', 'doc
 const args = process.argv.slice(2);
 const force = args.includes('--force');
 const wanted = args.filter((a) => a !== '--force');
-const engine = new DockerodeEngine();
+const engine = new DockerodeEngine({ env: process.env });
 const builder = new ImageBuilder({ engine });
 const log = (m) => process.stderr.write(`build-images: ${m}\n`);
 try {
