@@ -96,7 +96,7 @@ export class InputValidator {
     }
     let validate: ValidateFunction;
     try {
-      validate = this.compile(capability.manifest.inputSchema);
+      validate = this.compile(capability.manifest.inputSchema, 'inputSchema');
     } catch (err) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
@@ -149,7 +149,7 @@ export class InputValidator {
     }
     let validate: ValidateFunction;
     try {
-      validate = this.compile(schema);
+      validate = this.compile(schema, 'outputSchema');
     } catch (err) {
       return {
         ok: false,
@@ -166,12 +166,16 @@ export class InputValidator {
     };
   }
 
-  private compile(schema: Record<string, unknown>): ValidateFunction {
+  private compile(schema: Record<string, unknown>, field: string): ValidateFunction {
     const key = JSON.stringify(schema);
     let fn = this.cache.get(key);
     if (fn === undefined) {
-      const problem = this.schemaProblem(schema, 'schema');
-      if (problem !== undefined) throw new Error(`schema is invalid: ${problem}`);
+      const problem = this.schemaProblem(schema, field);
+      if (problem !== undefined)
+        throw new CapsuleError('MANIFEST_INVALID', `${field} is not a valid JSON Schema: ${problem}`, {
+          field,
+          hint: 'Fix the schema in capsule.json (see docs/manifest.md).',
+        });
       fn = this.ajv.compile(schema);
       this.cache.set(key, fn);
     }

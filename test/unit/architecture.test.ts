@@ -193,8 +193,8 @@ function wrapsWithoutCause(text: string): number[] {
 }
 
 describe('errors: a wrap keeps its cause', () => {
-  // Being split by concurrent work (issues 13 and 15) this round; their wrap sites get their cause there.
-  const PENDING_PARTS = ['runners/docker/', 'runners/wasm/', 'tools/generate.ts'];
+  // The docker runner is being split by concurrent work; its wrap sites get their cause there.
+  const PENDING_PARTS = ['runners/docker/'];
 
   it('every CapsuleError made in a catch block passes the caught error as cause', () => {
     const files = sourceFiles(SRC).filter(
