@@ -4,6 +4,12 @@ import { EXIT, exitCodeFor } from './exit-codes.js';
 /** Where the CLI writes; injected so tests can capture it. */
 /** Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. */
 export interface SignalSource {
+  /**
+   * Listen with `on` (and remove in a finally), not `once`: a `once` listener is gone by the time
+   * proper-lockfile's signal-exit handler runs, which then finds itself alone and re-raises the signal,
+   * killing capsule before the run it stopped could report 130.
+   */
+  on(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
   once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
   removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
 }

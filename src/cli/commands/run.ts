@@ -82,7 +82,7 @@ export function registerRun(program: Command, io: CliIO): void {
         });
         const abort = new AbortController();
         const onSigint = (): void => abort.abort();
-        io.signals.once('SIGINT', onSigint);
+        io.signals.on('SIGINT', onSigint);
         try {
           // The capability that was judged and run: no second read of its folder.
           const {
