@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../errors.js';
+import { schemaRegexProblem } from './regex-safety.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
@@ -56,11 +57,12 @@ export class InputValidator {
   private schemaProblem(schema: Record<string, unknown>, field: string): string | undefined {
     const meta = this.metaFor(schema);
     if (meta !== undefined) {
-      if (meta(schema) === true) return undefined;
-      return this.ajv.errorsText(meta.errors, { dataVar: field });
+      if (meta(schema) !== true) return this.ajv.errorsText(meta.errors, { dataVar: field });
+    } else if (this.ajv.validateSchema(schema) !== true) {
+      return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
     }
-    if (this.ajv.validateSchema(schema) === true) return undefined;
-    return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
+    // Ajv matches patterns with V8's backtracking engine in capsule's own process.
+    return schemaRegexProblem(schema, field);
   }
 
   /**
