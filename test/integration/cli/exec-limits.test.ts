@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
 import { eventually } from '../../helpers/eventually.js';
 import { killAll, processesWith, survivors } from '../../helpers/processes.js';
@@ -94,5 +94,21 @@ describe('capsule exec: one limit, one exit code', () => {
       expect(r.stderr).toMatch(/--timeout-ms/);
     }
     expect(processesWith(token)).toEqual([]);
+  });
+
+  it('capsule run: Ctrl-C stops a shell capability and exits 130 (the same signal path)', async () => {
+    const { root, capRoot } = await tempProject('capsule-exec-');
+    const { command, token } = sleeper();
+    await writeCapability(capRoot, 'napper', {}, { 'run.sh': `${command}\n` });
+    const child = execa(
+      'node',
+      [BUILT_CLI, 'run', 'napper', '--grant', 'run_capability:napper', '--no-prompt'],
+      { cwd: root, reject: false, stdin: 'ignore' },
+    );
+    await eventually(() => processesWith(token).length > 0, 'the capability started');
+    child.kill('SIGINT');
+    const r = await child;
+    expect(r.exitCode).toBe(130);
+    expect(await survivors(token)).toEqual([]);
   });
 });

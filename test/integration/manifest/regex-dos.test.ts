@@ -1,7 +1,11 @@
+import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { choose, connectCapsule, textOf } from '../mcp/mcp-client.js';
 
 /**
  * A hostile schema pattern must not hang capsule: Ajv matches `pattern` with V8's backtracking
@@ -80,5 +84,43 @@ describe('a hostile pattern in a schema cannot hang capsule', () => {
       JSON.stringify({ s: EVIL }),
     ]);
     expect(r.exitCode).toBe(0);
+  });
+
+  it('an agent cannot install one: generate_shell_capability with a hostile pattern writes nothing', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
+    const h = await connectCapsule({ cwd: root, answer: () => choose('Once') });
+    try {
+      for (const [name, inputSchema] of [
+        ['nested', { type: 'object', properties: { s: { type: 'string', pattern: '^(a{1,}){1,}$' } } }],
+        ['keyed', { type: 'object', patternProperties: { '^(a|a)*$': { type: 'string' } } }],
+        ['named', { type: 'object', propertyNames: { pattern: '^(\\w+\\s?)*$' } }],
+        [
+          'defs',
+          { type: 'object', $defs: { s: { pattern: EVIL } }, properties: { s: { $ref: '#/$defs/s' } } },
+        ],
+      ] as const) {
+        const r = await h.client.callTool({
+          name: 'generate_shell_capability',
+          arguments: { name, description: 'hostile', script: 'echo {}\n', inputSchema },
+        });
+        expect(r.isError, `${name}: ${textOf(r)}`).toBe(true);
+        expect(existsSync(path.join(capRoot, name)), name).toBe(false);
+      }
+      // The same call with a safe pattern installs: the refusals above are the patterns'.
+      const ok = await h.client.callTool({
+        name: 'generate_shell_capability',
+        arguments: {
+          name: 'benign',
+          description: 'safe',
+          script: 'echo {}\n',
+          inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^[a-z]+$' } } },
+        },
+      });
+      expect(ok.isError, textOf(ok)).toBeFalsy();
+      expect(existsSync(path.join(capRoot, 'benign'))).toBe(true);
+    } finally {
+      await h.close();
+    }
   });
 });
