@@ -5,12 +5,11 @@ import { EXIT, exitCodeFor } from './exit-codes.js';
 /** Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. */
 export interface SignalSource {
   /**
-   * Listen with `on` (and remove in a finally), not `once`: a `once` listener is gone by the time
+   * Only `on` (remove the listener when done), no `once`: a `once` listener is gone by the time
    * proper-lockfile's signal-exit handler runs, which then finds itself alone and re-raises the signal,
-   * killing capsule before the run it stopped could report 130.
+   * killing capsule before it could stop its run and report 130 (or close the MCP server).
    */
   on(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
-  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
   removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
 }
 

@@ -63,8 +63,8 @@ export function registerMcp(program: Command, io: CliIO): void {
       const stopped = new Promise<void>((resolve) => (stop = resolve));
       stdin.once('end', stop);
       stdin.once('close', stop);
-      io.signals.once('SIGTERM', stop);
-      io.signals.once('SIGINT', stop);
+      io.signals.on('SIGTERM', stop);
+      io.signals.on('SIGINT', stop);
       server.server.onclose = stop;
       await stopped;
       io.signals.removeListener('SIGTERM', stop);
