@@ -270,24 +270,41 @@ export function regexHazard(source: string): string | undefined {
   return h === undefined ? undefined : `it can backtrack catastrophically: ${h}`;
 }
 
-/** Keywords whose values are data, not schemas: a `pattern` inside them is never compiled. */
-const DATA_KEYWORDS = new Set(['enum', 'const', 'default', 'examples']);
+/**
+ * Keywords whose value maps names to schemas: a name there is the user's (a property may be called
+ * `enum`), so every value is a schema, whatever its name.
+ */
+const SCHEMA_MAPS = new Set([
+  'properties',
+  'patternProperties',
+  '$defs',
+  'definitions',
+  'dependencies',
+  'dependentSchemas',
+]);
 
 /**
  * The first regular expression in `schema` (a `pattern` value or a `patternProperties` key, at any
  * depth: properties, items, $defs, propertyNames, …) that capsule refuses, naming where it is.
  */
 export function schemaRegexProblem(schema: unknown, field: string): string | undefined {
-  const visit = (node: unknown, at: string): string | undefined => {
+  const visit = (node: unknown, at: string, isMap: boolean): string | undefined => {
     if (Array.isArray(node)) {
       for (const [i, v] of node.entries()) {
-        const p = visit(v, `${at}[${i}]`);
+        const p = visit(v, `${at}[${i}]`, false);
         if (p !== undefined) return p;
       }
       return undefined;
     }
     if (node === null || typeof node !== 'object') return undefined;
     const obj = node as Record<string, unknown>;
+    if (isMap) {
+      for (const [k, v] of Object.entries(obj)) {
+        const p = visit(v, `${at}.${k}`, false);
+        if (p !== undefined) return p;
+      }
+      return undefined;
+    }
     if (typeof obj.pattern === 'string') {
       const h = regexHazard(obj.pattern);
       if (h !== undefined) return `${at}.pattern ${JSON.stringify(obj.pattern)} is refused: ${h}`;
@@ -299,12 +316,13 @@ export function schemaRegexProblem(schema: unknown, field: string): string | und
         if (h !== undefined) return `${at}.patternProperties key ${JSON.stringify(key)} is refused: ${h}`;
       }
     }
+    // Data keywords (enum, const, default, examples) are walked too: a `$ref` such as `#/default`
+    // makes Ajv compile what is there as a schema.
     for (const [k, v] of Object.entries(obj)) {
-      if (DATA_KEYWORDS.has(k)) continue;
-      const p = visit(v, `${at}.${k}`);
+      const p = visit(v, `${at}.${k}`, SCHEMA_MAPS.has(k));
       if (p !== undefined) return p;
     }
     return undefined;
   };
-  return visit(schema, field);
+  return visit(schema, field, false);
 }

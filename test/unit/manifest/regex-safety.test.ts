@@ -84,6 +84,21 @@ describe('schemaRegexProblem finds a pattern wherever a schema holds one', () =>
     ],
     ['items', { type: 'array', items: [{ pattern: EVIL }] }, 'inputSchema.items[0].pattern'],
     ['anyOf', { anyOf: [{ type: 'number' }, { pattern: EVIL }] }, 'inputSchema.anyOf[1].pattern'],
+    [
+      'a property named like a data keyword',
+      { type: 'object', properties: { enum: { type: 'string', pattern: EVIL } } },
+      'inputSchema.properties.enum.pattern',
+    ],
+    [
+      'a definition named default',
+      { $defs: { default: { pattern: EVIL } } },
+      'inputSchema.$defs.default.pattern',
+    ],
+    [
+      'dependencies / if-then-else / not',
+      { dependencies: { examples: { pattern: EVIL } } },
+      'inputSchema.dependencies.examples.pattern',
+    ],
     ['nested {1,}', { properties: { s: { pattern: '^(a{1,}){1,}$' } } }, 'inputSchema.properties.s.pattern'],
   ];
   for (const [what, schema, where] of cases) {
@@ -92,18 +107,16 @@ describe('schemaRegexProblem finds a pattern wherever a schema holds one', () =>
     });
   }
 
-  it('a pattern-like string in data keywords (enum, const, default, examples) is never compiled: allowed', () => {
+  it('inside data keywords too: a $ref such as #/default makes Ajv compile what is there', () => {
     expect(
       schemaRegexProblem(
-        {
-          enum: [{ pattern: EVIL }],
-          const: { pattern: EVIL },
-          default: { pattern: EVIL },
-          examples: [{ pattern: EVIL }],
-        },
+        { default: { pattern: EVIL }, properties: { s: { $ref: '#/default' } } },
         'inputSchema',
       ),
-    ).toBeUndefined();
+    ).toContain('inputSchema.default.pattern');
+    expect(schemaRegexProblem({ enum: [{ pattern: EVIL }] }, 'inputSchema')).toContain(
+      'inputSchema.enum[0].pattern',
+    );
   });
 
   it('the input validator refuses the schema (load time), naming the field', () => {
