@@ -23,6 +23,18 @@ export function commandLine(words: readonly string[]): string {
   return command;
 }
 
+/** A flag's value as a positive integer (at most `max` when given), or a usage error naming the flag. */
+export function positiveInt(value: string, flag: string, max?: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) {
+    throw new CapsuleError('USAGE', `${flag} must be a positive integer, got "${value}"`, { field: flag });
+  }
+  if (max !== undefined && n > max) {
+    throw new CapsuleError('USAGE', `${flag} must be at most ${max}, got ${n}`, { field: flag });
+  }
+  return n;
+}
+
 /** `--env shell,wasm`: the environments asked for, each once. */
 export function parseEnvs(value: string): Environment[] {
   const envs = value

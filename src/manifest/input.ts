@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../errors.js';
+import { schemaRegexProblem } from './regex-safety.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
@@ -97,11 +98,12 @@ export class InputValidator {
   private schemaProblem(schema: Record<string, unknown>, field: string): string | undefined {
     const meta = this.metaFor(schema);
     if (meta !== undefined) {
-      if (meta(schema) === true) return undefined;
-      return this.ajv.errorsText(meta.errors, { dataVar: field });
+      if (meta(schema) !== true) return this.ajv.errorsText(meta.errors, { dataVar: field });
+    } else if (this.ajv.validateSchema(schema) !== true) {
+      return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
     }
-    if (this.ajv.validateSchema(schema) === true) return undefined;
-    return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
+    // Ajv matches patterns with V8's backtracking engine in capsule's own process.
+    return schemaRegexProblem(schema, field);
   }
 
   /**
@@ -143,7 +145,7 @@ export class InputValidator {
     }
     let validate: ValidateFunction;
     try {
-      validate = this.compile(capability.manifest.inputSchema);
+      validate = this.compile(capability.manifest.inputSchema, 'inputSchema');
     } catch (err) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
@@ -211,7 +213,7 @@ export class InputValidator {
     }
     let validate: ValidateFunction;
     try {
-      validate = this.compile(schema);
+      validate = this.compile(schema, 'outputSchema');
     } catch (err) {
       return {
         ok: false,
@@ -235,12 +237,16 @@ export class InputValidator {
     };
   }
 
-  private compile(schema: Record<string, unknown>): ValidateFunction {
+  private compile(schema: Record<string, unknown>, field: string): ValidateFunction {
     const key = JSON.stringify(schema);
     let fn = this.cache.get(key);
     if (fn === undefined) {
-      const problem = this.schemaProblem(schema, 'schema');
-      if (problem !== undefined) throw new Error(`schema is invalid: ${problem}`);
+      const problem = this.schemaProblem(schema, field);
+      if (problem !== undefined)
+        throw new CapsuleError('MANIFEST_INVALID', `${field} is not a valid JSON Schema: ${problem}`, {
+          field,
+          hint: 'Fix the schema in capsule.json (see docs/manifest.md).',
+        });
       fn = this.ajv.compile(schema);
       this.cache.set(key, fn);
     }

@@ -302,6 +302,13 @@ export class CapsuleMcpServer {
             };
       const options = { signal: extra.signal, progress, callId: String(extra.requestId) };
       const args = request.params.arguments ?? {};
+      // What tools/list shows changes with generate_* and reload; any other call that can write
+      // (a file tool, run_command, a capability) may change it too: compare the listing around it.
+      const announces = name.startsWith('generate_') || name === 'reload';
+      const mayWrite =
+        !announces &&
+        session.findTool(capability === undefined ? name : 'run_capability')?.kind !== 'READ_ONLY';
+      const before = mayWrite ? await this.capabilityListing() : undefined;
       try {
         if (capability !== undefined) {
           const input = await this.capabilityInput(capability, args);
@@ -309,11 +316,12 @@ export class CapsuleMcpServer {
           return capabilityResultOf(capability, value);
         }
         const value = await session.call(name, args, options);
-        // What tools/list shows changed: a capability was written, or the registry re-read.
-        if (name.startsWith('generate_') || name === 'reload') this.toolsChanged();
+        if (announces) this.toolsChanged();
         return toolResultOf(name, value);
       } catch (err) {
         return errorResultOf(err, clientCanElicit(this.server));
+      } finally {
+        if (before !== undefined && (await this.capabilityListing()) !== before) this.toolsChanged();
       }
     });
   }
@@ -324,6 +332,22 @@ export class CapsuleMcpServer {
     if (session.findTool('run_capability') === undefined) return [];
     const scan = await session.registry.scan();
     return scan.capabilities.map((c) => mcpCapabilityToolOf(c, session.executor.isolation(c)));
+  }
+
+  /**
+   * The capability tools tools/list would show, as one string of names and content hashes (the scan
+   * index keeps this cheap); undefined when this session lists no capabilities.
+   */
+  private async capabilityListing(): Promise<string | undefined> {
+    const session = this.session;
+    if (session.findTool('run_capability') === undefined) return undefined;
+    try {
+      const scan = await session.registry.scan();
+      return JSON.stringify(scan.capabilities.map((c) => [c.name, c.contentHash]).sort());
+    } catch {
+      // A scan that fails is reported by tools/list itself; it cannot tell a change here.
+      return undefined;
+    }
   }
 
   /** A capability tool's arguments as the capability's input (unwrapped when its schema is not an object). */

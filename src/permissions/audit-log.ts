@@ -16,7 +16,7 @@ import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
 import { STATE_DIR, writeFileAtomic } from '../config/config-store.js';
 import { parseStrictJson } from '../config/strict-json.js';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError, type DeniedBy } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
 
 const fdatasync = promisify(fdatasyncCallback);
@@ -49,6 +49,8 @@ export interface AuditEvent {
   decision: 'allow' | 'deny' | 'error';
   /** What decided: deny-rule, allow-rule, mode, project-allowlist, session-allowlist, prompt, no-prompt, … */
   source: string;
+  /** Who denied (denials only): rule, mode, ceiling, person or nobody (see denial.ts). */
+  deniedBy?: DeniedBy | undefined;
   reason: string;
   mode: string;
   /** The rule or allowlist key that decided. */
@@ -96,6 +98,10 @@ const auditRecordSchema = z
     key: z.string(),
     decision: z.enum(['allow', 'deny', 'error']),
     source: z.string(),
+    denied_by: z
+      .enum(['rule', 'mode', 'ceiling', 'person', 'nobody'])
+      .optional()
+      .describe('Who denied (denials only). Absent in lines written before it was recorded.'),
     reason: z.string(),
     mode: z.string(),
     matched: z.string().optional(),
@@ -158,6 +164,7 @@ function canonicalBody(r: AuditBody): string {
     key: r.key,
     decision: r.decision,
     source: r.source,
+    ...(r.denied_by !== undefined ? { denied_by: r.denied_by } : {}),
     reason: r.reason,
     mode: r.mode,
     ...(r.matched !== undefined ? { matched: r.matched } : {}),
@@ -645,6 +652,7 @@ export class JsonlAuditLog implements AuditSink {
       key: e.key,
       decision: e.decision,
       source: e.source,
+      denied_by: e.deniedBy,
       reason: e.reason,
       mode: e.mode,
       matched: e.matched,

@@ -569,7 +569,13 @@ export class PermissionEngine implements PermissionGate {
       const asked = this.prompter.interactive;
       const source = asked ? 'prompt' : 'no-prompt';
       const reason = this.denialMessage(request, verdict.ceiling, asked);
-      await this.record(request, { decision: 'deny', source, reason, answer });
+      await this.record(request, {
+        decision: 'deny',
+        source,
+        reason,
+        answer,
+        ceilingSkipped: verdict.ignored.length > 0,
+      });
       const denial = denialOf(request, source, this.denialHead(request, asked, verdict.ignored), {
         ceiling: verdict.ceiling.ceiling,
         ceilingSkipped: verdict.ignored.length > 0,
@@ -687,16 +693,19 @@ export class PermissionEngine implements PermissionGate {
   private async record(
     request: PermissionRequest,
     event: Pick<AuditEvent, 'decision' | 'source' | 'reason'> &
-      Partial<Pick<AuditEvent, 'matched' | 'answer'>>,
+      Partial<Pick<AuditEvent, 'matched' | 'answer'>> & { ceilingSkipped?: boolean },
   ): Promise<void> {
     if (this.audit === undefined) return;
+    const { ceilingSkipped, ...fields } = event;
     await this.audit.append({
       tool: request.tool,
       key: request.key.raw,
       mode: this.modeValue,
       contentHash: request.contentHash,
       sandboxed: request.sandboxed,
-      ...event,
+      // The same mapping the denial a caller sees is built with (denialOf), so log and answer agree.
+      deniedBy: event.decision === 'deny' ? deniedByOf(event.source, ceilingSkipped === true) : undefined,
+      ...fields,
     });
   }
 

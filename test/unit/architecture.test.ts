@@ -190,14 +190,8 @@ function wrapsWithoutCause(text: string): number[] {
 }
 
 describe('errors: a wrap keeps its cause', () => {
-  // Being split by concurrent work (issue 13) this round; their wrap sites get their cause there.
-  const PENDING_PARTS = ['runners/wasm/', 'tools/generate.ts'];
-
   it('every CapsuleError made in a catch block passes the caught error as cause', () => {
-    const files = sourceFiles(SRC).filter(
-      (f) => !PENDING_PARTS.some((p) => path.relative(SRC, f).startsWith(p)),
-    );
-    const missing = files.flatMap((f) =>
+    const missing = sourceFiles(SRC).flatMap((f) =>
       wrapsWithoutCause(readFileSync(f, 'utf8')).map((line) => `${path.relative(SRC, f)}:${line}`),
     );
     expect(missing).toEqual([]);

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { EXIT } from '../exit-codes.js';
+import { runExitCode } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
-import { commandLine } from '../args.js';
+import { commandLine, positiveInt } from '../args.js';
 
 /** `capsule exec --json` captures this much per stream; past it the command is stopped. */
 const EXEC_CAPTURE_BYTES = 16 * 1024 * 1024;
@@ -18,25 +18,31 @@ export function registerExec(program: Command, io: CliIO): void {
       )
       .argument('<command...>', "the command, after --, e.g. -- 'git status'")
       .option(
+        '--timeout-ms <ms>',
+        "wall-clock limit: past it the command's process group is killed and capsule exits 124 (default: none)",
+      )
+      .option(
         '--json',
-        'print one JSON document {key, compound, decision, exitCode, signal, stdout, stderr}',
+        'print one JSON document {key, compound, decision, exitCode, signal, timedOut, canceled, truncated, stdout, stderr}',
       ),
   ).action(
-    action(io, async (words: string[], opts: GateFlags & { json?: boolean }) => {
+    action(io, async (words: string[], opts: GateFlags & { json?: boolean; timeoutMs?: string }) => {
       const command = commandLine(words);
       const [
         { createCommandParser },
-        { createRunCommandTool },
+        { createRunCommandTool, RUN_COMMAND_MAX_TIMEOUT_MS },
         { Workspace },
         { openSession },
-        { exitStatus },
       ] = await Promise.all([
         import('../../permissions/command-parser.js'),
         import('../../tools/run-command.js'),
         import('../../tools/workspace.js'),
         import('../session.js'),
-        import('../../runners/exit-status.js'),
       ]);
+      const timeoutMs =
+        opts.timeoutMs === undefined
+          ? undefined
+          : positiveInt(opts.timeoutMs, '--timeout-ms', RUN_COMMAND_MAX_TIMEOUT_MS);
       const parser = await createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
@@ -44,35 +50,46 @@ export function registerExec(program: Command, io: CliIO): void {
         mode: opts.mode,
         parser,
       });
+      // Ctrl-C (SIGINT) or SIGTERM stops the command's whole process group: nothing outlives capsule.
       const abort = new AbortController();
-      const onSigint = (): void => abort.abort();
-      io.signals.on('SIGINT', onSigint);
+      const onSignal = (): void => abort.abort();
+      io.signals.on('SIGINT', onSignal);
+      io.signals.on('SIGTERM', onSignal);
       try {
-        // The agent's run_command, with the terminal's output and no wall-clock limit.
+        // The agent's run_command, with the terminal's output and a wall-clock limit only when asked for.
         const tool = createRunCommandTool({
           env: io.env,
           passThrough: opts.json !== true,
-          timeLimit: false,
+          timeLimit: timeoutMs !== undefined,
           outputBytes: EXEC_CAPTURE_BYTES,
           readOnlyPaths: () => session.hostReadOnly,
         });
         const workspace = await Workspace.open({ projectRoot: session.project.root });
         const { decision, result } = await session.executor.call(
           tool,
-          { command },
+          timeoutMs === undefined ? { command } : { command, timeoutMs },
           { signal: abort.signal, workspace, commands: parser },
         );
-        const code = exitStatus(result.exitCode, result.signal, EXIT.FAILURE);
+        // The limit that ended the command decides, as for a capability run (docs/cli.md).
+        const code = runExitCode(result);
         if (opts.json) {
           const key = decision?.key;
           await write(
             io.stdout,
             json({ key, compound: parser.analyze(command).compound, decision, ...result }),
           );
+        } else if (result.timedOut || result.canceled || result.truncated) {
+          const why = result.timedOut
+            ? `timed out after ${timeoutMs} ms (--timeout-ms)`
+            : result.canceled
+              ? 'was canceled'
+              : `passed ${EXEC_CAPTURE_BYTES} bytes of output`;
+          await write(io.stderr, `capsule: the command ${why} and was stopped\n`);
         }
         return code;
       } finally {
-        io.signals.removeListener('SIGINT', onSigint);
+        io.signals.removeListener('SIGINT', onSignal);
+        io.signals.removeListener('SIGTERM', onSignal);
         await session.close();
         parser.close();
       }

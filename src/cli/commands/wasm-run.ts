@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
 import type { DirGrant } from '../../runners/wasm/dir-grants.js';
+import { positiveInt } from '../args.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -17,14 +18,6 @@ interface WasmRunFlags {
 }
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
-
-function positiveInt(value: string, flag: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) {
-    throw new CapsuleError('USAGE', `${flag} must be a positive integer, got "${value}"`, { field: flag });
-  }
-  return n;
-}
 
 /** `HOST[::GUEST]` → a read-write directory grant (wasmtime's --dir semantics); GUEST defaults to HOST. */
 async function parseDir(spec: string, cwd: string): Promise<DirGrant> {

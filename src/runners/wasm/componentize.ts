@@ -72,6 +72,7 @@ export async function componentizeJs(
       {
         hint: 'Reinstall capsule’s dependencies (npm install); componentize-qjs ships a native binding per platform.',
       },
+      { cause: err },
     );
   }
   let component: Uint8Array;
@@ -86,6 +87,7 @@ export async function componentizeJs(
         file,
         hint: 'Fix the JavaScript (it must be a plain ES module without Node or browser APIs, exporting run(input)).',
       },
+      { cause: err },
     );
   }
   detectWasmKind(component, file);

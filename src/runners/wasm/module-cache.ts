@@ -122,6 +122,7 @@ export class ModuleCache {
           file,
           hint: 'Check the path of the .wasm file.',
         },
+        { cause: err },
       );
     }
     const stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
@@ -243,6 +244,7 @@ export class ModuleCache {
           file,
           hint: 'Rebuild the component (for JavaScript sources: componentizeJs / scripts/build-wasm-examples.mjs).',
         },
+        { cause: err },
       );
     }
     const js = result.files[JS_FILE];
@@ -261,10 +263,15 @@ async function compile(bytes: Uint8Array, file: string): Promise<WasmModule> {
   try {
     return await webAssembly().compile(bytes);
   } catch (err) {
-    throw new CapsuleError('RUNNER_FAILED', `${file} does not compile: ${(err as Error).message}`, {
-      file,
-      hint: 'The binary is malformed or uses a Wasm feature Node 20 does not support.',
-    });
+    throw new CapsuleError(
+      'RUNNER_FAILED',
+      `${file} does not compile: ${(err as Error).message}`,
+      {
+        file,
+        hint: 'The binary is malformed or uses a Wasm feature Node 20 does not support.',
+      },
+      { cause: err },
+    );
   }
 }
 

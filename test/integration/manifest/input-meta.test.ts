@@ -69,7 +69,18 @@ describe('the precompiled input meta-schema (built dist)', () => {
     const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
     expect(v.validate(cap(schema), '{"n":1}')).toBe('{"n":1}');
     expect(() => v.validate(cap(schema), '{"n":"one"}')).toThrow(/input\.n must be integer/);
-    expect(() => v.validate(cap({ type: 12 }), '{}')).toThrow(/cannot be compiled: schema is invalid/);
+    expect(() => v.validate(cap({ type: 12 }), '{}')).toThrow(
+      /cannot be compiled: inputSchema is not a valid JSON Schema/,
+    );
+    // The wrapped error is a CapsuleError naming the field, never a plain Error.
+    try {
+      v.validate(cap({ type: 12 }), '{}');
+    } catch (err) {
+      expect((err as Error).cause).toMatchObject({
+        code: 'MANIFEST_INVALID',
+        details: { field: 'inputSchema' },
+      });
+    }
     // A foreign $schema is not judged by the precompiled validator: refused, never compiled unchecked.
     expect(() => v.validate(cap({ $schema: 'https://attacker.example/meta', type: 'object' }), '{}')).toThrow(
       /cannot be compiled/,

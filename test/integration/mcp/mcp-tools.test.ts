@@ -199,6 +199,48 @@ describe('capsule mcp: tools as clients expect them', () => {
     expect(existsSync(path.join(capRoot, 'never'))).toBe(false);
   });
 
+  it('list_changed after any call that changed the capabilities (write_file, edit_file, run_command); not after other writes', async () => {
+    const { root } = await project();
+    const h = await connect({ cwd: root, answer: () => choose('Once') });
+    let changed = 0;
+    h.client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+      changed += 1;
+    });
+    const names = async () => (await h.client.listTools()).tools.map((t) => t.name);
+    const call = async (name: string, args: Record<string, unknown>) => {
+      const r = await h.client.callTool({ name, arguments: args });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      // The notification is sent before the call's response: the count is settled here.
+      return changed;
+    };
+    const manifest = JSON.stringify({
+      schemaVersion: 1,
+      name: 'written',
+      description: 'written by write_file',
+      environment: 'shell',
+      entry: 'run.sh',
+      interpreter: 'sh',
+    });
+    // A write elsewhere in the project changes no tool.
+    expect(await call('write_file', { path: 'notes.txt', content: 'hello\n' })).toBe(0);
+    // A manifest whose entry is missing is not a valid capability yet: no tool appears.
+    expect(
+      await call('write_file', { path: 'capabilities/written/capability.json', content: manifest }),
+    ).toBe(0);
+    expect(await names()).not.toContain('cap_written');
+    // Its entry makes it valid: a new tool, announced.
+    expect(await call('write_file', { path: 'capabilities/written/run.sh', content: 'echo one\n' })).toBe(1);
+    expect(await names()).toContain('cap_written');
+    // Changing its code changes its content hash: announced again.
+    expect(
+      await call('edit_file', { path: 'capabilities/written/run.sh', oldText: 'one', newText: 'two' }),
+    ).toBe(2);
+    // A command that writes elsewhere announces nothing; one that removes the capability does.
+    expect(await call('run_command', { command: 'touch other.txt' })).toBe(2);
+    expect(await call('run_command', { command: 'rm -r capabilities/written' })).toBe(3);
+    expect(await names()).not.toContain('cap_written');
+  });
+
   it('a denial over MCP says what stopped it and what a person must do, never "run again"', async () => {
     const { root, capRoot } = await project();
     await writeFile(
