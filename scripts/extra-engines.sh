@@ -2,6 +2,8 @@
 # Extra Docker engines for the scale-out tests (docs/scale-out.md), each in a network namespace this script
 # creates, so nothing they run can reach beyond it:
 #   pool-a, pool-b   two plain engines for the engine pool (only loopback in their namespace)
+#   crash-a, crash-b two more plain engines that tests kill or stop mid-call; no other test uses them, so test
+#                    files running at the same time never see pool-a or pool-b go away
 #   weak             an engine whose posture is weaker whatever capsule asks: its `runc` (first on the daemon's
 #                    PATH) is a wrapper that drops no-new-privileges and the seccomp filter from every container;
 #                    the posture probe must see it and the isolation judge must stop trusting that engine
@@ -20,7 +22,7 @@ set -euo pipefail
 
 root="${CAPSULE_ENGINES_ROOT:-/var/lib/capsule-engines}"
 images=(capsule/busybox:1 capsule/node:1)
-pool=(pool-a pool-b weak)
+pool=(pool-a pool-b crash-a crash-b weak)
 swarm=(swarm-m swarm-w)
 manager_addr=10.213.0.1
 worker_addr=10.213.0.2
@@ -77,7 +79,7 @@ start_engine() {
     --config-file "$dir/daemon.json" \
     --data-root "$dir/data" --exec-root "$dir/exec" --pidfile "$dir/dockerd.pid" \
     -H "unix://$dir/docker.sock" --bridge=none --iptables=false --ip-masq=false \
-    "${extra[@]}" >"$dir/dockerd.log" 2>&1 &
+    "${extra[@]}" >"$dir/dockerd.log" 2>&1 9>&- &
 }
 
 # The weak engine's runc: edits each bundle's config.json before the real runc creates the container.
@@ -230,9 +232,13 @@ down() {
   log "down"
 }
 
+# One `up` or `down` at a time: test files run in parallel, and two racing `up`s would each start a dockerd
+# for the same engine.
+mkdir -p "$root"
+exec 9>"$root/.lock"
 case "${1:-}" in
-  up) up ;;
-  down) down ;;
+  up) flock 9 && up ;;
+  down) flock 9 && down ;;
   status) cat "$root/engines.json" ;;
   *)
     echo "usage: scripts/extra-engines.sh up|down|status" >&2

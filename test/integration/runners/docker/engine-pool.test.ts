@@ -105,12 +105,14 @@ describe('engine pool on real engines', () => {
     }
   });
 
+  // The engines these two tests kill or stop are theirs alone (crash-a, crash-b): other test files use
+  // pool-a and pool-b at the same time.
   it('an engine whose dockerd is killed mid-call: that call fails naming the engine (no hang), the pool goes on on the other', async () => {
     const t = await gated('pool-killed');
     const quick = await tempCapability('pool-after', { entry: 'run.sh' }, { 'run.sh': 'echo after\n' });
     const pool = new EnginePool([
-      { name: 'pool-a', engine: connect('pool-a') },
-      { name: 'pool-b', engine: connect('pool-b') },
+      { name: 'crash-a', engine: connect('crash-a') },
+      { name: 'crash-b', engine: connect('crash-b') },
     ]);
     try {
       const call = pool.run({ capability: t.capability, input: '{}' });
@@ -118,7 +120,7 @@ describe('engine pool on real engines', () => {
       let victim: string | undefined;
       expect(
         await eventually(async () => {
-          for (const name of ['pool-a', 'pool-b'])
+          for (const name of ['crash-a', 'crash-b'])
             if ((await runningHere(name, 'pool-killed')) > 0) victim = name;
           return victim !== undefined;
         }, 60_000),
@@ -146,19 +148,19 @@ describe('engine pool on real engines', () => {
 
   it('an engine that hangs mid-call (dockerd stopped, its socket still open): the call fails naming it instead of hanging', async () => {
     const t = await gated('pool-hung');
-    const pool = new EnginePool([{ name: 'pool-b', engine: connect('pool-b') }]);
-    const pid = Number(await readFile(engines['pool-b']?.pidfile ?? '', 'utf8'));
+    const pool = new EnginePool([{ name: 'crash-b', engine: connect('crash-b') }]);
+    const pid = Number(await readFile(engines['crash-b']?.pidfile ?? '', 'utf8'));
     try {
       const call = pool.run({ capability: t.capability, input: '{}' });
       call.catch(() => undefined);
-      expect(await eventually(async () => (await runningHere('pool-b', 'pool-hung')) > 0, 60_000)).toBe(true);
+      expect(await eventually(async () => (await runningHere('crash-b', 'pool-hung')) > 0, 60_000)).toBe(true);
       process.kill(pid, 'SIGSTOP');
       const err = await call.then(
         () => undefined,
         (e: unknown) => e,
       );
       expect(err).toBeInstanceOf(CapsuleError);
-      expect((err as CapsuleError).details.engine).toBe('pool-b');
+      expect((err as CapsuleError).details.engine).toBe('crash-b');
       expect(pool.status()[0]?.healthy).toBe(false);
     } finally {
       process.kill(pid, 'SIGCONT');
