@@ -44,7 +44,7 @@ export async function openDockerEgress(
   options: { resolve?: Resolver | undefined; audit?: EgressAudit | undefined },
 ): Promise<DockerEgress | undefined> {
   if (capability.manifest.grants.network.length === 0) return undefined;
-  const [{ startEgressProxy }] = await Promise.all([import('../../network/proxy.js')]);
+  const { startEgressProxy } = await import('../../network/proxy.js');
   const dir = await mkdtemp(path.join(await privateParent(), 'run-'));
   try {
     // Searchable, not listable: the sandbox user reaches the socket by its name only.
