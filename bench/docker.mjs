@@ -3,33 +3,17 @@
 // reset-reusable containers (docker.reusable). Measured alternately in one process so noise hits all three.
 import Docker from 'dockerode';
 import { PassThrough } from 'node:stream';
+import { benchCapability } from './capability.mjs';
 import { stats } from './stats.mjs';
 
 export async function benchDocker({ root, iterations = 30 }) {
   const { DockerRunner } = await import('../dist/runners/docker/runner.js');
   const { DockerodeEngine } = await import('../dist/runners/docker/dockerode-engine.js');
   const { ImageBuilder } = await import('../dist/runners/docker/images.js');
-  const { parseManifest } = await import('../dist/manifest/parse.js');
-  const { readFile, realpath } = await import('node:fs/promises');
-  const path = await import('node:path');
 
   const engine = new DockerodeEngine({ env: process.env });
   await new ImageBuilder({ engine }).ensure('capsule/busybox:1');
-  const dir = await realpath(path.join(root, 'capabilities', 'hello-docker'));
-  const manifestPath = path.join(dir, 'capability.json');
-  const parsed = parseManifest(await readFile(manifestPath, 'utf8'));
-  if (!parsed.ok) throw new Error(`hello-docker: ${JSON.stringify(parsed.issues)}`);
-  const base = {
-    name: 'hello-docker',
-    environment: 'docker',
-    manifest: parsed.manifest,
-    dir,
-    manifestPath,
-    entryPath: path.join(dir, parsed.manifest.entry),
-    contentHash: 'sha256:bench',
-    root: path.dirname(dir),
-    fsGrants: [],
-  };
+  const base = await benchCapability(root, 'hello-docker');
   const reusable = {
     ...base,
     manifest: { ...base.manifest, docker: { ...base.manifest.docker, reusable: true } },
@@ -37,7 +21,7 @@ export async function benchDocker({ root, iterations = 30 }) {
   const input = '{"name":"bench"}';
 
   const docker = new Docker();
-  const limits = parsed.manifest.limits;
+  const limits = base.manifest.limits;
   async function bare() {
     const c = await docker.createContainer({
       Image: 'capsule/busybox:1',
@@ -62,7 +46,7 @@ export async function benchDocker({ root, iterations = 30 }) {
         NanoCpus: 1e9,
         Ulimits: [{ Name: 'nofile', Soft: 1024, Hard: 1024 }],
         Tmpfs: { '/tmp': 'rw,noexec,nosuid,nodev,size=16m,mode=1777' },
-        Mounts: [{ Type: 'bind', Source: dir, Target: '/capability', ReadOnly: true }],
+        Mounts: [{ Type: 'bind', Source: base.dir, Target: '/capability', ReadOnly: true }],
         LogConfig: { Type: 'none', Config: {} },
       },
     });

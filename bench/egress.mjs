@@ -3,9 +3,10 @@
 // Paths: the docker egress proxy on its unix socket (forward proxy and CONNECT tunnel, as capability code
 // in a container uses it) and a warm Wasm component call whose fetch goes through capsule's host.
 import http from 'node:http';
-import { mkdtemp, readFile, realpath, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { benchCapability } from './capability.mjs';
 import { stats } from './stats.mjs';
 
 function get(options) {
@@ -42,7 +43,6 @@ export async function benchEgress({ root, iterations = 200 }) {
   const { EgressSession } = await import('../dist/network/egress.js');
   const { startEgressProxy } = await import('../dist/network/proxy.js');
   const { WasmRunner } = await import('../dist/runners/wasm/wasm-runner.js');
-  const { parseManifest } = await import('../dist/manifest/parse.js');
 
   const server = http.createServer((_req, res) => res.end('ok'));
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -53,23 +53,11 @@ export async function benchEgress({ root, iterations = 200 }) {
       ? Promise.resolve([{ address: '127.0.0.1', family: 4 }])
       : Promise.reject(new Error('unmapped'));
 
-  const dir = await realpath(path.join(root, 'capabilities', 'fetch-wasm'));
-  const text = JSON.parse(await readFile(path.join(dir, 'capability.json'), 'utf8'));
-  text.grants = { network: [{ host: 'api.test', ports: [port], internal: ['127.0.0.1'] }] };
-  text.limits = { ...text.limits, networkRequests: 100_000, networkBytes: 1024 * 1024 * 1024 };
-  const parsed = parseManifest(JSON.stringify(text));
-  if (!parsed.ok) throw new Error(`fetch-wasm: ${JSON.stringify(parsed.issues)}`);
-  const capability = {
-    name: 'fetch-wasm',
-    environment: 'wasm',
-    manifest: parsed.manifest,
-    dir,
-    manifestPath: path.join(dir, 'capability.json'),
-    entryPath: path.join(dir, parsed.manifest.entry),
-    contentHash: 'sha256:bench',
-    root: path.dirname(dir),
-    fsGrants: [],
-  };
+  const capability = await benchCapability(root, 'fetch-wasm', (text) => ({
+    ...text,
+    grants: { network: [{ host: 'api.test', ports: [port], internal: ['127.0.0.1'] }] },
+    limits: { ...text.limits, networkRequests: 100_000, networkBytes: 1024 * 1024 * 1024 },
+  }));
   const session = new EgressSession({ capability, resolve });
   const socketDir = await mkdtemp(path.join(tmpdir(), 'capsule-bench-egress-'));
   const socketPath = path.join(socketDir, 'egress.sock');

@@ -2,8 +2,9 @@
 // at once on two engines vs on one (throughput), and a call through the Swarm runner vs a bare service. Needs the extra engines (bash scripts/extra-engines.sh up);
 // without them the suite says so and adds no rows. Both engines run on this machine, so "two engines" shares
 // its cores: the rows measure the pool's overhead and scheduling, not the capacity of a second host.
-import { readFile, realpath } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { benchCapability } from './capability.mjs';
 import { stats } from './stats.mjs';
 
 export async function benchPool({ root, iterations = 20 }) {
@@ -18,22 +19,7 @@ export async function benchPool({ root, iterations = 20 }) {
   const { DockerRunner } = await import('../dist/runners/docker/runner.js');
   const { EnginePool } = await import('../dist/runners/docker/engine-pool.js');
   const { DockerodeEngine } = await import('../dist/runners/docker/dockerode-engine.js');
-  const { parseManifest } = await import('../dist/manifest/parse.js');
-  const dir = await realpath(path.join(root, 'capabilities', 'hello-docker'));
-  const manifestPath = path.join(dir, 'capability.json');
-  const parsed = parseManifest(await readFile(manifestPath, 'utf8'));
-  if (!parsed.ok) throw new Error(`hello-docker: ${JSON.stringify(parsed.issues)}`);
-  const capability = {
-    name: 'hello-docker',
-    environment: 'docker',
-    manifest: parsed.manifest,
-    dir,
-    manifestPath,
-    entryPath: path.join(dir, parsed.manifest.entry),
-    contentHash: 'sha256:bench',
-    root: path.dirname(dir),
-    fsGrants: [],
-  };
+  const capability = await benchCapability(root, 'hello-docker');
   const input = '{"name":"bench"}';
   const connect = (name) => new DockerodeEngine({ host: index.engines[name].host });
   const check = (r) => {

@@ -31,6 +31,8 @@ log() { printf 'extra-engines: %s\n' "$*" >&2; }
 netns_of() { printf 'capsule-%s' "$1"; }
 sock_of() { printf '%s/%s/docker.sock' "$root" "$1"; }
 dk() { local name=$1; shift; docker -H "unix://$(sock_of "$name")" "$@"; }
+# Waits until pid $1 is gone, checking 60 times, $2 seconds apart.
+wait_gone() { for _ in $(seq 1 60); do kill -0 "$1" 2>/dev/null || return 0; sleep "$2"; done; }
 answers() { timeout 5 docker -H "unix://$(sock_of "$1")" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
 ensure_netns() {
@@ -56,7 +58,7 @@ start_engine() {
     if kill -0 "$old" 2>/dev/null && tr '\0' ' ' <"/proc/$old/cmdline" 2>/dev/null | grep -q -- "dockerd .*$dir/dockerd.pid"; then
       kill -CONT "$old" 2>/dev/null || true
       kill -KILL "$old" 2>/dev/null || true
-      for _ in $(seq 1 60); do kill -0 "$old" 2>/dev/null || break; sleep 0.25; done
+      wait_gone "$old" 0.25
     fi
     rm -f "$dir/dockerd.pid"
   fi
@@ -212,7 +214,7 @@ down() {
     pid="$(cat "$dir/dockerd.pid")"
     if kill -0 "$pid" 2>/dev/null; then
       kill "$pid"
-      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      wait_gone "$pid" 0.5
     fi
   done
   for name in "${pool[@]}" "${swarm[@]}"; do

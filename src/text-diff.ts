@@ -7,9 +7,9 @@ import { diffArrays, structuredPatch } from 'diff';
  */
 
 /** Changed lines (removed + added) past which unifiedDiff gives up. */
-export const MAX_EDIT_LINES = 2_000;
+const MAX_EDIT_LINES = 2_000;
 /** A second bound on the work, for inputs cheap in edits but slow to compare. */
-export const DIFF_TIMEOUT_MS = 2_000;
+const DIFF_TIMEOUT_MS = 2_000;
 
 export type UnifiedDiff =
   | { identical: true; diff: '' }

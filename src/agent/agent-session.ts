@@ -21,11 +21,11 @@ import type {
   ReloadSummary,
   SessionControl,
   CapabilityContext,
+  Componentize,
 } from '../tools/ports.js';
 import { createToolCatalog, isToolName, READ_ONLY_TOOL_NAMES } from '../tools/catalog.js';
 import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
 import type { AgentTool } from '../tools/define.js';
-import type { Componentize } from '../tools/generate.js';
 import { Workspace } from '../tools/workspace.js';
 import type { AgentProfile, ProfileCatalog } from './profile.js';
 import { createRunSubagentTool } from './subagent-tool.js';

@@ -5,7 +5,7 @@ import type { Runner } from '../runners/types.js';
 import { componentizeJs } from '../runners/wasm/componentize.js';
 import { openRuntime } from '../runtime/runtime.js';
 import type { Telemetry } from '../telemetry/telemetry.js';
-import type { Componentize } from '../tools/generate.js';
+import type { Componentize } from '../tools/ports.js';
 import { AgentSession, type PlanApproval } from './agent-session.js';
 import { ProfileCatalog } from './profile.js';
 

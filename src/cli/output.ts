@@ -11,6 +11,28 @@ export interface SignalSource {
   removeListener(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
 }
 
+/** A command's cancel: `signal` aborts on the first of the signals listened for, until `detach()`. */
+export interface SignalCancel {
+  signal: AbortSignal;
+  detach(): void;
+}
+
+/** Listens (with `on`, see SignalSource) for `names` until `detach()`; any of them aborts `signal`. */
+export function cancelOnSignals(
+  signals: SignalSource,
+  names: ReadonlyArray<'SIGINT' | 'SIGTERM'>,
+): SignalCancel {
+  const abort = new AbortController();
+  const onSignal = (): void => abort.abort();
+  for (const name of names) signals.on(name, onSignal);
+  return {
+    signal: abort.signal,
+    detach() {
+      for (const name of names) signals.removeListener(name, onSignal);
+    },
+  };
+}
+
 /** What a command reads from the terminal: a stream, and whether it is a TTY. */
 export type CliInput = NodeJS.ReadableStream & { isTTY?: boolean | undefined };
 

@@ -86,7 +86,7 @@ export async function runCli(argv: readonly string[], io: CliIO): Promise<number
 }
 
 /** `--json` before any `--` (after it, the words are a command's, e.g. `capsule exec -- jq --json`). */
-export function jsonRequested(argv: readonly string[]): boolean {
+function jsonRequested(argv: readonly string[]): boolean {
   const end = argv.indexOf('--');
   return (end === -1 ? argv : argv.slice(0, end)).includes('--json');
 }

@@ -78,7 +78,7 @@ const escapeHtml = (s: string): string =>
 const COLORS: Record<string, string> = { shell: '#d97706', wasm: '#7c3aed', docker: '#0284c7' };
 
 /** A "nice" axis step (1, 2 or 5 × 10^k) that splits 0…max into about `count` intervals. */
-export function niceStep(max: number, count = 5): number {
+function niceStep(max: number, count = 5): number {
   const raw = max / count;
   const magnitude = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);

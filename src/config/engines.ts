@@ -26,7 +26,7 @@ const tlsSchema = z
     'Mutual TLS for a tcp:// engine (as dockerd --tlsverify expects). Paths relative to the project root.',
   );
 
-export const dockerEngineSchema = z
+const dockerEngineSchema = z
   .strictObject({
     type: z.literal('docker').describe('A Docker engine capsule talks to directly (the engine pool).'),
     host: z
@@ -47,7 +47,7 @@ export const dockerEngineSchema = z
   })
   .describe('One Docker engine.');
 
-export const swarmEngineSchema = z
+const swarmEngineSchema = z
   .strictObject({
     type: z.literal('swarm').describe('A Docker Swarm cluster: each call is a one-shot service on it.'),
     manager: z
@@ -88,7 +88,7 @@ export type DockerEngineConfig = z.infer<typeof dockerEngineSchema> | z.infer<ty
 export type EnginesConfig = z.infer<typeof enginesSchema>;
 
 /** The variable CI sets to add engines (the same JSON as capsule.json's `engines`). */
-export const ENGINES_ENV = 'CAPSULE_ENGINES';
+const ENGINES_ENV = 'CAPSULE_ENGINES';
 /** The variable `--engine` falls back to. */
 export const ENGINE_ENV = 'CAPSULE_ENGINE';
 

@@ -29,13 +29,18 @@ export function nestsDeeperThan(value: unknown, max: number): boolean {
  * deeper than MAX_JSON_DEPTH, which would otherwise overflow the stack of JSON.stringify.
  */
 export function inputDocumentText(value: unknown): string {
+  refuseDeepInput(value);
+  return JSON.stringify(value);
+}
+
+/** INPUT_INVALID for an input document nested deeper than MAX_JSON_DEPTH. */
+function refuseDeepInput(value: unknown): void {
   if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
     throw new CapsuleError('INPUT_INVALID', `Input nests deeper than ${MAX_JSON_DEPTH} levels.`, {
       field: 'input',
       hint: 'Flatten the document.',
     });
   }
-  return JSON.stringify(value);
 }
 
 /** Runs a compiled validator; a schema that recurses without end (`$ref` loops) is an answer, not a crash. */
@@ -137,12 +142,7 @@ export class InputValidator {
         { cause: err },
       );
     }
-    if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
-      throw new CapsuleError('INPUT_INVALID', `Input nests deeper than ${MAX_JSON_DEPTH} levels.`, {
-        field: 'input',
-        hint: 'Flatten the document.',
-      });
-    }
+    refuseDeepInput(value);
     let validate: ValidateFunction;
     try {
       validate = this.compile(capability.manifest.inputSchema, 'inputSchema');

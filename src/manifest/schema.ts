@@ -94,7 +94,7 @@ export const fsGrantSchema = z.strictObject({
 });
 
 /** HTTP methods a network grant may name. */
-export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
 const DNS_LABEL = /^(?!-)[a-z0-9-]{1,63}(?<!-)$/;
 const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
@@ -105,7 +105,7 @@ const IPV6ISH = /^[0-9a-f:.]+$/;
  * Why a granted host is not acceptable, or undefined when it is: a DNS name (lower case), `*.` + a name of
  * at least two labels, an IPv4 literal, or an IPv6 literal in brackets. Pure, so the parser stays pure.
  */
-export function hostGrantProblem(host: string): string | undefined {
+function hostGrantProblem(host: string): string | undefined {
   if (host === '*' || host === '*.')
     return 'must name hosts: a bare "*" would grant every host (use "*.example.com" for the subdomains of one)';
   if (host !== host.toLowerCase()) return 'must be lower case';

@@ -103,7 +103,7 @@ export const TOOL_ANNOTATIONS: Record<ToolName, ToolAnnotations> = {
 };
 
 /** Whether a capability's grants or settings give it the network (docker `network: host` included). */
-export function reachesNetwork(capability: Capability): boolean {
+function reachesNetwork(capability: Capability): boolean {
   return capability.manifest.grants.network.length > 0 || capability.manifest.docker?.network === 'host';
 }
 

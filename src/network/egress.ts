@@ -16,7 +16,7 @@ export interface ResolvedAddress {
  */
 export type Resolver = (host: string) => Promise<ResolvedAddress[]>;
 
-export const systemResolver: Resolver = async (host) => {
+const systemResolver: Resolver = async (host) => {
   const found = await lookup(host, { all: true, verbatim: true });
   return found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
 };

@@ -18,7 +18,7 @@ export interface EgressTarget {
 
 export type HostDecision = { ok: true; grant: NetworkGrant; index: number } | { ok: false; reason: string };
 
-export const DEFAULT_PORTS: readonly number[] = [443, 80];
+const DEFAULT_PORTS: readonly number[] = [443, 80];
 
 /**
  * Normalize a host as a URL parser would (`2130706433` and `0x7f.1` are 127.0.0.1, `EXAMPLE.com.` is

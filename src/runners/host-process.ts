@@ -18,6 +18,7 @@ import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import type { Readable, Writable } from 'node:stream';
 import { CappedOutput } from './capped-output.js';
+import { isPrivateFolder } from './private-folder.js';
 import type { RunResult } from './types.js';
 
 /**
@@ -249,17 +250,22 @@ function initScript(
 
 /**
  * Where mount tables live: one folder per user, itself mounted read-only in every run, so no confined
- * process can rewrite the table a later run mounts from. Named by content, so runs share them.
+ * process can rewrite the table a later run mounts from.
  */
+function mountTableDir(): string {
+  return path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+}
+
+/** The file holding `fstab` in mountTableDir, named by content, so runs share them. */
 function mountTableFile(fstab: string): string {
-  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  const dir = mountTableDir();
   try {
     mkdirSync(dir, { mode: 0o700 });
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
   }
   const st = lstatSync(dir);
-  if (!st.isDirectory() || st.uid !== (process.getuid?.() ?? st.uid) || (st.mode & 0o077) !== 0) {
+  if (!isPrivateFolder(st, process.getuid?.())) {
     throw new Error(`${dir} is not a private folder of this user`);
   }
   const file = path.join(dir, `${createHash('sha256').update(fstab).digest('hex').slice(0, 32)}.fstab`);
@@ -282,7 +288,7 @@ function runMounts(
   hideCgroups: boolean,
 ): { fstabFile?: string | undefined; explicit: string[] } {
   if (readOnly.length === 0 && !hideCgroups) return { explicit: [] };
-  const dir = path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
+  const dir = mountTableDir();
   const table = mountTable([dir, ...readOnly], mountPoints());
   // Root may write cgroupfs: the run would leave its cgroup or raise its own limits. An empty read-only
   // tmpfs hides every hierarchy once the init has joined (its own name, or mount -a takes it as mounted).

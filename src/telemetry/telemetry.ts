@@ -30,7 +30,7 @@ const NOOP_SPAN: ToolCallSpan = { decision() {}, run() {}, end() {} };
 export const noTelemetry: Telemetry = { startToolCall: () => NOOP_SPAN, flush: () => Promise.resolve() };
 
 /** The tracer name and version capsule's spans carry (instrumentation scope). */
-export const TRACER_NAME = 'capsule';
+const TRACER_NAME = 'capsule';
 
 /** The subset of `@opentelemetry/api` this module uses, passed in so it is loaded only when needed. */
 export interface OtelApi {
@@ -40,7 +40,7 @@ export interface OtelApi {
 }
 
 /** Why a run counts as failed, as an `error.type` value; undefined when it succeeded. */
-export function runErrorType(result: RunResult): string | undefined {
+function runErrorType(result: RunResult): string | undefined {
   if (result.timedOut) return 'timeout';
   if (result.canceled) return 'canceled';
   if (result.truncated) return 'output_limit';

@@ -14,16 +14,14 @@ import type { Environment } from '../manifest/types.js';
 import { isReservedName } from '../permissions/protected-state.js';
 import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 import { z } from 'zod';
-import type { AgentToolContext, Componentize } from './ports.js';
-
-export type { Componentize };
+import type { AgentToolContext } from './ports.js';
 
 // Drafts: a capability described by arguments (the generate_* tools' and `capsule new`'s), checked
 // and turned into a manifest and files before anything touches the disk. capability-install.ts
 // writes a draft as one folder.
 
 /** Images capsule builds offline from runtimes/docker (see src/runners/docker/images.ts). */
-export const RUNTIME_IMAGES: Readonly<Record<string, string>> = SANDBOX_IMAGES;
+const RUNTIME_IMAGES: Readonly<Record<string, string>> = SANDBOX_IMAGES;
 
 const MAX_FILE_BYTES = 4 * 1024 * 1024;
 const MAX_WASM_BYTES = 32 * 1024 * 1024;

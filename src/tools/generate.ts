@@ -13,10 +13,6 @@ import {
 import { chooseRoot, installDraft } from './capability-install.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
 
-export type { Componentize } from './capability-drafts.js';
-export { RUNTIME_IMAGES } from './capability-drafts.js';
-export type { GenerateResult } from './capability-install.js';
-
 /**
  * Key and subject are both the environment (`generate_capability:shell`), so rules name what gets
  * written — `generate_capability(shell)`, `generate_capability(sh*)`, or the tool, `generate_shell_capability`

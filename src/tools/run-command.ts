@@ -29,7 +29,7 @@ const COMMAND_ENV = new Set(['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'LANGUAG
  * BASH_ENV / ENV / exported functions (BASH_FUNC_git%% would replace `git`) never pass, so
  * `run_command:git` cannot end up running something that is not git.
  */
-export function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
+function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) continue;
@@ -39,11 +39,11 @@ export function shellEnvironment(env: NodeJS.ProcessEnv): Record<string, string>
 }
 
 /** bash without startup files: what runs is exactly the command that was keyed. */
-export function bashArguments(command: string): string[] {
+function bashArguments(command: string): string[] {
   return ['--noprofile', '--norc', '-c', command];
 }
 
-export const runCommandParameters = z.strictObject({
+const runCommandParameters = z.strictObject({
   command: z
     .string()
     .min(1)

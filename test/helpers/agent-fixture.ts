@@ -13,7 +13,7 @@ import {
 import { Registry } from '../../src/registry/registry.js';
 import { ShellRunner } from '../../src/runners/shell-runner.js';
 import type { AskAnswer } from '../../src/permissions/types.js';
-import type { Componentize } from '../../src/tools/generate.js';
+import type { Componentize } from '../../src/tools/ports.js';
 import { tempProject } from './capability.js';
 
 export interface Fixture {

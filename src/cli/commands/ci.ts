@@ -19,7 +19,7 @@ const MARKS: Record<CheckOutcome['status'], string> = {
  * 0 when every check passed; 1 when a check failed or errored on its own (a broken capability or runner
  * outranks a missing grant: granting would not make it pass); 77 when the only failures are denials.
  */
-export function ciExitCode(outcomes: readonly CheckOutcome[]): number {
+function ciExitCode(outcomes: readonly CheckOutcome[]): number {
   const bad = outcomes.filter((o) => o.status === 'failed' || o.status === 'error');
   if (bad.length === 0) return EXIT.OK;
   return bad.every((o) => o.denied === true) ? EXIT.DENIED : EXIT.FAILURE;

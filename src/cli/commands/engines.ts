@@ -63,8 +63,8 @@ export function registerEngines(program: Command, io: CliIO): void {
           opts.engine ?? io.env[ENGINE_ENV],
         );
         const { ImageBuilder } = await import('../../runners/docker/images.js');
-        const { currentHost, ownerLabels } = await import('../../runners/docker/labels.js');
-        const owner = { host: currentHost(), pid: process.pid, instance: 'engines' };
+        const { ownerLabels, processOwner } = await import('../../runners/docker/labels.js');
+        const owner = processOwner('engines');
         const targets =
           selected.length > 0
             ? await Promise.all(

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { runExitCode } from '../exit-codes.js';
 import { addGateFlags, type GateFlags } from '../flags.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 import { commandLine, positiveInt } from '../args.js';
 
 /** `capsule exec --json` captures this much per stream; past it the command is stopped. */
@@ -51,10 +51,7 @@ export function registerExec(program: Command, io: CliIO): void {
         parser,
       });
       // Ctrl-C (SIGINT) or SIGTERM stops the command's whole process group: nothing outlives capsule.
-      const abort = new AbortController();
-      const onSignal = (): void => abort.abort();
-      io.signals.on('SIGINT', onSignal);
-      io.signals.on('SIGTERM', onSignal);
+      const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);
       try {
         // The agent's run_command, with the terminal's output and a wall-clock limit only when asked for.
         const tool = createRunCommandTool({
@@ -68,7 +65,7 @@ export function registerExec(program: Command, io: CliIO): void {
         const { decision, result } = await session.executor.call(
           tool,
           timeoutMs === undefined ? { command } : { command, timeoutMs },
-          { signal: abort.signal, workspace, commands: parser },
+          { signal: cancel.signal, workspace, commands: parser },
         );
         // The limit that ended the command decides, as for a capability run (docs/cli.md).
         const code = runExitCode(result);
@@ -88,8 +85,7 @@ export function registerExec(program: Command, io: CliIO): void {
         }
         return code;
       } finally {
-        io.signals.removeListener('SIGINT', onSignal);
-        io.signals.removeListener('SIGTERM', onSignal);
+        cancel.detach();
         await session.close();
         parser.close();
       }

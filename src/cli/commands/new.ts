@@ -5,7 +5,7 @@ import { ENVIRONMENTS } from '../../manifest/environments.js';
 import type { Environment } from '../../manifest/types.js';
 import type { Draft } from '../../tools/capability-drafts.js';
 import { EXIT } from '../exit-codes.js';
-import { action, CliExit, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, CliExit, json, write, type CliIO } from '../output.js';
 
 interface NewFlags {
   env: Environment;
@@ -182,9 +182,7 @@ export function registerNew(program: Command, io: CliIO): void {
         const progress = (message: string): void => void io.stderr.write(`capsule new: ${message}\n`);
         // Ctrl-C: the build step finishes (componentizing cannot be interrupted), then the install
         // sees the signal and removes its staging folder, so nothing is left behind.
-        const abort = new AbortController();
-        const onSigint = (): void => abort.abort();
-        io.signals.on('SIGINT', onSigint);
+        const cancel = cancelOnSignals(io.signals, ['SIGINT']);
         const result = await installDraft(
           draft,
           { root: flags.root, overwrite: false },
@@ -194,7 +192,7 @@ export function registerNew(program: Command, io: CliIO): void {
             protectedPaths: protectedPaths(workspace.root, cacheDir, stateDir).all,
             isolation: (c) => defaultIsolation(c),
             progress: (p) => progress(p.message),
-            signal: abort.signal,
+            signal: cancel.signal,
             componentize: async (source, options) =>
               (
                 await componentizeJs(source, {
@@ -204,9 +202,9 @@ export function registerNew(program: Command, io: CliIO): void {
               ).component,
           },
         )
-          .finally(() => io.signals.removeListener('SIGINT', onSigint))
+          .finally(() => cancel.detach())
           .catch((err: unknown) => {
-            if (abort.signal.aborted) {
+            if (cancel.signal.aborted) {
               void io.stderr.write('capsule new: canceled; nothing was written\n');
               throw new CliExit(EXIT.CANCELED);
             }

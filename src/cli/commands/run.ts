@@ -4,7 +4,7 @@ import { CapsuleError } from '../../errors.js';
 import type { RunResult } from '../../runners/types.js';
 import { runExitCode } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 
 /** One line on stderr when a limit ended the run, so a person sees why the output stops. */
 export function limitNote(result: RunResult, timeoutMs: number, outputBytes: number): string {
@@ -82,9 +82,7 @@ export function registerRun(program: Command, io: CliIO): void {
           mode: opts.mode,
           engine: opts.engine,
         });
-        const abort = new AbortController();
-        const onSigint = (): void => abort.abort();
-        io.signals.on('SIGINT', onSigint);
+        const cancel = cancelOnSignals(io.signals, ['SIGINT']);
         try {
           // The capability that was judged and run: no second read of its folder.
           const {
@@ -92,7 +90,7 @@ export function registerRun(program: Command, io: CliIO): void {
             result,
             capability: cap,
           } = await session.executor.run(name, input, {
-            signal: abort.signal,
+            signal: cancel.signal,
           });
           if (opts.json) {
             await write(
@@ -110,7 +108,7 @@ export function registerRun(program: Command, io: CliIO): void {
           }
           return runExitCode(result);
         } finally {
-          io.signals.removeListener('SIGINT', onSigint);
+          cancel.detach();
           await session.close();
         }
       },

@@ -5,7 +5,7 @@ import { CapsuleError } from '../../errors.js';
 import type { DirGrant } from '../../runners/wasm/dir-grants.js';
 import { positiveInt } from '../args.js';
 import { EXIT } from '../exit-codes.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 
 interface WasmRunFlags {
   dir: string[];
@@ -130,9 +130,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           import('../../config/cache-dir.js'),
         ]);
         const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
-        const abort = new AbortController();
-        const onSigint = (): void => abort.abort();
-        io.signals.on('SIGINT', onSigint);
+        const cancel = cancelOnSignals(io.signals, ['SIGINT']);
         try {
           const result = await runner.runRaw({
             file,
@@ -142,7 +140,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
             input: await readStdin(io),
             dirs,
             ...limits,
-            signal: abort.signal,
+            signal: cancel.signal,
           });
           const code = result.timedOut
             ? EXIT.TIMEOUT
@@ -173,7 +171,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
             );
           return code;
         } finally {
-          io.signals.removeListener('SIGINT', onSigint);
+          cancel.detach();
           await runner.close();
         }
       }),

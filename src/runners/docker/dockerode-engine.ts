@@ -41,6 +41,15 @@ function statusOf(err: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
+/** Runs a removal; an object already gone (404) is what was asked for. */
+async function removeIfPresent(remove: () => Promise<unknown>): Promise<void> {
+  try {
+    await remove();
+  } catch (err) {
+    if (statusOf(err) !== 404) throw err;
+  }
+}
+
 /**
  * dockerode behind our DockerEngine interface. Only this file imports dockerode, so its
  * callback-or-promise overloads and loose typings stay here.
@@ -266,11 +275,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeVolume(name: string): Promise<void> {
-    try {
-      await this.docker.getVolume(name).remove({ force: true });
-    } catch (err) {
-      if (statusOf(err) !== 404) throw err;
-    }
+    await removeIfPresent(() => this.docker.getVolume(name).remove({ force: true }));
   }
 
   async listVolumes(labelFilters: string[]): Promise<string[]> {
@@ -356,11 +361,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeImage(ref: string, options: { force: boolean } = { force: true }): Promise<void> {
-    try {
-      await this.docker.getImage(ref).remove({ force: options.force });
-    } catch (err) {
-      if (statusOf(err) !== 404) throw err;
-    }
+    await removeIfPresent(() => this.docker.getImage(ref).remove({ force: options.force }));
   }
   // --- Swarm (asked of a manager) -------------------------------------------------------------
 
@@ -376,11 +377,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeConfig(id: string): Promise<void> {
-    try {
-      await this.docker.getConfig(id).remove();
-    } catch (err) {
-      if (statusOf(err) !== 404) throw err;
-    }
+    await removeIfPresent(() => this.docker.getConfig(id).remove());
   }
 
   async listConfigs(labelFilters: string[]): Promise<string[]> {
@@ -435,11 +432,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeService(id: string): Promise<void> {
-    try {
-      await this.docker.getService(id).remove();
-    } catch (err) {
-      if (statusOf(err) !== 404) throw err;
-    }
+    await removeIfPresent(() => this.docker.getService(id).remove());
   }
 
   async listServices(labelFilters: string[]): Promise<string[]> {

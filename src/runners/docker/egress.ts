@@ -4,6 +4,7 @@ import path from 'node:path';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
 import { EgressSession, type EgressAudit, type Resolver } from '../../network/egress.js';
+import { isPrivateFolder } from '../private-folder.js';
 
 /**
  * A docker run's way out: capsule's egress proxy on a unix socket in a fresh folder, bind-mounted into
@@ -28,7 +29,7 @@ async function privateParent(): Promise<string> {
   await mkdir(parent, { recursive: true, mode: 0o700 });
   // A folder planted under that name by someone else would be theirs to read: refuse it.
   const info = await lstat(parent);
-  if (!info.isDirectory() || (uid !== undefined && info.uid !== uid) || (info.mode & 0o077) !== 0) {
+  if (!isPrivateFolder(info, uid)) {
     throw new CapsuleError(
       'RUNNER_UNAVAILABLE',
       `${parent} is not a private folder of this user; capsule will not put a run's egress socket there.`,
@@ -43,7 +44,7 @@ export async function openDockerEgress(
   options: { resolve?: Resolver | undefined; audit?: EgressAudit | undefined },
 ): Promise<DockerEgress | undefined> {
   if (capability.manifest.grants.network.length === 0) return undefined;
-  const [{ startEgressProxy }] = await Promise.all([import('../../network/proxy.js')]);
+  const { startEgressProxy } = await import('../../network/proxy.js');
   const dir = await mkdtemp(path.join(await privateParent(), 'run-'));
   try {
     // Searchable, not listable: the sandbox user reaches the socket by its name only.

@@ -4,9 +4,8 @@ import { engineMessage } from './engine.js';
 import type { DockerEngine, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { currentHost, ownerLabels } from './labels.js';
+import { ownerLabels, processOwner } from './labels.js';
 import type { Owner } from './labels.js';
-import { randomBytes } from 'node:crypto';
 import { judgePosture, probePosture } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { DockerRunner } from './runner.js';
@@ -61,11 +60,7 @@ export class EnginePool implements Runner {
   readonly environment = 'docker' as const;
   private readonly members: Member[];
   private readonly healthTimeoutMs: number;
-  private readonly owner: Owner = {
-    host: currentHost(),
-    pid: process.pid,
-    instance: randomBytes(6).toString('hex'),
-  };
+  private readonly owner: Owner = processOwner();
   private readonly progress: ImageProgress;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 
 /** Every container and volume capsule creates carries these, so they can be found and reaped. */
@@ -26,6 +27,11 @@ export function ownerLabels(owner: Owner): Record<string, string> {
 
 export function currentHost(): string {
   return hostname();
+}
+
+/** This process as the owner of what it creates; `instance` is random unless named. */
+export function processOwner(instance: string = randomBytes(6).toString('hex')): Owner {
+  return { host: currentHost(), pid: process.pid, instance };
 }
 
 /**

@@ -10,7 +10,7 @@ export interface PoolClock {
 }
 
 /** Real time; the timers do not keep the process alive. */
-export const SYSTEM_CLOCK: PoolClock = {
+const SYSTEM_CLOCK: PoolClock = {
   now: () => performance.now(),
   after(ms, fn) {
     const timer = setTimeout(fn, ms);

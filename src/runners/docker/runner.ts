@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { lstat } from 'node:fs/promises';
 import { CapsuleError } from '../../errors.js';
 import type { Capability } from '../../manifest/types.js';
@@ -14,7 +14,7 @@ import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
 import { dockerIsolation } from './isolation.js';
 import type { DockerIsolation } from './isolation.js';
-import { CAPABILITY_LABEL, ROLE_LABEL, currentHost, ownerLabels } from './labels.js';
+import { CAPABILITY_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
 import type { Owner } from './labels.js';
 import { PrewarmPool } from './pool.js';
 import { RunnerVolumes } from './volumes.js';
@@ -117,7 +117,7 @@ export class DockerRunner implements Runner {
   constructor(options: DockerRunnerOptions) {
     this.engine = options.engine ?? new DockerodeEngine({ env: options.env });
     this.images = options.images ?? new ImageBuilder({ engine: this.engine });
-    this.owner = { host: currentHost(), pid: process.pid, instance: randomBytes(6).toString('hex') };
+    this.owner = processOwner();
     this.filesMode = options.capabilityFiles ?? 'auto';
     this.cpus = options.cpus ?? 1;
     this.prestart = options.prestart ?? true;

@@ -9,7 +9,7 @@ export const PROJECT_MOUNT = '/project';
 export const SANDBOX_USER = '65534:65534';
 /** Where a run's egress proxy socket appears (capabilities with grants.network; see docs/network.md). */
 export const EGRESS_MOUNT = '/run/capsule';
-export const EGRESS_SOCKET = `${EGRESS_MOUNT}/egress.sock`;
+const EGRESS_SOCKET = `${EGRESS_MOUNT}/egress.sock`;
 
 const INTERPRETER_COMMANDS: Record<string, string> = {
   sh: '/bin/sh',

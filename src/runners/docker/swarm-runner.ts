@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { lstat, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../../errors.js';
@@ -10,7 +9,7 @@ import { judgePosture, parseProbeOutput, PROBE_SCRIPT, probeCapability } from '.
 import { engineMessage } from './engine.js';
 import type { DockerEngine, SwarmApi, SwarmConfigFile } from './engine.js';
 import { dockerIsolation } from './isolation.js';
-import { CAPABILITY_LABEL, MANAGED_LABEL, ROLE_LABEL, currentHost, ownerLabels } from './labels.js';
+import { CAPABILITY_LABEL, MANAGED_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
 import type { Owner } from './labels.js';
 import { CAPABILITY_MOUNT, SANDBOX_USER, containerCommand } from './spec.js';
 
@@ -52,7 +51,7 @@ export class SwarmRunner implements Runner {
   constructor(options: SwarmRunnerOptions) {
     this.manager = options.manager;
     this.cpus = options.cpus ?? 1;
-    this.owner = { host: currentHost(), pid: process.pid, instance: randomBytes(6).toString('hex') };
+    this.owner = processOwner();
   }
 
   async available(): Promise<{ ok: true } | { ok: false; reason: string }> {

@@ -10,7 +10,7 @@ import { CAPABILITY_MOUNT, buildContainerSpec } from './spec.js';
 import { SANDBOX_IMAGES } from './image-recipes.js';
 
 /** A host name as it may appear in a volume name. */
-export function sanitizeHost(host: string): string {
+function sanitizeHost(host: string): string {
   return host.replace(/[^a-zA-Z0-9_.-]/g, '_').slice(0, 40);
 }
 
@@ -18,7 +18,7 @@ export function sanitizeHost(host: string): string {
  * Volume names carry their owner (listVolumes gives names only), so a reaper can tell a dead process's
  * volumes apart: `capsule-cap-HOST-pPID-INSTANCE-SUFFIX`.
  */
-export function volumeName(owner: Owner, suffix: string): string {
+function volumeName(owner: Owner, suffix: string): string {
   return `capsule-cap-${sanitizeHost(owner.host)}-p${owner.pid}-${owner.instance}-${suffix}`;
 }
 

@@ -17,9 +17,6 @@ import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
 import { PREVIEW2_INTERFACES } from './preview2-host.js';
 
-/** Interfaces the component host provides (see preview2-host.ts); anything else fails closed before running. */
-export const PROVIDED_INTERFACES: readonly string[] = PREVIEW2_INTERFACES;
-
 export interface WasmRunnerOptions {
   /**
    * capsule's per-user cache folder (`userCacheDir(env)`); transpiled components go to its `wasm/`.
@@ -183,7 +180,7 @@ export class WasmRunner implements Runner {
       );
     }
     if (prepared.kind === 'component') {
-      const missing = prepared.imports.filter((i) => !PROVIDED_INTERFACES.includes(i));
+      const missing = prepared.imports.filter((i) => !PREVIEW2_INTERFACES.includes(i));
       if (missing.length > 0) {
         throw new CapsuleError(
           'UNSUPPORTED',

@@ -8,7 +8,7 @@ import {
 import { afterEach, describe, expect, it } from 'vitest';
 import { CapsuleMcpServer, toolResultOf } from '../../../src/mcp/server.js';
 import { emptyResult } from '../../../src/runners/types.js';
-import type { Componentize } from '../../../src/tools/generate.js';
+import type { Componentize } from '../../../src/tools/ports.js';
 import { writeCapability } from '../../helpers/capability.js';
 import { agentFixture } from '../../helpers/agent-fixture.js';
 
