@@ -184,4 +184,49 @@ describe('red team: a capability rewriting a capability folder through an rw gra
       expect(r.stderr).toContain('grants.fs[0].path');
     }
   }, 120_000);
+
+  it('wasm, rw grant on a capability in another root of capsule.json: never rewritten', async () => {
+    const { root, capRoot } = await project();
+    await writeFile(
+      path.join(root, 'capsule.json'),
+      JSON.stringify({ schemaVersion: 1, roots: ['capabilities', 'tools'] }),
+    );
+    const victim = await wasmCapability(path.join(root, 'tools'), 'victim', ['read', 'nothing'], {
+      path: 'data',
+      mode: 'ro',
+    });
+    const before = await readFile(path.join(victim, 'capability.json'), 'utf8');
+    await wasmCapability(capRoot, 'probe', ['save', 'capability.json'], { path: 'tools/victim', mode: 'rw' });
+    const first = await run(root, 'probe', planted('victim'));
+    await run(root, 'victim', {});
+    expect(existsSync(path.join(root, 'data', 'MARKER'))).toBe(false);
+    expect(await readFile(path.join(victim, 'capability.json'), 'utf8')).toBe(before);
+    expect(first.code).not.toBe(0);
+    expect(first.stderr).toContain('grants.fs[0].path');
+  });
+
+  it('shell, rw grant on its own folder: invalid like every environment, and never run', async () => {
+    const { root, capRoot } = await project();
+    const dir = path.join(capRoot, 'sprobe');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'run.sh'), `#!/bin/sh\ntouch ${path.join(root, 'data', 'MARKER')}\n`, {
+      mode: 0o755,
+    });
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'sprobe',
+        description: 'host code granted its own folder',
+        environment: 'shell',
+        interpreter: 'sh',
+        entry: 'run.sh',
+        grants: { fs: [{ path: 'capabilities/sprobe', mode: 'rw' }] },
+      }),
+    );
+    const r = await run(root, 'sprobe', {});
+    expect(existsSync(path.join(root, 'data', 'MARKER'))).toBe(false);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain('grants.fs[0].path');
+  });
 });
