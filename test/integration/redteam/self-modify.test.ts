@@ -2,6 +2,9 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, realpath, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { projectRegistry } from '../../../src/cli/session.js';
+import { createDefaultRunners } from '../../../src/executor/runners.js';
+import type { Capability } from '../../../src/manifest/types.js';
 import { cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
 import { assemble } from '../runners/wasm/helpers.js';
@@ -228,5 +231,32 @@ describe('red team: a capability rewriting a capability folder through an rw gra
     expect(existsSync(path.join(root, 'data', 'MARKER'))).toBe(false);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain('grants.fs[0].path');
+  });
+
+  it('wasm runner: a Capability built by other code with an rw grant on its own folder is refused', async () => {
+    const { root, capRoot } = await project();
+    const dir = await wasmCapability(capRoot, 'probe', ['save', 'capability.json'], {
+      path: 'data',
+      mode: 'rw',
+    });
+    const before = await readFile(path.join(dir, 'capability.json'), 'utf8');
+    const loaded = await projectRegistry(root, ['capabilities']).get('probe');
+    const forged: Capability = {
+      ...loaded,
+      fsGrants: [{ declared: 'capabilities/probe', hostPath: loaded.dir, mode: 'rw' }],
+    };
+    const runners = createDefaultRunners({ projectRoot: root, env: { PATH: process.env.PATH } });
+    try {
+      const wasm = runners.find((r) => r.environment === 'wasm');
+      if (wasm === undefined) throw new Error('no wasm runner');
+      const err = await wasm.run({ capability: forged, input: JSON.stringify(planted('probe')) }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(await readFile(path.join(dir, 'capability.json'), 'utf8')).toBe(before);
+      expect((err as { code?: string } | undefined)?.code).toBe('PERMISSION_DENIED');
+    } finally {
+      for (const r of runners) await r.close();
+    }
   });
 });
