@@ -2,7 +2,14 @@ import { readFileSync, statSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
-import { describeHit, findProtectedState, findReservedEntry } from '../permissions/protected-state.js';
+import {
+  CAPABILITY_ROOT_HINT,
+  describeCapabilityRootHit,
+  describeHit,
+  findCapabilityRoot,
+  findProtectedState,
+  findReservedEntry,
+} from '../permissions/protected-state.js';
 import { resolveInside, isInside } from './paths.js';
 import { contentFiles, hashFiles, walkFolder } from './hash.js';
 import { MANIFEST_FILE } from './schema.js';
@@ -19,6 +26,11 @@ export interface LoadOptions {
    * protected): pass `protectedPaths(projectRoot, cacheDir).all` so the per-user cache is too.
    */
   protectedPaths: readonly string[];
+  /**
+   * Every capability root of the project (the registry's roots), besides `root`, which always
+   * counts: no rw grant may be inside or hold one.
+   */
+  capabilityRoots?: readonly string[] | undefined;
   inputValidator: InputValidator;
   /**
    * How the content hash is computed (default: read and hash every file). A registry scan passes its
@@ -134,6 +146,23 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
         message: `${grant.path} (mode "${grant.mode}") is refused: ${describeHit(hit)}; grant a folder that neither is nor holds capsule.json, .capsule/ or capsule's cache`,
       });
       continue;
+    }
+    // rw only: a capability may read code, never write it. Shell capabilities are host code outside
+    // any sandbox, so this does not confine them, but refusing costs nothing and keeps one rule for
+    // every environment (and a grant is a statement of what the capability may touch).
+    if (grant.mode === 'rw') {
+      const roots = [options.root, ...(options.capabilityRoots ?? [])];
+      const code =
+        (await findCapabilityRoot(options.projectRoot, grant.path, roots)) ??
+        (await findCapabilityRoot(options.projectRoot, resolved.realPath, roots));
+      if (code !== undefined) {
+        issues.push({
+          file: manifestPath,
+          field,
+          message: `${grant.path} (mode "rw") is refused: ${describeCapabilityRootHit(code)}, so a run could rewrite a capability's manifest or code. ${CAPABILITY_ROOT_HINT}`,
+        });
+        continue;
+      }
     }
     fsGrants.push({ declared: grant.path, hostPath: resolved.realPath, mode: grant.mode });
   }

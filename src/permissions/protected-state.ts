@@ -220,6 +220,39 @@ export async function assertNotProtected(
   );
 }
 
+/**
+ * Capability roots hold capability code: a run that may write one could rewrite its own (or another
+ * capability's) manifest and entry, and a `--grant run_capability:X`, which names the capability and
+ * not its content, would then cover whatever that run wrote. So no rw grant may be inside or hold a
+ * capability root; reading one is harmless. The same question as `findProtectedState` (the lexical
+ * target and its real path, against the roots as given and as their real paths).
+ */
+export async function findCapabilityRoot(
+  projectRoot: string,
+  target: string,
+  capabilityRoots: readonly string[],
+): Promise<ProtectedHit | undefined> {
+  const given = capabilityRoots.map((r) => path.resolve(projectRoot, r));
+  const roots = [...new Set([...given, ...(await Promise.all(given.map(realOrSelf)))])];
+  const abs = path.resolve(projectRoot, target);
+  for (const candidate of [abs, await resolveExisting(abs)]) {
+    for (const r of roots) if (within(r, candidate)) return { protectedPath: r, relation: 'inside' };
+    for (const r of roots) if (within(candidate, r)) return { protectedPath: r, relation: 'contains' };
+  }
+  return undefined;
+}
+
+/** A one-line reason for a `findCapabilityRoot` hit, for error messages. */
+export function describeCapabilityRootHit(hit: ProtectedHit): string {
+  return hit.relation === 'contains'
+    ? `it holds the capability root ${hit.protectedPath}, where capability code lives`
+    : `it is or lies inside the capability root ${hit.protectedPath}, where capability code lives`;
+}
+
+/** What to do instead of an rw grant over capability code. */
+export const CAPABILITY_ROOT_HINT =
+  'Grant a data folder outside every capability root instead (e.g. "data"), or make this grant "ro".';
+
 /** What `findReservedEntry` saw. */
 export interface ReservedScan {
   /** The first entry with a reserved name (absolute), if any. */
@@ -258,10 +291,12 @@ export async function findReservedEntry(
  * Without a project root, the file system root stands in (reserved names anywhere count).
  */
 export async function assertGrantsUnprotected(
-  grants: readonly { declared: string; hostPath: string }[],
+  grants: readonly { declared: string; hostPath: string; mode?: 'ro' | 'rw' }[],
   scope: {
     projectRoot?: string | undefined;
     also?: readonly (string | undefined)[];
+    /** Capability roots no `rw` grant may be inside or hold (`findCapabilityRoot`). */
+    capabilityRoots?: readonly string[];
     file?: string;
     /**
      * Also walk each granted folder for nested state (`x/.capsule/`) and refuse one too large to
@@ -282,6 +317,15 @@ export async function assertGrantsUnprotected(
     const root = scope.projectRoot ?? path.parse(grant.hostPath).root;
     const hit = await findProtectedState(root, grant.hostPath, { also });
     if (hit !== undefined) throw refuse(describeHit(hit));
+    if (grant.mode === 'rw' && scope.capabilityRoots !== undefined) {
+      const code = await findCapabilityRoot(root, grant.hostPath, scope.capabilityRoots);
+      if (code !== undefined)
+        throw new CapsuleError(
+          'PERMISSION_DENIED',
+          `${field}: ${grant.declared} (mode "rw") is refused: ${describeCapabilityRootHit(code)}.`,
+          { file: scope.file, field, hint: CAPABILITY_ROOT_HINT },
+        );
+    }
     if (scope.deep === true) {
       const st = await lstat(grant.hostPath).catch(() => undefined);
       if (st?.isDirectory() !== true) continue;

@@ -119,6 +119,7 @@ export class Registry {
             root,
             projectRoot,
             protectedPaths,
+            capabilityRoots: this.roots,
             inputValidator: this.inputValidator,
             hashFolder,
           }),
@@ -193,6 +194,7 @@ export class Registry {
         root,
         projectRoot,
         protectedPaths: this.options.protectedPaths ?? [],
+        capabilityRoots: this.roots,
         inputValidator: this.inputValidator,
       });
       if (!loaded.ok) {

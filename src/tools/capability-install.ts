@@ -142,6 +142,8 @@ export async function installDraft(
       root: await realpath(staging),
       projectRoot: ctx.workspace.root,
       protectedPaths: ctx.protectedPaths,
+      // The staged copy is checked against the roots it will be installed into.
+      capabilityRoots: ctx.registry.roots,
       inputValidator: ctx.registry.inputValidator,
     });
     if (!loaded.ok) {

@@ -48,6 +48,7 @@ async function validatePath(
     root: await realpath(path.dirname(path.resolve(folder))),
     projectRoot: await realpath(projectRoot),
     protectedPaths: protectedPaths(projectRoot, cacheDir, stateDir).all,
+    capabilityRoots: registry.roots,
     inputValidator: registry.inputValidator,
   });
   return loaded.ok

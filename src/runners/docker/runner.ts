@@ -363,6 +363,7 @@ export class DockerRunner implements Runner {
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.protectedScope.projectRoot,
       also: [this.protectedScope.cacheDir],
+      capabilityRoots: [capability.root],
       file: capability.manifestPath,
       deep: true,
     });

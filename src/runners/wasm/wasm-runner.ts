@@ -114,6 +114,7 @@ export class WasmRunner implements Runner {
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.#options.projectRoot,
       also: [this.#options.cacheDir],
+      capabilityRoots: [capability.root],
       file: capability.manifestPath,
     });
     const hostEnv = this.#options.hostEnv ?? {};

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
@@ -105,6 +105,31 @@ describe('generate_* tools', () => {
       expect(`${p}: ${code}`).toBe(`${p}: MANIFEST_INVALID`);
     }
     expect(await readdir(f.capRoot)).toEqual([]);
+  });
+
+  it('cannot grant a generated capability write access to the capability root', async () => {
+    const f = await agentFixture({ grants: ['generate_capability:shell'] });
+    await mkdir(path.join(f.root, 'data'));
+    const call = (name: string, grant: { path: string; mode: 'rw' }) =>
+      f.session.call('generate_shell_capability', {
+        name,
+        description: 'd',
+        script: 'true\n',
+        grants: { fs: [grant] },
+      });
+    // `capabilities` holds its own folder once installed (a folder that does not exist yet, like
+    // `capabilities/sneaky`, is refused as missing; while staged, the hidden staging folder in the
+    // root is refused as capsule's state too: either way it never installs).
+    const err = (await call('sneaky', { path: 'capabilities', mode: 'rw' }).catch((e: unknown) => e)) as {
+      code?: string;
+      details?: unknown;
+    };
+    expect(err.code).toBe('MANIFEST_INVALID');
+    expect(JSON.stringify(err.details)).toContain('grants.fs[0].path');
+    expect(await readdir(f.capRoot)).toEqual([]);
+    // Control: a data folder is fine.
+    expect(await codeOf(call('writer', { path: 'data', mode: 'rw' }))).toBe('resolved');
+    expect(await readdir(f.capRoot)).toEqual(['writer']);
   });
 
   it('validates with the loader before the folder becomes visible', async () => {

@@ -6,6 +6,7 @@ import {
   assertGrantsUnprotected,
   assertNotProtected,
   confinedPaths,
+  findCapabilityRoot,
   findProtectedState,
   isReservedName,
   protectedPaths,
@@ -138,6 +139,46 @@ describe('protected state: after realpath', () => {
       assertGrantsUnprotected([{ declared: 'src', hostPath: path.join(root, 'src') }], {
         projectRoot: root,
         also: [cache],
+      }),
+    ).resolves.toBeUndefined();
+  });
+
+  it('findCapabilityRoot: inside or holding a capability root, after symlinks', async () => {
+    const root = await project();
+    await mkdir(path.join(root, 'capabilities', 'x'), { recursive: true });
+    await symlink(path.join(root, 'capabilities', 'x'), path.join(root, 'src', 'x-link'));
+    const roots = [path.join(root, 'capabilities')];
+    for (const [t, relation] of [
+      ['capabilities', 'inside'],
+      ['capabilities/x', 'inside'],
+      ['capabilities/x/new/deep', 'inside'],
+      ['src/x-link', 'inside'],
+      ['.', 'contains'],
+    ] as const) {
+      expect(`${t}: ${(await findCapabilityRoot(root, t, roots))?.relation}`).toBe(`${t}: ${relation}`);
+    }
+    expect(await findCapabilityRoot(root, 'src', roots)).toBeUndefined();
+    // A root named relative to the project, or through a symlink, is the same root.
+    expect(await findCapabilityRoot(root, 'capabilities/x', ['capabilities'])).toBeDefined();
+    await symlink(path.join(root, 'capabilities'), path.join(root, 'caps-link'));
+    expect(await findCapabilityRoot(root, 'capabilities/x', ['caps-link'])).toBeDefined();
+  });
+
+  it('assertGrantsUnprotected refuses an rw grant over a capability root, not an ro one', async () => {
+    const root = await project();
+    const caps = path.join(root, 'capabilities');
+    await mkdir(path.join(caps, 'x'), { recursive: true });
+    const own = { declared: 'capabilities/x', hostPath: path.join(caps, 'x') };
+    await expect(
+      assertGrantsUnprotected([{ ...own, mode: 'rw' }], { projectRoot: root, capabilityRoots: [caps] }),
+    ).rejects.toMatchObject({ code: 'PERMISSION_DENIED', details: { field: 'grants.fs[0].path' } });
+    await expect(
+      assertGrantsUnprotected([{ ...own, mode: 'ro' }], { projectRoot: root, capabilityRoots: [caps] }),
+    ).resolves.toBeUndefined();
+    await expect(
+      assertGrantsUnprotected([{ declared: 'src', hostPath: path.join(root, 'src'), mode: 'rw' }], {
+        projectRoot: root,
+        capabilityRoots: [caps],
       }),
     ).resolves.toBeUndefined();
   });
