@@ -44,6 +44,11 @@ ensure_netns() {
   ip -n "$ns" link set lo up
 }
 
+# Whether PID is still the dockerd of the engine in DIR (a pid from a pidfile can be reused by another process).
+engine_dockerd() {
+  kill -0 "$1" 2>/dev/null && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "dockerd .*$2/dockerd.pid"
+}
+
 start_engine() {
   local name=$1 dir="$root/$1" ns extra=()
   ns="$(netns_of "$name")"
@@ -54,8 +59,7 @@ start_engine() {
   if [ -f "$dir/dockerd.pid" ]; then
     local old
     old="$(cat "$dir/dockerd.pid")"
-    # Only if that pid is still this engine's dockerd (a pid can be reused by another process).
-    if kill -0 "$old" 2>/dev/null && tr '\0' ' ' <"/proc/$old/cmdline" 2>/dev/null | grep -q -- "dockerd .*$dir/dockerd.pid"; then
+    if engine_dockerd "$old" "$dir"; then
       kill -CONT "$old" 2>/dev/null || true
       kill -KILL "$old" 2>/dev/null || true
       wait_gone "$old" 0.25
@@ -212,7 +216,7 @@ down() {
     dir="$root/$name"
     [ -f "$dir/dockerd.pid" ] || continue
     pid="$(cat "$dir/dockerd.pid")"
-    if kill -0 "$pid" 2>/dev/null; then
+    if engine_dockerd "$pid" "$dir"; then
       kill "$pid"
       wait_gone "$pid" 0.5
     fi
