@@ -66,6 +66,13 @@ start_engine() {
     fi
     rm -f "$dir/dockerd.pid"
   fi
+  # The containerd a killed dockerd started can outlive it (while a container's shim runs) and hold the engine's
+  # metadata lock, so the new dockerd's own containerd would wait for it until dockerd gives up: end it too.
+  local stale
+  for stale in $(pgrep -f -- "containerd --config $dir/exec/containerd/containerd.toml" || true); do
+    kill -KILL "$stale" 2>/dev/null || true
+    wait_gone "$stale" 0.25
+  done
   node -e '
     const fs = require("node:fs");
     const [file, runsc] = process.argv.slice(1);
