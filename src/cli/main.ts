@@ -1,9 +1,16 @@
 #!/usr/bin/env node
 import { isatty } from 'node:tty';
 import { setFlagsFromString } from 'node:v8';
-import { runCli } from './program.js';
+import { VERSION } from './version.js';
 
 const argv = process.argv.slice(2);
+// `capsule --version` alone answers before the program (commander and every command's registration) loads:
+// it is what scripts and CI jobs call to probe for capsule. Anything else goes through the program.
+if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
+  process.stdout.write(`${VERSION}\n`);
+  process.exit(0);
+}
+const { runCli } = await import('./program.js');
 // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
 // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
 // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.

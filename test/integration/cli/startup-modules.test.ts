@@ -104,6 +104,20 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(['execa', 'zod', 'ajv'].filter((p) => r.packages.has(p))).toEqual([]);
   });
 
+  it('--version and -V alone answer before the program loads (no commander, no command module)', async () => {
+    for (const flag of ['--version', '-V']) {
+      const r = await loaded([flag]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^\d+\.\d+\.\d+\n?$/);
+      expect(r.packages.has('commander')).toBe(false);
+      expect(r.modules.some((m) => m.endsWith('/dist/cli/program.js'))).toBe(false);
+    }
+    // With anything else on the line it is the program's own --version (same answer).
+    const withJson = await loaded(['--version', '--json']);
+    expect(withJson.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(withJson.packages.has('commander')).toBe(true);
+  });
+
   it('list (a project with shell, wasm and docker capabilities) loads none of them', async () => {
     const r = await loaded(['list', '--json']);
     expect(r.code).toBe(0);

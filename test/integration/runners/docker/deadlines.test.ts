@@ -103,7 +103,8 @@ describe('docker containers carry their own deadline', () => {
     const name = `forever-stop-${suffix}`;
     const root = await foreverProject(name, 3000);
     const child = runCli(root, name);
-    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    // Stopped once the script itself runs (see hungMidCall): a container started ahead may still wait for its go line.
+    expect(await eventually(async () => scriptRunning(name, 'run.sh'), 60_000)).toBe(true);
     child.kill('SIGSTOP');
     // A stopped process is alive: no reaper removes its containers, only their own deadline can end them.
     expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
@@ -235,7 +236,7 @@ describe('docker containers carry their own deadline', () => {
     // not visible from the host, so there the running container is what can be seen.
     const ready = hostVisible
       ? async () => scriptRunning(name, 'run.sh')
-      : async () => (await runningOf(child.pid)) >= 1;
+      : async () => scriptRunningInside(child.pid, name, 'run.sh');
     expect(await eventually(ready, 60_000)).toBe(true);
     child.kill('SIGSTOP');
     return child;
@@ -249,10 +250,33 @@ describe('docker containers carry their own deadline', () => {
   async function scriptRunning(name: string, script: string): Promise<boolean> {
     for (const entry of await readdir('/proc')) {
       if (!/^\d+$/.test(entry)) continue;
-      const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
-      if (!cmdline.split('\0').some((arg) => arg.endsWith(script))) continue;
+      const args = (await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
+      if (!args.some((arg) => arg.endsWith(script))) continue;
+      // A container's PID 1 (the keep-alive, the watchdog) carries the capability's command in its own
+      // arguments, long before that command runs: it is not the script running.
+      if (args.includes('capsule-keepalive') || args.includes('capsule-watchdog')) continue;
       const environ = await readFile(`/proc/${entry}/environ`, 'utf8').catch(() => '');
       if (environ.split('\0').includes(`CAPSULE_CAPABILITY=${name}`)) return true;
+    }
+    return false;
+  }
+
+  /**
+   * The same, asked inside the running containers of capsule process `pid` (gVisor's processes are not the
+   * host's): each container's own /proc, read by an exec.
+   */
+  async function scriptRunningInside(
+    pid: number | undefined,
+    name: string,
+    script: string,
+  ): Promise<boolean> {
+    const list = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline"; echo; done';
+    for (const c of await engine.listContainers([`capsule.pid=${pid}`, `capsule.capability=${name}`])) {
+      if (c.state !== 'running') continue;
+      const r = await execa('docker', ['exec', c.id, 'sh', '-c', list], { reject: false });
+      const lines = r.stdout.split('\n');
+      if (lines.some((l) => l.trim().endsWith(script) && !/capsule-(watchdog|keepalive)/.test(l)))
+        return true;
     }
     return false;
   }
@@ -288,12 +312,13 @@ describe('docker containers carry their own deadline', () => {
   it('gVisor (runsc): a hung capsule mid-call, the container still stops at its deadline', async () => {
     const child = await hungMidCall(
       `gvisor-${suffix}`,
-      { docker: { image: 'capsule/busybox:1', runtime: 'runsc' } },
+      // A longer budget: the poll that sees the script start goes through an exec into the container.
+      { docker: { image: 'capsule/busybox:1', runtime: 'runsc' }, limits: { timeoutMs: 8000 } },
       "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n",
       false,
     );
     try {
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 30_000)).toBe(true);
     } finally {
       await endHung(child);
     }
