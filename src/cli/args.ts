@@ -1,6 +1,7 @@
 import { CapsuleError } from '../errors.js';
 import { ENVIRONMENTS } from '../manifest/environments.js';
 import type { Environment } from '../manifest/types.js';
+import { shellWord } from '../shell-quote.js';
 
 /* Argument parsing more than one command shares (light: loaded before any command runs). */
 
@@ -9,12 +10,7 @@ import type { Environment } from '../manifest/types.js';
  * words (`-- git commit -m "a b"`) are re-quoted one by one, so the shell sees the same words.
  */
 export function commandLine(words: readonly string[]): string {
-  const command =
-    words.length === 1
-      ? (words[0] as string)
-      : words
-          .map((w) => (/^[A-Za-z0-9_./:=@%+,-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`))
-          .join(' ');
+  const command = words.length === 1 ? (words[0] as string) : words.map(shellWord).join(' ');
   if (command.trim() === '') {
     throw new CapsuleError('USAGE', 'No command given.', {
       hint: `Pass it after --, e.g. -- 'git status && ls'.`,

@@ -4,6 +4,7 @@ import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/p
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer } from '../permissions/types.js';
 import { DENIED_BY_TEXT, type Denial } from '../permissions/denial.js';
+import { singleQuoted } from '../shell-quote.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
 export const ELICITATION_TIMEOUT_MS = 10 * 60_000;
@@ -182,7 +183,7 @@ export function createElicitationPlanApproval(server: Server): PlanApproval {
 export function agentDenialText(denial: Denial, canElicit: boolean): string {
   const key = denial.key;
   // Always quoted: a person copies it into a client's server configuration.
-  const grant = `capsule mcp --grant '${key.replace(/'/g, `'\\''`)}'`;
+  const grant = `capsule mcp --grant ${singleQuoted(key)}`;
   const project = denial.ceiling === 'project';
   // The engine's own texts may open with "Permission denied:"; the first line already says so.
   const what = denial.what.replace(/^Permission denied: /, '');

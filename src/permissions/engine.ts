@@ -48,6 +48,7 @@ import {
 import { deniedByOf, type Denial } from './denial.js';
 import type { AskAnswer, Decision, PermissionGate, PermissionRequest } from './types.js';
 import type { EgressRecord } from '../network/egress.js';
+import { shellWord } from '../shell-quote.js';
 
 export interface PermissionEngineOptions {
   /** Project root (the folder holding capsule.json, or the cwd). */
@@ -148,11 +149,6 @@ function denialOf(
 
 /** Parsed commands kept per engine (cleared when full). */
 const ANALYSIS_CACHE_SIZE = 512;
-
-/** Shell-quote a key for a copy-pasteable `--grant` hint. */
-export function shellQuote(text: string): string {
-  return /^[A-Za-z0-9_:./*@%+=,-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
-}
 
 /**
  * The permission engine: capsule's PermissionGate. Construct with `PermissionEngine.create()`;
@@ -749,7 +745,7 @@ export class PermissionEngine implements PermissionGate {
     const head = asked
       ? `Permission denied: ${key} was refused at the prompt.`
       : `Permission denied: ${key} needs approval and no one can be asked (--no-prompt, or no terminal).`;
-    const grant = `run again with --grant ${shellQuote(key)} (this process only)`;
+    const grant = `run again with --grant ${shellWord(key)} (this process only)`;
     if (ceiling.ceiling === 'project') {
       const entry = JSON.stringify({
         [key]:

@@ -6,6 +6,7 @@ import { GlobCache, hasGlobMeta } from './glob.js';
 import { grantCovers, RUN_COMMAND } from './keys.js';
 import { allowRuleMatches, denyRuleMatches, parseRule, rulePatternProgram, type Rule } from './rules.js';
 import type { PermissionRequest } from './types.js';
+import { singleQuoted } from '../shell-quote.js';
 
 /** A command that shows a rule does not mean what it says. */
 export interface Counterexample {
@@ -131,7 +132,7 @@ function namedProgram(pattern: string | undefined): string | undefined {
 function denyRewrites(instance: string, program: string): string[] {
   const rest = instance.slice(program.length).trimStart();
   const tail = rest === '' ? '' : ` ${rest}`;
-  const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
+  const q = singleQuoted;
   const out = [
     `/bin/${instance}`,
     `/usr/bin/${instance}`,

@@ -20,6 +20,8 @@ import type { Readable, Writable } from 'node:stream';
 import { CappedOutput } from './capped-output.js';
 import { isPrivateFolder } from './private-folder.js';
 import type { RunResult } from './types.js';
+import { singleQuoted } from '../shell-quote.js';
+import { processAlive } from './process-alive.js';
 
 /**
  * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).
@@ -153,10 +155,6 @@ function cgroupLayout(): CgroupLayout | undefined {
   return undefined;
 }
 
-function shQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
-
 /** The directories from `/` down to (excluding) p, outermost first. */
 function ancestors(p: string): string[] {
   const out: string[] = [];
@@ -228,22 +226,25 @@ function initScript(
   cwd: string | 'prestarted',
 ): string {
   const lines = ['set -e'];
-  for (const procs of cgroupProcs) lines.push(`echo 0 > ${shQuote(procs)}`);
-  if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${shQuote(mounts.fstabFile)}`);
-  for (const p of mounts.explicit) lines.push(`${tools.mount} --bind -o ro ${shQuote(p)} ${shQuote(p)}`);
+  for (const procs of cgroupProcs) lines.push(`echo 0 > ${singleQuoted(procs)}`);
+  if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${singleQuoted(mounts.fstabFile)}`);
+  for (const p of mounts.explicit)
+    lines.push(`${tools.mount} --bind -o ro ${singleQuoted(p)} ${singleQuoted(p)}`);
   const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
   if (cwd === 'prestarted') {
     // Confined, without the capabilities, and waiting: the call's own script (see callScript) arrives
     // on fd 3, whole, at call time, so the call costs one exec, its command's. `read` keeps every byte
     // of a line (IFS empty, -r); the loop ends when capsule closes the pipe.
     const wait = ['s=', 'while IFS= read -r l <&3; do s="$s$l', '"; done', 'exec 3<&-', 'eval "$s"'];
-    lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- ${tools.sh} -c ${shQuote(wait.join('\n'))}`);
+    lines.push(
+      `exec ${tools.setpriv} --bounding-set ${drop} -- ${tools.sh} -c ${singleQuoted(wait.join('\n'))}`,
+    );
     return lines.join('\n');
   }
   // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
   // (`cd` would export OLDPWD into the command's environment, which must be exactly what was given.)
   if (mounts.fstabFile !== undefined || mounts.explicit.length > 0)
-    lines.push(`cd ${shQuote(cwd)}`, 'unset OLDPWD');
+    lines.push(`cd ${singleQuoted(cwd)}`, 'unset OLDPWD');
   lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
   return lines.join('\n');
 }
@@ -308,11 +309,11 @@ const PLAIN_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * then the command.
  */
 function callScript(options: Pick<HostProcessOptions, 'file' | 'args' | 'cwd' | 'env' | 'input'>): string {
-  const lines = Object.entries(options.env).map(([k, v]) => `export ${shQuote(`${k}=${v}`)}`);
-  lines.push(`cd ${shQuote(options.cwd)}`, 'unset OLDPWD');
+  const lines = Object.entries(options.env).map(([k, v]) => `export ${singleQuoted(`${k}=${v}`)}`);
+  lines.push(`cd ${singleQuoted(options.cwd)}`, 'unset OLDPWD');
   if (options.input === undefined) lines.push('exec </dev/null');
   // The init already runs without the dropped capabilities (initScript): the command is exec'd as is.
-  lines.push(`exec ${[options.file, ...options.args].map(shQuote).join(' ')}`);
+  lines.push(`exec ${[options.file, ...options.args].map(singleQuoted).join(' ')}`);
   return `${lines.join('\n')}\n`;
 }
 
@@ -396,7 +397,7 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
       group = undefined;
     }
     // Inside: am I pid 1 alone, is the file read-only even for root, can I remount it (I must not)?
-    const f = shQuote(file);
+    const f = singleQuoted(file);
     const check = [
       'test "$$" = 1 || echo not-pid-1',
       // A fresh /proc lists only this namespace: a handful of pids, not the machine's.
@@ -572,16 +573,6 @@ function sweepStaleCgroups(layout: CgroupLayout | undefined): void {
         // still has tasks (they die with their namespace) or already gone
       }
     }
-  }
-}
-
-function processAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

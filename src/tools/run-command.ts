@@ -8,6 +8,7 @@ import type { RunResult } from '../runners/types.js';
 import type { CapabilityContext } from './ports.js';
 import type { Tool } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
+import { singleQuoted } from '../shell-quote.js';
 
 export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
 export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
@@ -125,7 +126,7 @@ export function createRunCommandTool(
       if (rel === '' || check.permission.type !== 'ask' || !check.permission.key.compound) return check;
       // A compound command in a sub-folder is keyed as the command that does the same from the root,
       // so a grant for it at the root never covers it elsewhere.
-      return commandCheck(ctx.commands, `cd -- '${rel.replace(/'/g, `'\\''`)}'\n${args.command}`, cwd);
+      return commandCheck(ctx.commands, `cd -- ${singleQuoted(rel)}\n${args.command}`, cwd);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =

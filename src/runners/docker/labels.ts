@@ -49,13 +49,3 @@ export function isOrphan(
   if (!Number.isInteger(pid) || pid <= 0) return true;
   return !isAlive(pid);
 }
-
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: it exists but belongs to someone else.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}

@@ -1,5 +1,6 @@
 import type { DockerEngine } from './engine.js';
-import { MANAGED_LABEL, isOrphan, processAlive } from './labels.js';
+import { MANAGED_LABEL, isOrphan } from './labels.js';
+import { processAlive } from '../process-alive.js';
 import { volumeOwnerPid } from './volumes.js';
 
 /**
