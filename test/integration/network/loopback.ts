@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Resolver } from '../../../src/network/egress.js';
+import { manifestSchema } from '../../../src/manifest/schema.js';
+import type { EgressSession, Resolver } from '../../../src/network/egress.js';
 
 /** An HTTP listener on 127.0.0.1 that counts the connections it accepted (the effect a test judges). */
 export interface Listener {
@@ -57,4 +58,22 @@ export function mapResolver(map: Record<string, string | string[]>): Resolver & 
     );
   };
   return Object.assign(resolve, { asked });
+}
+
+/** The capability an egress session judges: a docker capability named `net` with these network grants and limits. */
+export function egressCapability(
+  network: unknown,
+  limits: Record<string, number> = {},
+): ConstructorParameters<typeof EgressSession>[0]['capability'] {
+  const manifest = manifestSchema.parse({
+    schemaVersion: 1,
+    name: 'net',
+    description: 'test',
+    environment: 'docker',
+    entry: 'main.mjs',
+    docker: { image: 'capsule/node:1' },
+    grants: { network },
+    limits,
+  });
+  return { name: 'net', contentHash: 'sha256:test', manifest };
 }

@@ -4,30 +4,12 @@ import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { manifestSchema } from '../../../src/manifest/schema.js';
 import { EgressSession, type EgressRecord } from '../../../src/network/egress.js';
 import { startEgressProxy, type EgressProxy } from '../../../src/network/proxy.js';
-import { listen, mapResolver, type Listener } from './loopback.js';
+import { egressCapability as capability, listen, mapResolver, type Listener } from './loopback.js';
 
 // The egress proxy alone, with real sockets on loopback: every denial is judged by the listener that
 // would have been reached (its accepted-connection count), never by the error text alone.
-
-function capability(
-  network: unknown,
-  limits: Record<string, number> = {},
-): ConstructorParameters<typeof EgressSession>[0]['capability'] {
-  const manifest = manifestSchema.parse({
-    schemaVersion: 1,
-    name: 'net',
-    description: 'test',
-    environment: 'docker',
-    entry: 'main.mjs',
-    docker: { image: 'capsule/node:1' },
-    grants: { network },
-    limits,
-  });
-  return { name: 'net', contentHash: 'sha256:test', manifest };
-}
 
 /** One request over the proxy's unix socket, as capability code in a container would send it. */
 function viaSocket(

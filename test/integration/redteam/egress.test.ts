@@ -4,34 +4,16 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { manifestSchema } from '../../../src/manifest/schema.js';
 import type { Capability } from '../../../src/manifest/types.js';
 import { EgressSession, type EgressRecord, type Resolver } from '../../../src/network/egress.js';
 import { egressFetch } from '../../../src/network/fetch.js';
 import { startEgressProxy, type EgressProxy } from '../../../src/network/proxy.js';
 import { openDockerEgress } from '../../../src/runners/docker/egress.js';
-import { listen, mapResolver, type Listener } from '../network/loopback.js';
+import { egressCapability as capability, listen, mapResolver, type Listener } from '../network/loopback.js';
 
 // Attacks on the egress proxy (what a container reaches at /run/capsule/egress.sock) and on the Wasm
 // fetch, with real sockets on loopback. Each is judged by the listener that must not be reached (its
 // accepted connections and the bytes it received) or by whether capsule tried to connect at all.
-
-function capability(
-  network: unknown,
-  limits: Record<string, number> = {},
-): ConstructorParameters<typeof EgressSession>[0]['capability'] {
-  const manifest = manifestSchema.parse({
-    schemaVersion: 1,
-    name: 'net',
-    description: 'test',
-    environment: 'docker',
-    entry: 'main.mjs',
-    docker: { image: 'capsule/node:1' },
-    grants: { network },
-    limits,
-  });
-  return { name: 'net', contentHash: 'sha256:test', manifest };
-}
 
 /** Raw bytes to the proxy socket; resolves with everything the proxy answered once it closes. */
 function raw(
