@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
  * agent sessions are built from.
  */
 const RANK: Record<string, number> = {
-  // shared leaves: the one error class, the one text diff
+  // shared leaves: the one error class, the one text diff, the one way to write a shell word
   '(root)': 0,
   // core
   config: 1,
