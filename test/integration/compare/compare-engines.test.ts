@@ -1,38 +1,16 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { CompareReport } from '../../../src/compare/compare.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { cli } from '../../helpers/cli.js';
+import { created } from '../runners/docker/helpers.js';
 
 // `capsule compare NAME --engine a,b`: the same capability on two real engines (the pool engines of
 // scripts/extra-engines.sh), one column per engine. Judged by each engine's own event log (the call's
 // containers were created there) as well as by the report's rows.
 
 const ENGINES_ROOT = process.env['CAPSULE_ENGINES_ROOT'] ?? '/var/lib/capsule-engines';
-
-/** Containers of `capability` that engine `host` created since `since` (unix seconds), from its event log. */
-async function created(host: string, capability: string, since: number): Promise<number> {
-  const r = await execa('docker', [
-    '-H',
-    host,
-    'events',
-    '--since',
-    String(since),
-    '--until',
-    String(Math.ceil(Date.now() / 1000) + 1),
-    '--filter',
-    'type=container',
-    '--filter',
-    'event=create',
-    '--filter',
-    `label=capsule.capability=${capability}`,
-    '--format',
-    '{{.Actor.ID}}',
-  ]);
-  return r.stdout.split('\n').filter((l) => l.trim() !== '').length;
-}
 
 describe('capsule compare across engines', () => {
   let hosts: Record<string, string>;

@@ -10,6 +10,7 @@ import { policyViewOf } from '../../../../src/permissions/policy-diff.js';
 import { PolicySnapshotStore } from '../../../../src/permissions/policy-snapshot.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { BUILT_CLI, cli } from '../../../helpers/cli.js';
+import { created } from './helpers.js';
 
 // Attack: a repository's capsule.json names (or changes) an engine. An engine receives every docker call's
 // files and input, so a hostile file could send them to the attacker's daemon. The engines a person has not
@@ -33,28 +34,6 @@ async function listener(): Promise<{ host: string; connections: () => number; cl
     connections: () => count,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-/** Containers of `capability` that engine `host` created between `since` and now (its own event log). */
-async function created(host: string, capability: string, since: number): Promise<number> {
-  const r = await execa('docker', [
-    '-H',
-    host,
-    'events',
-    '--since',
-    String(since),
-    '--until',
-    String(Math.ceil(Date.now() / 1000) + 1),
-    '--filter',
-    'type=container',
-    '--filter',
-    'event=create',
-    '--filter',
-    `label=capsule.capability=${capability}`,
-    '--format',
-    '{{.Actor.ID}}',
-  ]);
-  return r.stdout.split('\n').filter((l) => l.trim() !== '').length;
 }
 
 /** `capsule reload` in a pseudo-terminal, a person typing `answer`. */

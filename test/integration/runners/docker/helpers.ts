@@ -3,6 +3,7 @@ import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promi
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { execa } from 'execa';
 import { parseManifest } from '../../../../src/manifest/parse.js';
 import type { Capability, ResolvedFsGrant } from '../../../../src/manifest/types.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
@@ -81,4 +82,26 @@ export async function tempCapability(
 /** Containers carrying this runner-instance label, i.e. still on the engine. */
 export async function containersOf(engine: DockerodeEngine, label: string): Promise<number> {
   return (await engine.listContainers([label])).length;
+}
+
+/** Containers of `capability` that engine `host` created between `since` (unix seconds) and now: its own event log. */
+export async function created(host: string, capability: string, since: number): Promise<number> {
+  const r = await execa('docker', [
+    '-H',
+    host,
+    'events',
+    '--since',
+    String(since),
+    '--until',
+    String(Math.ceil(Date.now() / 1000) + 1),
+    '--filter',
+    'type=container',
+    '--filter',
+    'event=create',
+    '--filter',
+    `label=capsule.capability=${capability}`,
+    '--format',
+    '{{.Actor.ID}}',
+  ]);
+  return r.stdout.split('\n').filter((l) => l.trim() !== '').length;
 }
