@@ -18,3 +18,20 @@ export async function eventually<T>(
     await delay(intervalMs);
   }
 }
+
+/**
+ * Whether `check` comes true within `ms` (polled, then checked once more at the bound), for tests that
+ * assert on the answer: `expect(await holdsWithin(gone, 20_000)).toBe(true)`.
+ */
+export async function holdsWithin(
+  check: () => boolean | Promise<boolean>,
+  ms: number,
+  intervalMs = 100,
+): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await delay(intervalMs);
+  }
+  return check();
+}

@@ -12,22 +12,13 @@ import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { BUILT_CLI } from '../../../helpers/cli.js';
 import { choose, connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
 import { dockerForTests, tempCapability } from './helpers.js';
+import { holdsWithin } from '../../../helpers/eventually.js';
 
 // A capsule process that dies without cleaning up (SIGKILL) or hangs with its engine connection open
 // (SIGSTOP) must not leave a container running past its own deadline: every container carries it inside.
 // These drive the built CLI and runner (npm run build first).
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-
-/** Poll `check` until it holds; false after `ms` (a generous bound for the engine, not a speed criterion). */
-async function eventually(check: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return check();
-}
 
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
@@ -92,11 +83,11 @@ describe('docker containers carry their own deadline', () => {
     const name = `forever-kill-${suffix}`;
     const root = await foreverProject(name, 3000);
     const child = runCli(root, name);
-    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
     child.kill('SIGKILL');
     await exited(child);
     // Budget 3 s from the call's start; the bound only keeps a failing test from hanging.
-    expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
   });
 
   it('capsule run hung (SIGSTOP, engine connection still open) mid-call: the container still stops at its deadline', async () => {
@@ -104,10 +95,10 @@ describe('docker containers carry their own deadline', () => {
     const root = await foreverProject(name, 3000);
     const child = runCli(root, name);
     // Stopped once the script itself runs (see hungMidCall): a container started ahead may still wait for its go line.
-    expect(await eventually(async () => scriptRunning(name, 'run.sh'), 60_000)).toBe(true);
+    expect(await holdsWithin(async () => scriptRunning(name, 'run.sh'), 60_000)).toBe(true);
     child.kill('SIGSTOP');
     // A stopped process is alive: no reaper removes its containers, only their own deadline can end them.
-    expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
     child.kill('SIGKILL');
     child.kill('SIGCONT');
     await exited(child);
@@ -139,10 +130,10 @@ describe('docker containers carry their own deadline', () => {
       expect(textOf(r)).toBe(`{"i":${i}}`);
     }
     const pid = h.pid;
-    expect(await eventually(async () => (await runningOf(pid)) >= 1, 30_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(pid)) >= 1, 30_000)).toBe(true);
     if (pid === null) throw new Error('no server pid');
     process.kill(pid, 'SIGKILL');
-    expect(await eventually(async () => (await runningOf(pid)) === 0, 20_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(pid)) === 0, 20_000)).toBe(true);
   });
 
   it('a runner hung (SIGSTOP) with a parked container: the parked container ends at its idle deadline', async () => {
@@ -152,9 +143,9 @@ describe('docker containers carry their own deadline', () => {
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       children.push(child);
-      expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
       child.kill('SIGSTOP');
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
       child.kill('SIGKILL');
       child.kill('SIGCONT');
       await exited(child);
@@ -177,10 +168,10 @@ describe('docker containers carry their own deadline', () => {
       { 'run.sh': "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n" },
     );
     const child = runCli(root, name);
-    expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
     child.kill('SIGKILL');
     await exited(child);
-    expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+    expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
   });
 
   it("an image that is not capsule's (no shell at all): SIGKILLed capsule, the container still ends at its deadline", async () => {
@@ -202,10 +193,10 @@ describe('docker containers carry their own deadline', () => {
     await chmod(path.join(dir, 'busybox'), 0o755);
     try {
       const child = runCli(root, name);
-      expect(await eventually(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) >= 1, 60_000)).toBe(true);
       child.kill('SIGKILL');
       await exited(child);
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
       // Its stopped container still references the image until a reaper removes it.
       for (const c of await engine.listContainers([`capsule.pid=${child.pid}`])) await engine.remove(c.id);
     } finally {
@@ -237,7 +228,7 @@ describe('docker containers carry their own deadline', () => {
     const ready = hostVisible
       ? async () => scriptRunning(name, 'run.sh')
       : async () => scriptRunningInside(child.pid, name, 'run.sh');
-    expect(await eventually(ready, 60_000)).toBe(true);
+    expect(await holdsWithin(ready, 60_000)).toBe(true);
     child.kill('SIGSTOP');
     return child;
   }
@@ -303,7 +294,7 @@ describe('docker containers carry their own deadline', () => {
       ].join('\n') + '\n',
     );
     try {
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
     } finally {
       await endHung(child);
     }
@@ -318,7 +309,7 @@ describe('docker containers carry their own deadline', () => {
       false,
     );
     try {
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 30_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 30_000)).toBe(true);
     } finally {
       await endHung(child);
     }
@@ -331,7 +322,7 @@ describe('docker containers carry their own deadline', () => {
       "trap '' TERM HUP INT\necho started\nwhile :; do sleep 1; done\n",
     );
     try {
-      expect(await eventually(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
+      expect(await holdsWithin(async () => (await runningOf(child.pid)) === 0, 20_000)).toBe(true);
     } finally {
       await endHung(child);
     }
@@ -345,9 +336,9 @@ describe('docker containers carry their own deadline', () => {
         .length;
     try {
       await runner.prewarm(t.capability);
-      expect(await eventually(async () => (await mine()) === 1, 30_000)).toBe(true);
+      expect(await holdsWithin(async () => (await mine()) === 1, 30_000)).toBe(true);
       // Exited by itself and removed by the pool, not only stopped.
-      expect(await eventually(async () => (await mine()) === 0, 20_000)).toBe(true);
+      expect(await holdsWithin(async () => (await mine()) === 0, 20_000)).toBe(true);
       const r = await runner.run({ capability: t.capability, input: 'after expiry' });
       expect(r).toMatchObject({ exitCode: 0, stdout: 'after expiry', timedOut: false });
     } finally {

@@ -8,6 +8,7 @@ import { EnginePool } from '../../../../src/runners/docker/engine-pool.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { cli, REPO_ROOT } from '../../../helpers/cli.js';
 import { tempCapability } from './helpers.js';
+import { holdsWithin } from '../../../helpers/eventually.js';
 
 // The engine pool on real engines: extra dockerd daemons in network namespaces of their own, started by
 // scripts/extra-engines.sh (scripts/test.mjs runs it; the shared main engine is never touched).
@@ -47,15 +48,6 @@ async function restartEngines(): Promise<void> {
     failure = up.stderr;
   }
   throw new Error(`extra-engines.sh up failed three times: ${failure}`);
-}
-
-async function eventually(check: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return check();
 }
 
 describe('engine pool on real engines', () => {
@@ -100,7 +92,7 @@ describe('engine pool on real engines', () => {
       const calls = [1, 2].map(() => pool.run({ capability: t.capability, input: '{}' }));
       // Both engines run one of the calls at the same time: seen on each engine, from outside.
       expect(
-        await eventually(
+        await holdsWithin(
           async () =>
             (await runningHere('pool-a', 'pool-spread')) === 1 &&
             (await runningHere('pool-b', 'pool-spread')) === 1,
@@ -130,7 +122,7 @@ describe('engine pool on real engines', () => {
       call.catch(() => undefined);
       let victim: string | undefined;
       expect(
-        await eventually(async () => {
+        await holdsWithin(async () => {
           for (const name of ['crash-a', 'crash-b'])
             if ((await runningHere(name, 'pool-killed')) > 0) victim = name;
           return victim !== undefined;
@@ -164,7 +156,7 @@ describe('engine pool on real engines', () => {
     try {
       const call = pool.run({ capability: t.capability, input: '{}' });
       call.catch(() => undefined);
-      expect(await eventually(async () => (await runningHere('crash-b', 'pool-hung')) > 0, 60_000)).toBe(
+      expect(await holdsWithin(async () => (await runningHere('crash-b', 'pool-hung')) > 0, 60_000)).toBe(
         true,
       );
       process.kill(pid, 'SIGSTOP');

@@ -6,20 +6,12 @@ import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine
 import { judgePosture, parseProbeOutput, PROBE_SCRIPT } from '../../../../src/runners/docker/posture.js';
 import { SwarmRunner } from '../../../../src/runners/docker/swarm-runner.js';
 import { tempCapability } from './helpers.js';
+import { holdsWithin } from '../../../helpers/eventually.js';
 
 // The Swarm runner on a real two-node swarm (manager + worker over a veth pair between network namespaces of
 // their own), started by scripts/extra-engines.sh; the shared main engine is never touched.
 
 const ENGINES_ROOT = process.env['CAPSULE_ENGINES_ROOT'] ?? '/var/lib/capsule-engines';
-
-async function eventually(check: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return check();
-}
 
 describe('swarm runner on a real two-node swarm', () => {
   let manager: DockerodeEngine;
@@ -164,10 +156,10 @@ describe('swarm runner on a real two-node swarm', () => {
     );
     try {
       const call = runner.run({ capability: t.capability, input: '{}' });
-      expect(await eventually(async () => (await containers('running')) > 0, 60_000)).toBe(true);
+      expect(await holdsWithin(async () => (await containers('running')) > 0, 60_000)).toBe(true);
       const r = await call;
       expect(r).toMatchObject({ timedOut: true, exitCode: null });
-      expect(await eventually(async () => (await containers('running')) === 0, 30_000)).toBe(true);
+      expect(await holdsWithin(async () => (await containers('running')) === 0, 30_000)).toBe(true);
     } finally {
       await t.cleanup();
     }
@@ -182,10 +174,10 @@ describe('swarm runner on a real two-node swarm', () => {
     const abort = new AbortController();
     try {
       const call = runner.run({ capability: t.capability, input: '{}', signal: abort.signal });
-      expect(await eventually(async () => (await containers('running')) > 0, 60_000)).toBe(true);
+      expect(await holdsWithin(async () => (await containers('running')) > 0, 60_000)).toBe(true);
       abort.abort();
       expect(await call).toMatchObject({ canceled: true, exitCode: null });
-      expect(await eventually(async () => (await containers('running')) === 0, 30_000)).toBe(true);
+      expect(await holdsWithin(async () => (await containers('running')) === 0, 30_000)).toBe(true);
     } finally {
       await t.cleanup();
     }
@@ -198,7 +190,7 @@ describe('swarm runner on a real two-node swarm', () => {
       const mine = ['capsule.managed=1', `capsule.pid=${process.pid}`];
       expect(await manager.listServices(mine)).toEqual([]);
       expect(await manager.listConfigs(mine)).toEqual([]);
-      expect(await eventually(async () => (await containers()) === 0, 30_000)).toBe(true);
+      expect(await holdsWithin(async () => (await containers()) === 0, 30_000)).toBe(true);
     } finally {
       await t.cleanup();
     }
