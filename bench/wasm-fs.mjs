@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { WASI } from 'node:wasi';
 import wabtInit from 'wabt';
+import { ownMemory } from './component-floor.mjs';
 import { stats } from './stats.mjs';
 
 export async function benchWasmFs({ root, dist = path.join(root, 'dist'), iterations = 200 }) {
@@ -38,13 +39,16 @@ export async function benchWasmFs({ root, dist = path.join(root, 'dist'), iterat
         stdout: sink,
         returnOnExit: true,
       });
-      const instance = new WebAssembly.Instance(prepared.module, { wasi_snapshot_preview1: wasi.wasiImport });
+      const instance = new WebAssembly.Instance(prepared.module, {
+        wasi_snapshot_preview1: wasi.wasiImport,
+        ...ownMemory(prepared),
+      });
       return wasi.start(instance);
     };
     const job = {
       kind: 'module',
       key: prepared.key,
-      module: prepared.module,
+      code: { module: prepared.module, memory: prepared.memory },
       args,
       env: {},
       stdin: new Uint8Array(0),

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { WASI } from 'node:wasi';
 import { once } from 'node:events';
 import { Worker } from 'node:worker_threads';
-import { instantiateCores, recordLinkPlan } from './component-floor.mjs';
+import { instantiateCores, ownMemory, recordLinkPlan } from './component-floor.mjs';
 import { stats } from './stats.mjs';
 
 export async function benchWasm({ root, dist = path.join(root, 'dist'), iterations = 200 }) {
@@ -81,13 +81,14 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
     });
     const instance = new WebAssembly.Instance(shoutPrepared.module, {
       wasi_snapshot_preview1: wasi.wasiImport,
+      ...ownMemory(shoutPrepared),
     });
     return wasi.start(instance);
   };
   const moduleJob = {
     kind: 'module',
     key: shoutPrepared.key,
-    module: shoutPrepared.module,
+    code: { module: shoutPrepared.module, memory: shoutPrepared.memory },
     args: ['bench'],
     env: {},
     stdin: input,
@@ -99,7 +100,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
   const componentJob = {
     kind: 'component',
     key: helloPrepared.key,
-    code: { jsUrl: helloPrepared.jsUrl, modules: helloPrepared.modules },
+    code: { jsUrl: helloPrepared.jsUrl, modules: helloPrepared.modules, memories: helloPrepared.memories },
     input: '{"name":"bench"}',
     args: ['bench'],
     env: {},
@@ -143,7 +144,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
 
   // Components: the floor is instantiating the same core modules, linked as the glue links them.
   const glue = await import(helloPrepared.jsUrl);
-  const plan = recordLinkPlan(glue, helloPrepared.modules);
+  const plan = recordLinkPlan(glue, helloPrepared.modules, helloPrepared.memories);
   const coreFloor = `wasm: bare core instantiate, the component's ${plan.length} core modules (in-process)`;
   {
     // The first job hands the code over; later ones carry only its key, as the pool sends them.
@@ -207,6 +208,7 @@ export async function benchWasm({ root, dist = path.join(root, 'dist'), iteratio
           componentFloor: true,
           jsUrl: helloPrepared.jsUrl,
           modules: helloPrepared.modules,
+          memories: helloPrepared.memories,
           count: floorCount / 2,
         },
       }),

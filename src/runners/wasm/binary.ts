@@ -1,4 +1,5 @@
 import { CapsuleError } from '../../errors.js';
+import { HOST_MEMORY_IMPORT, type HostMemory } from './protocol.js';
 
 /** 64 KiB: the Wasm page size. */
 export const WASM_PAGE_BYTES = 65_536;
@@ -108,6 +109,24 @@ function skipValType(r: Reader): void {
   if (t === 0x63 || t === 0x64) r.sleb();
 }
 
+/** Skips what follows an import's kind byte: a function/tag type index, a table, a memory or a global. */
+function skipImportType(r: Reader, kind: number): void {
+  if (kind === 0x00 || kind === 0x04) {
+    if (kind === 0x04) r.byte();
+    r.u32();
+  } else if (kind === 0x01) {
+    skipValType(r);
+    readLimits(r);
+  } else if (kind === 0x02) {
+    readLimits(r);
+  } else if (kind === 0x03) {
+    skipValType(r);
+    r.byte();
+  } else {
+    r.fail(`unknown import kind 0x${kind.toString(16)}`);
+  }
+}
+
 function encodeUleb(value: bigint): number[] {
   const out: number[] = [];
   let v = value;
@@ -162,30 +181,17 @@ export function capMemory(bytes: Uint8Array, options: MemoryCapOptions): MemoryC
         const moduleName = s.name();
         const fieldName = s.name();
         const kind = s.byte();
-        if (kind === 0x00 || kind === 0x04) {
-          if (kind === 0x04) s.byte();
-          s.u32();
-        } else if (kind === 0x01) {
-          skipValType(s);
-          readLimits(s);
-        } else if (kind === 0x02) {
-          readLimits(s);
-          if (!options.allowMemoryImport) {
-            throw new CapsuleError(
-              'RUNNER_FAILED',
-              `${file} imports its memory (${moduleName}.${fieldName}); capsule refuses modules that import memory because the memory cap could not apply`,
-              {
-                file,
-                hint: 'Rebuild the module so it defines and exports its own memory (the default for wasm32-wasi).',
-              },
-            );
-          }
-        } else if (kind === 0x03) {
-          skipValType(s);
-          s.byte();
-        } else {
-          s.fail(`unknown import kind 0x${kind.toString(16)}`);
+        if (kind === 0x02 && !options.allowMemoryImport) {
+          throw new CapsuleError(
+            'RUNNER_FAILED',
+            `${file} imports its memory (${moduleName}.${fieldName}); capsule refuses modules that import memory because the memory cap could not apply`,
+            {
+              file,
+              hint: 'Rebuild the module so it defines and exports its own memory (the default for wasm32-wasi).',
+            },
+          );
         }
+        skipImportType(s, kind);
       }
       pieces.push(bytes.subarray(sectionStart, contentEnd));
     } else if (id === 5) {
@@ -227,4 +233,93 @@ export function capMemory(bytes: Uint8Array, options: MemoryCapOptions): MemoryC
     }
   }
   return { bytes: Buffer.concat(pieces), maxPages };
+}
+
+interface Section {
+  id: number;
+  start: number;
+  contentStart: number;
+  end: number;
+}
+
+function sections(bytes: Uint8Array, file: string): Section[] {
+  const r = new Reader(bytes, 8, bytes.length, file);
+  const out: Section[] = [];
+  while (r.pos < r.end) {
+    const start = r.pos;
+    const id = r.byte();
+    const size = r.u32();
+    const contentStart = r.pos;
+    r.skip(size);
+    out.push({ id, start, contentStart, end: r.pos });
+  }
+  return out;
+}
+
+/**
+ * Turns the one memory a (capped) module defines into an import of `HOST_MEMORY_IMPORT` with the
+ * same limits, so the worker can hand each new instance a memory it already has, zeroed, instead
+ * of a new one: a fresh memory's pages are mapped and faulted in on every call, which was a large
+ * part of a component call. Instantiation then writes the data segments into it as into a new
+ * one. Leaves the module as it is (undefined) when it defines no memory or several, imports one,
+ * has a shared or unbounded one, or already imports from capsule's namespace.
+ */
+export function memoryFromHost(
+  bytes: Uint8Array,
+  file: string,
+): { bytes: Uint8Array; memory: HostMemory } | undefined {
+  const all = sections(bytes, file);
+  const memorySection = all.filter((s) => s.id === 5);
+  if (memorySection.length !== 1) return undefined;
+  const [memories] = memorySection as [Section];
+  const mem = new Reader(bytes, memories.contentStart, memories.end, file);
+  if (mem.u32() !== 1) return undefined;
+  const limitsStart = mem.pos;
+  const limits = readLimits(mem);
+  if (limits.flags !== 0x01 || limits.max === undefined) return undefined;
+  const limitBytes = bytes.subarray(limitsStart, mem.pos);
+
+  const importSection = all.find((s) => s.id === 2);
+  let count = 0;
+  let entries: Uint8Array = new Uint8Array(0);
+  if (importSection !== undefined) {
+    const s = new Reader(bytes, importSection.contentStart, importSection.end, file);
+    count = s.u32();
+    const first = s.pos;
+    for (let i = 0; i < count; i++) {
+      const moduleName = s.name();
+      s.name();
+      const kind = s.byte();
+      if (moduleName === HOST_MEMORY_IMPORT.module || kind === 0x02) return undefined;
+      skipImportType(s, kind);
+    }
+    entries = bytes.subarray(first, importSection.end);
+  }
+  const utf8 = (text: string): number[] => {
+    const b = Buffer.from(text, 'utf8');
+    return [...encodeUleb(BigInt(b.length)), ...b];
+  };
+  const content = Buffer.concat([
+    Uint8Array.from(encodeUleb(BigInt(count + 1))),
+    entries,
+    Uint8Array.from([...utf8(HOST_MEMORY_IMPORT.module), ...utf8(HOST_MEMORY_IMPORT.name), 0x02]),
+    limitBytes,
+  ]);
+  const newImports = Buffer.concat([Uint8Array.from([2, ...encodeUleb(BigInt(content.length))]), content]);
+  const pieces: Uint8Array[] = [bytes.subarray(0, 8)];
+  let placed = false;
+  for (const s of all) {
+    // Every known section but the types (1) comes after the imports; custom ones (0) may be anywhere.
+    if (!placed && s.id >= 2) {
+      pieces.push(newImports);
+      placed = true;
+    }
+    if (s.id === 2 || s.id === 5) continue;
+    pieces.push(bytes.subarray(s.start, s.end));
+  }
+  if (!placed) pieces.push(newImports);
+  return {
+    bytes: Buffer.concat(pieces),
+    memory: { initial: Number(limits.min), maximum: Number(limits.max) },
+  };
 }

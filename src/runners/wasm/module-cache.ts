@@ -6,7 +6,8 @@ import path from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { z } from 'zod';
 import { CapsuleError } from '../../errors.js';
-import { capMemory, detectWasmKind } from './binary.js';
+import { capMemory, detectWasmKind, memoryFromHost } from './binary.js';
+import { HOST_MEMORY_IMPORT, type HostMemory } from './protocol.js';
 import { webAssembly } from './wasm-types.js';
 import type { WasmModule } from './wasm-types.js';
 
@@ -15,6 +16,8 @@ export interface PreparedModule {
   /** Names this compiled code (content hash and memory cap), so a worker can keep it between calls. */
   key: string;
   module: WasmModule;
+  /** Set when the module's memory is supplied by the worker (see memoryFromHost). */
+  memory: HostMemory | undefined;
   maxPages: number;
   /** Imports outside wasi_snapshot_preview1 (`module.name`): the runner refuses to start these. */
   foreignImports: string[];
@@ -30,6 +33,8 @@ export interface PreparedComponent {
    */
   jsUrl: string;
   modules: Record<string, WasmModule>;
+  /** By module name, for the modules whose memory the worker supplies (see memoryFromHost). */
+  memories: Record<string, HostMemory>;
   maxPages: number;
   /** WASI interfaces the component imports (versionless), for a fail-closed check before running. */
   imports: string[];
@@ -173,16 +178,20 @@ export class ModuleCache {
         capPages: options.capPages,
         allowMemoryImport: false,
       });
-      const module = await compile(capped.bytes, options.file);
+      const hosted = memoryFromHost(capped.bytes, options.file);
+      const module = await compile(hosted?.bytes ?? capped.bytes, options.file);
       const foreignImports = webAssembly()
         .Module.imports(module)
         .filter((i) => i.module !== 'wasi_snapshot_preview1')
+        .filter((i) => hosted === undefined || i.module !== HOST_MEMORY_IMPORT.module)
         .map((i) => `${i.module}.${i.name}`);
       const key = `module:${hash}:${options.capPages}`;
-      return { kind, key, module, maxPages: capped.maxPages[0] ?? 0, foreignImports };
+      const maxPages = capped.maxPages[0] ?? 0;
+      return { kind, key, module, memory: hosted?.memory, maxPages, foreignImports };
     }
     const files = await this.#transpiled(bytes, hash, options.file);
     const modules: Record<string, WasmModule> = {};
+    const memories: Record<string, HostMemory> = {};
     let maxPages = 0;
     for (const [name, core] of Object.entries(files.cores)) {
       const capped = capMemory(core, {
@@ -191,11 +200,13 @@ export class ModuleCache {
         allowMemoryImport: true,
       });
       maxPages = Math.max(maxPages, ...capped.maxPages);
-      modules[name] = await compile(capped.bytes, options.file);
+      const hosted = memoryFromHost(capped.bytes, `${options.file} (${name})`);
+      if (hosted !== undefined) memories[name] = hosted.memory;
+      modules[name] = await compile(hosted?.bytes ?? capped.bytes, options.file);
     }
     const jsUrl = `data:text/javascript;base64,${Buffer.from(files.js).toString('base64')}`;
     const key = `component:${this.#transpilerId()}:${hash}:${options.capPages}`;
-    return { kind, key, jsUrl, modules, maxPages, imports: files.imports };
+    return { kind, key, jsUrl, modules, memories, maxPages, imports: files.imports };
   }
 
   /** `@bytecodealliance/jco-transpile@<version>` of the installed transpiler (read once per cache). */

@@ -1,8 +1,17 @@
 /**
- * Messages between the WasmRunner (main thread) and its pooled workers. Types only: the worker and
- * what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
+ * Messages between the WasmRunner (main thread) and its pooled workers. Types and constants only:
+ * the worker and what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
  */
 import type { WasmModule } from './wasm-types.js';
+
+/** Where a module rewritten by memoryFromHost (binary.ts) imports its memory from. */
+export const HOST_MEMORY_IMPORT = { module: 'capsule:host', name: 'memory' } as const;
+
+/** Limits of the memory a worker supplies to such a module (and zeroes before each reuse). */
+export interface HostMemory {
+  initial: number;
+  maximum: number;
+}
 
 export interface GuestPreopen {
   /** Path the guest sees, e.g. `/data`. */
@@ -18,11 +27,18 @@ export interface GuestPreopen {
  * module handle nor the component's JS. A worker that no longer holds the key answers `missing`
  * and the pool sends the job again with its code.
  */
+export interface ModuleCode {
+  /** Memory already capped. */
+  module: WasmModule;
+  /** Limits of the memory the worker supplies (see memoryFromHost); absent: the module defines its own. */
+  memory: HostMemory | undefined;
+}
+
 export interface ModuleJob {
   kind: 'module';
   key: string;
   /** Absent when the pool knows the worker already holds `key`. */
-  module: WasmModule | undefined;
+  code: ModuleCode | undefined;
   /** argv including argv[0]. */
   args: string[];
   env: Record<string, string>;
@@ -42,6 +58,8 @@ export interface ComponentCode {
   jsUrl: string;
   /** Core modules by the file name the transpiled JS asks for, memory already capped. */
   modules: Record<string, WasmModule>;
+  /** By module name: limits of the memory the worker supplies to that module (see memoryFromHost). */
+  memories: Record<string, HostMemory>;
 }
 
 export interface ComponentJob {

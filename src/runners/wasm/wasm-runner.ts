@@ -268,7 +268,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     return {
       kind: 'module',
       key: prepared.key,
-      module: prepared.module,
+      code: { module: prepared.module, memory: prepared.memory },
       args,
       env: spec.env,
       stdin: spec.input,
@@ -282,7 +282,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
   return {
     kind: 'component',
     key: prepared.key,
-    code: { jsUrl: prepared.jsUrl, modules: prepared.modules },
+    code: { jsUrl: prepared.jsUrl, modules: prepared.modules, memories: prepared.memories },
     input: Buffer.from(spec.input).toString('utf8'),
     args,
     env: spec.env,

@@ -29,7 +29,7 @@ export interface WebAssemblyApi {
     imports(module: WasmModule): Array<{ module: string; name: string; kind: string }>;
   };
   Instance: new (module: WasmModule, imports?: WasmImports) => WasmInstance;
-  Memory: abstract new (...args: never[]) => WasmMemory;
+  Memory: new (limits: { initial: number; maximum?: number }) => WasmMemory;
   CompileError: ErrorClass;
   LinkError: ErrorClass;
   RuntimeError: ErrorClass;

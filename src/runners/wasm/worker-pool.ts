@@ -33,7 +33,7 @@ const MAX_KNOWN = 256;
 
 /** The job without its compiled code, for a worker that already holds the job's key. */
 function withoutCode(job: Job): Job {
-  return job.kind === 'module' ? { ...job, module: undefined } : { ...job, code: undefined };
+  return { ...job, code: undefined };
 }
 
 interface Task {

@@ -6,7 +6,8 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { setFlagsFromString } from 'node:v8';
-import type { ComponentJob, Job, JobReply, ModuleJob } from './protocol.js';
+import { HOST_MEMORY_IMPORT } from './protocol.js';
+import type { ComponentJob, HostMemory, Job, JobReply, ModuleJob } from './protocol.js';
 import { createPreview1, Preview1Exit } from './preview1/host.js';
 import { WriteBudget } from './confined-dir.js';
 import type { Preview1Host } from './preview1/host.js';
@@ -120,6 +121,35 @@ function doneReply(
   };
 }
 
+/**
+ * The memory of one rewritten module (see memoryFromHost in binary.ts), kept between its calls.
+ * Each instance gets a memory no other instance holds, zeroed: that is what a new memory is, so an
+ * instance cannot tell the two apart, and nothing a call wrote reaches the next one. Reusing it
+ * saves mapping and faulting in fresh pages on every call. Only a memory still at its initial size
+ * is kept (memories never shrink; a fresh instance starts at the initial size).
+ */
+class MemorySlot {
+  #spare: WasmMemory | undefined;
+  constructor(readonly limits: HostMemory) {}
+
+  take(): WasmMemory {
+    const spare = this.#spare;
+    this.#spare = undefined;
+    if (spare === undefined) return new WA.Memory(this.limits);
+    new Uint8Array(spare.buffer).fill(0);
+    return spare;
+  }
+
+  give(memory: WasmMemory): void {
+    if (memory.buffer.byteLength === this.limits.initial * PAGE) this.#spare = memory;
+  }
+}
+
+/** Imports for a module whose memory its slot supplies. */
+function withMemory(imports: WasmImports, memory: WasmMemory): WasmImports {
+  return { ...imports, [HOST_MEMORY_IMPORT.module]: { [HOST_MEMORY_IMPORT.name]: memory } };
+}
+
 const patterns = new Map<string, RegExp>();
 function hiddenBy(source: string | undefined): ((name: string) => boolean) | undefined {
   if (source === undefined) return undefined;
@@ -128,11 +158,17 @@ function hiddenBy(source: string | undefined): ((name: string) => boolean) | und
   return (name) => re.test(name);
 }
 
-function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
+interface LoadedModule {
+  module: WasmModule;
+  slot: MemorySlot | undefined;
+}
+
+function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   let memory: WasmMemory | undefined;
   let host: Preview1Host;
+  const supplied = code.slot?.take();
   const writes = new WriteBudget(job.writeBytes);
   try {
     host = createPreview1({
@@ -168,7 +204,11 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
   try {
     let instance: WasmInstance | undefined;
     try {
-      instance = new WA.Instance(module, { wasi_snapshot_preview1: host.imports } as WasmImports);
+      const imports = { wasi_snapshot_preview1: host.imports } as WasmImports;
+      instance = new WA.Instance(
+        code.module,
+        supplied === undefined ? imports : withMemory(imports, supplied),
+      );
     } catch (err) {
       // A link/type error means it cannot start; a trap (or exit) in the start function is the guest's own.
       if (
@@ -195,6 +235,7 @@ function runModule(id: number, job: ModuleJob, module: WasmModule): JobReply {
     }
   } finally {
     host.close();
+    if (supplied !== undefined) code.slot?.give(supplied);
   }
   return doneReply(
     id,
@@ -218,6 +259,8 @@ interface TranspiledComponent {
 interface LoadedComponent {
   glue: TranspiledComponent;
   modules: Record<string, WasmModule>;
+  /** The slot of each module whose memory this worker supplies. */
+  slots: Map<WasmModule, MemorySlot>;
   /** See onlyJspiProbes. */
   probesOnly: boolean;
 }
@@ -240,10 +283,13 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
         ? (request) => blockingHttp((call, transfer) => parentPort?.postMessage(call, transfer), id, request)
         : undefined,
   });
+  // Memories this call's instances got from their slots, handed back once the call is over.
+  const supplied: Array<[MemorySlot, WasmMemory]> = [];
   try {
-    return callComponent(id, job, code, host, { stdout, stderr, memories, writes });
+    return callComponent(id, job, code, host, { stdout, stderr, memories, writes }, supplied);
   } finally {
     host.dispose();
+    for (const [slot, memory] of supplied) slot.give(memory);
   }
 }
 
@@ -253,6 +299,7 @@ function callComponent(
   code: LoadedComponent,
   host: Preview2Host,
   io: { stdout: Sink; stderr: Sink; memories: WasmMemory[]; writes: WriteBudget },
+  supplied: Array<[MemorySlot, WasmMemory]>,
 ): JobReply {
   const { stdout, stderr, memories, writes } = io;
   let exports: Record<string, unknown>;
@@ -270,7 +317,14 @@ function callComponent(
       },
       host.imports,
       (module, imports) => {
-        const instance = new WA.Instance(module, imports);
+        const slot = code.slots.get(module);
+        let linked = imports;
+        if (slot !== undefined) {
+          const memory = slot.take();
+          supplied.push([slot, memory]);
+          linked = withMemory(imports, memory);
+        }
+        const instance = new WA.Instance(module, linked);
         for (const v of Object.values(instance.exports)) if (v instanceof WA.Memory) memories.push(v);
         return instance;
       },
@@ -311,10 +365,10 @@ function callComponent(
  * Compiled code this worker holds, by job key, least recently used first. Only code lives here:
  * every call still builds its own instance, memory, host objects and output sinks.
  */
-const codes = new Map<string, WasmModule | LoadedComponent>();
+const codes = new Map<string, LoadedModule | LoadedComponent>();
 const MAX_CODES = 32;
 
-function remember(key: string, code: WasmModule | LoadedComponent): void {
+function remember(key: string, code: LoadedModule | LoadedComponent): void {
   codes.delete(key);
   codes.set(key, code);
   while (codes.size > MAX_CODES) {
@@ -329,17 +383,27 @@ export async function executeJob(id: number, job: Job): Promise<JobReply> {
   try {
     const known = codes.get(job.key);
     if (job.kind === 'module') {
-      const module = job.module ?? (known instanceof WA.Module ? known : undefined);
-      if (module === undefined) return { type: 'missing', id };
-      remember(job.key, module);
-      return runModule(id, job, module);
+      let code = known !== undefined && !('glue' in known) ? known : undefined;
+      if (job.code !== undefined && code === undefined) {
+        const { module, memory } = job.code;
+        code = { module, slot: memory === undefined ? undefined : new MemorySlot(memory) };
+      }
+      if (code === undefined) return { type: 'missing', id };
+      remember(job.key, code);
+      return runModule(id, job, code);
     }
-    let code = known !== undefined && !(known instanceof WA.Module) ? known : undefined;
+    let code = known !== undefined && 'glue' in known ? known : undefined;
     // Keys name content (hash, cap, transpiler): code already held for the key is that code.
     if (job.code !== undefined && code === undefined) {
       // A data: URL imports once per worker (the loader keeps it); the glue is reused for every call.
       const glue = (await import(job.code.jsUrl)) as TranspiledComponent;
-      code = { glue, modules: job.code.modules, probesOnly: onlyJspiProbes(job.code.jsUrl) };
+      const { modules, memories } = job.code;
+      const slots = new Map<WasmModule, MemorySlot>();
+      for (const [name, limits] of Object.entries(memories)) {
+        const module = modules[name];
+        if (module !== undefined) slots.set(module, new MemorySlot(limits));
+      }
+      code = { glue, modules, slots, probesOnly: onlyJspiProbes(job.code.jsUrl) };
     }
     if (code === undefined) return { type: 'missing', id };
     remember(job.key, code);

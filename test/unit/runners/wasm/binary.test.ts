@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import wabtInit from 'wabt';
-import { capMemory, detectWasmKind } from '../../../../src/runners/wasm/binary.js';
+import { capMemory, detectWasmKind, memoryFromHost } from '../../../../src/runners/wasm/binary.js';
+import { HOST_MEMORY_IMPORT } from '../../../../src/runners/wasm/protocol.js';
 import { isCapsuleError } from '../../../../src/errors.js';
 import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import type { WasmMemory } from '../../../../src/runners/wasm/wasm-types.js';
@@ -134,5 +135,70 @@ describe('capMemory', () => {
         expect(isCapsuleError(err), String(err)).toBe(true);
       }
     }
+  });
+});
+
+describe('memoryFromHost', () => {
+  const WA = webAssembly();
+  const Memory = WA.Memory as unknown as new (limits: {
+    initial: number;
+    maximum?: number;
+  }) => WasmMemory & { grow(delta: number): number };
+  const capped = (text: string, capPages = 8): Uint8Array =>
+    capMemory(wat(text), { file: 'm.wasm', capPages, allowMemoryImport: true }).bytes;
+  const supply = (memory: WasmMemory, imports: Record<string, Record<string, unknown>> = {}) => ({
+    ...imports,
+    [HOST_MEMORY_IMPORT.module]: { [HOST_MEMORY_IMPORT.name]: memory },
+  });
+
+  it('turns the defined memory into an import with the capped limits; data segments land in the supplied memory', () => {
+    const src = capped(`(module
+      (import "env" "f" (func))
+      (memory (export "memory") 2 100)
+      (data (i32.const 70000) "Hi")
+      (func (export "peek") (result i32) (i32.load8_u (i32.const 70001))))`);
+    const hosted = memoryFromHost(src, 'm.wasm');
+    expect(hosted?.memory).toEqual({ initial: 2, maximum: 8 });
+    const module = new WA.Module(hosted?.bytes as Uint8Array);
+    expect(WA.Module.imports(module)).toEqual([
+      { module: 'env', name: 'f', kind: 'function' },
+      { ...HOST_MEMORY_IMPORT, kind: 'memory' },
+    ]);
+    const memory = new Memory({ initial: 2, maximum: 8 });
+    const inst = new WA.Instance(module, supply(memory, { env: { f: () => undefined } }));
+    expect(inst.exports.memory).toBe(memory);
+    expect((inst.exports.peek as () => number)()).toBe('i'.charCodeAt(0));
+    expect(new Uint8Array(memory.buffer)[70000]).toBe('H'.charCodeAt(0));
+  });
+
+  it('adds an import section to a module that had none', () => {
+    const hosted = memoryFromHost(
+      capped('(module (memory 1) (func (export "size") (result i32) memory.size))'),
+      'm',
+    );
+    const module = new WA.Module(hosted?.bytes as Uint8Array);
+    const inst = new WA.Instance(module, supply(new Memory({ initial: 1, maximum: 8 })));
+    expect((inst.exports.size as () => number)()).toBe(1);
+  });
+
+  it('the cap still holds: a memory with a higher maximum, or none, does not link', () => {
+    const hosted = memoryFromHost(capped('(module (memory (export "memory") 1))', 4), 'm');
+    const module = new WA.Module(hosted?.bytes as Uint8Array);
+    for (const wider of [new Memory({ initial: 1, maximum: 5 }), new Memory({ initial: 1 })])
+      expect(() => new WA.Instance(module, supply(wider))).toThrow(WA.LinkError);
+    const memory = new Memory({ initial: 1, maximum: 4 });
+    new WA.Instance(module, supply(memory));
+    expect(() => memory.grow(4)).toThrow();
+  });
+
+  it('leaves alone modules it cannot rewrite exactly', () => {
+    for (const text of [
+      '(module)',
+      '(module (import "env" "memory" (memory 1)))',
+      '(module (memory 1) (memory 1))',
+      `(module (import "${HOST_MEMORY_IMPORT.module}" "f" (func)) (memory 1))`,
+    ])
+      expect(memoryFromHost(capped(text), 'm'), text).toBeUndefined();
+    expect(memoryFromHost(wat('(module (memory 1 2 shared))'), 'm')).toBeUndefined();
   });
 });
