@@ -1,7 +1,7 @@
 /**
  * The WASI preview2 host a component runs against: the one place its import object is built
  * (`preview2Imports`). Each interface the sandbox offers is one entry of that object, and
- * `PREVIEW2_INTERFACES` lists them; an interface not listed fails the component before it runs.
+ * `PREVIEW2_INTERFACES` (protocol.ts) lists them; an interface not listed fails the component before it runs.
  * Loaded by the worker (only `node:` imports and sibling modules, see resolveWorkerUrl).
  */
 import { randomBytes, randomInt } from 'node:crypto';
@@ -11,37 +11,6 @@ import { componentFilesystem, FS_RESOURCES } from './preview2-fs.js';
 import { requestFromGuest, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { InputStream, IoError, OutputStream, Pollable, memorySource, type ByteSink } from './preview2-io.js';
 
-/** Interfaces the component host provides; anything else fails closed before running. */
-export const PREVIEW2_INTERFACES: readonly string[] = [
-  'wasi:cli/environment',
-  'wasi:cli/exit',
-  'wasi:cli/stdin',
-  'wasi:cli/stdout',
-  'wasi:cli/stderr',
-  'wasi:cli/terminal-input',
-  'wasi:cli/terminal-output',
-  'wasi:cli/terminal-stdin',
-  'wasi:cli/terminal-stdout',
-  'wasi:cli/terminal-stderr',
-  'wasi:clocks/monotonic-clock',
-  'wasi:clocks/wall-clock',
-  'wasi:filesystem/preopens',
-  'wasi:filesystem/types',
-  'wasi:io/error',
-  'wasi:io/poll',
-  'wasi:io/streams',
-  'wasi:random/random',
-  'wasi:random/insecure',
-  'wasi:random/insecure-seed',
-  'wasi:sockets/instance-network',
-  'wasi:sockets/network',
-  'wasi:sockets/tcp-create-socket',
-  'wasi:sockets/udp-create-socket',
-  'wasi:sockets/tcp',
-  'wasi:sockets/udp',
-  'wasi:sockets/ip-name-lookup',
-  'capsule:capability/http',
-];
 
 /** What the call's host writes to and how a guest exit leaves the call. */
 export interface Preview2Io {

@@ -4,6 +4,41 @@
  */
 import type { WasmModule } from './wasm-types.js';
 
+/**
+ * Interfaces the worker's component host (preview2-host.ts) provides; the runner fails a component that
+ * imports anything else before it runs. Here, not beside the host, so the main thread does not load it.
+ */
+export const PREVIEW2_INTERFACES: readonly string[] = [
+  'wasi:cli/environment',
+  'wasi:cli/exit',
+  'wasi:cli/stdin',
+  'wasi:cli/stdout',
+  'wasi:cli/stderr',
+  'wasi:cli/terminal-input',
+  'wasi:cli/terminal-output',
+  'wasi:cli/terminal-stdin',
+  'wasi:cli/terminal-stdout',
+  'wasi:cli/terminal-stderr',
+  'wasi:clocks/monotonic-clock',
+  'wasi:clocks/wall-clock',
+  'wasi:filesystem/preopens',
+  'wasi:filesystem/types',
+  'wasi:io/error',
+  'wasi:io/poll',
+  'wasi:io/streams',
+  'wasi:random/random',
+  'wasi:random/insecure',
+  'wasi:random/insecure-seed',
+  'wasi:sockets/instance-network',
+  'wasi:sockets/network',
+  'wasi:sockets/tcp-create-socket',
+  'wasi:sockets/udp-create-socket',
+  'wasi:sockets/tcp',
+  'wasi:sockets/udp',
+  'wasi:sockets/ip-name-lookup',
+  'capsule:capability/http',
+];
+
 /** Where a module rewritten by memoryFromHost (binary.ts) imports its memory from. */
 export const HOST_MEMORY_IMPORT = { module: 'capsule:host', name: 'memory' } as const;
 

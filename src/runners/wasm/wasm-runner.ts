@@ -11,11 +11,10 @@ import type { Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
-import type { GuestPreopen, Job } from './protocol.js';
+import { PREVIEW2_INTERFACES, type GuestPreopen, type Job } from './protocol.js';
 import { assertDirGrants, guestPathFor } from './dir-grants.js';
 import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
-import { PREVIEW2_INTERFACES } from './preview2-host.js';
 
 export interface WasmRunnerOptions {
   /**
