@@ -1,6 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packageRoot } from '../package-root.js';
 import { parse as parseYaml, YAMLParseError } from 'yaml';
 import { z } from 'zod';
 import { PERMISSION_MODES, type PermissionMode } from '../config/project-config.js';
@@ -185,8 +185,7 @@ export function parseProfile(text: string, file: string, trust: Trust = 'persist
 
 /** The built-in profiles folder of this package (`profiles/` at the package root, beside dist/). */
 export function builtinProfilesDir(): string {
-  // src/agent and dist/agent are both two levels below the package root.
-  return fileURLToPath(new URL('../../profiles/', import.meta.url));
+  return path.join(packageRoot(), 'profiles');
 }
 
 export interface ProfileCatalogOptions {

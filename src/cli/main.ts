@@ -10,23 +10,28 @@ if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
   process.stdout.write(`${VERSION}\n`);
   process.exit(0);
 }
-const { runCli } = await import('./program.js');
-// These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
-// only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
-// Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
-if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
+// No top-level await: the build bundles this entry as CommonJS (docs/architecture.md, "The built CLI").
+async function main(): Promise<never> {
+  const { runCli } = await import('./program.js');
+  // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
+  // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
+  // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
+  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
 
-const code = await runCli(argv, {
-  stdin: () => process.stdin,
-  signals: process,
-  stdout: process.stdout,
-  stderr: process.stderr,
-  cwd: process.cwd(),
-  env: process.env,
-  // isatty rather than process.stdin.isTTY: reading process.stdin builds the stream, which costs a
-  // command that never reads it (most) a noticeable part of its start-up.
-  interactive: isatty(0) && isatty(2),
-  exitCode: 0,
-});
-// Exit explicitly: pooled workers or engine sockets must not keep a finished command alive.
-process.exit(code);
+  const code = await runCli(argv, {
+    stdin: () => process.stdin,
+    signals: process,
+    stdout: process.stdout,
+    stderr: process.stderr,
+    cwd: process.cwd(),
+    env: process.env,
+    // isatty rather than process.stdin.isTTY: reading process.stdin builds the stream, which costs a
+    // command that never reads it (most) a noticeable part of its start-up.
+    interactive: isatty(0) && isatty(2),
+    exitCode: 0,
+  });
+  // Exit explicitly: pooled workers or engine sockets must not keep a finished command alive.
+  process.exit(code);
+}
+
+void main();

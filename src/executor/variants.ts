@@ -1,15 +1,14 @@
 import { chmod, cp, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packageRoot } from '../package-root.js';
 import { dockerSchema } from '../manifest/schema.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 
 /** The JS adapter that gives a `run(input)` module the stdin/stdout contract (runtimes/js). */
 export function defaultAdapterPath(): string {
-  // From src/executor or dist/executor alike, runtimes/ is two levels up.
-  return fileURLToPath(new URL('../../runtimes/js/run-module.mjs', import.meta.url));
+  return path.join(packageRoot(), 'runtimes', 'js', 'run-module.mjs');
 }
 
 const ADAPTER_NAME = '.capsule-run-module.mjs';

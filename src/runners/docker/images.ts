@@ -16,9 +16,9 @@ import {
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
+import { packageRoot } from '../../package-root.js';
 import type tar from 'tar-fs';
 import { CapsuleError } from '../../errors.js';
 import { engineMessage } from './engine.js';
@@ -46,8 +46,7 @@ export interface ImageBuilderOptions {
 }
 
 export function defaultRuntimesDir(): string {
-  // src/runners/docker and dist/runners/docker are both three levels below the package root.
-  return fileURLToPath(new URL('../../../runtimes/docker/', import.meta.url));
+  return path.join(packageRoot(), 'runtimes', 'docker');
 }
 
 /** True when an ELF file has no PT_INTERP program header, i.e. needs no dynamic loader. */

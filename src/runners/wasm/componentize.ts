@@ -1,14 +1,14 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { packageRoot } from '../../package-root.js';
 import { CapsuleError } from '../../errors.js';
 import { detectWasmKind } from './binary.js';
 import type { componentize as ComponentizeFn } from 'componentize-qjs';
 
 /** The WIT world JS capabilities are built against (runtimes/wasm: capability.wit and its WASI deps/). */
 export function defaultWitPath(): string {
-  // src/runners/wasm and dist/runners/wasm are both three levels below the package root.
-  return fileURLToPath(new URL('../../../runtimes/wasm', import.meta.url));
+  return path.join(packageRoot(), 'runtimes', 'wasm');
 }
 
 export interface ComponentizeProgress {

@@ -11,8 +11,8 @@ import { tempProject, writeCapability } from '../../helpers/capability.js';
 const run = promisify(execFile);
 
 beforeAll(async () => {
-  // These tests drive the built binary; build it when this checkout has not been built with exec yet.
-  if (!existsSync(path.join(REPO_ROOT, 'dist', 'cli', 'commands', 'exec.js'))) {
+  // These tests drive the built binary; build it when this checkout has not been built.
+  if (!existsSync(BUILT_CLI)) {
     await execa('npm', ['run', 'build', '--silent'], { cwd: REPO_ROOT });
   }
 }, 300_000);
