@@ -141,9 +141,13 @@ export class Executor {
         .get(capability.environment)
         ?.warm?.(1)
         .catch(() => undefined);
+      // The input check after the permit compiles the input schema: its validator loads meanwhile.
+      const validator = this.registry.inputValidator.preload().catch(() => undefined);
       try {
         await this.#measure(capability.environment);
-        return await this.#stage.stage(capability);
+        const staged = await this.#stage.stage(capability);
+        await validator;
+        return staged;
       } catch (err) {
         if (attempt >= 3 || !(err instanceof CapsuleError) || err.code !== 'MANIFEST_INVALID') throw err;
       }

@@ -78,13 +78,22 @@ function precompiledMeta(): ValidateFunction | undefined {
 /** Validates input documents against a capability's JSON Schema (compiled once per schema). */
 export class InputValidator {
   #ajv: Ajv | undefined;
+  #ajvClass: typeof Ajv | undefined;
   #meta: ValidateFunction | null | undefined;
   private readonly cache = new Map<string, ValidateFunction>();
+
+  /**
+   * Loads Ajv ahead of a `validate` that will need it (the executor does, while it stages a call). An
+   * import, so the built CLI carries Ajv in its bundle; the synchronous fallback below reads node_modules.
+   */
+  async preload(): Promise<void> {
+    this.#ajvClass ??= (await import('ajv')).Ajv;
+  }
 
   /** Loaded on first need (ajv is CommonJS, so this stays synchronous): a check with the precompiled meta-schema needs none. */
   private get ajv(): Ajv {
     if (this.#ajv === undefined) {
-      const { Ajv: AjvClass } = require('ajv') as { Ajv: typeof Ajv };
+      const AjvClass = this.#ajvClass ?? (require('ajv') as { Ajv: typeof Ajv }).Ajv;
       // Schemas are checked against their meta-schema (schemaProblem) before they are compiled.
       this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false });
     }
