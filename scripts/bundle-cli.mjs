@@ -69,7 +69,10 @@ await bundle.write({
   entryFileNames: '[name].js',
   chunkFileNames: '[name].js',
   // One group per package (a group whose name is computed per module may be merged with another).
-  codeSplitting: { includeDependenciesRecursively: false, groups: (await installedPackages()).map(vendorGroup) },
+  codeSplitting: {
+    includeDependenciesRecursively: false,
+    groups: (await installedPackages()).map(vendorGroup),
+  },
 });
 await bundle.close();
 

@@ -11,7 +11,6 @@ import { componentFilesystem, FS_RESOURCES } from './preview2-fs.js';
 import { requestFromGuest, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { InputStream, IoError, OutputStream, Pollable, memorySource, type ByteSink } from './preview2-io.js';
 
-
 /** What the call's host writes to and how a guest exit leaves the call. */
 export interface Preview2Io {
   stdout: ByteSink;

@@ -78,7 +78,9 @@ describe('a relative program is keyed with the folder it runs in', () => {
     const f = await agentFixture();
     // A rule of this process (as a built-in profile's): a project file's allow rule would not apply to
     // a host command at all (the ceiling), so it could not show what the rule covers.
-    f.session.gate.setProfileRules([{ origin: 'test', trust: 'process', allow: ['run_command(./build.sh)'] }]);
+    f.session.gate.setProfileRules([
+      { origin: 'test', trust: 'process', allow: ['run_command(./build.sh)'] },
+    ]);
     await writeFile(path.join(f.root, 'build.sh'), '#!/bin/sh\necho root\n');
     await mkdir(path.join(f.root, 'sub'));
     await writeFile(path.join(f.root, 'sub', 'build.sh'), `#!/bin/sh\ntouch ${path.join(f.root, 'M')}\n`);

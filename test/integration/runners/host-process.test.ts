@@ -5,7 +5,11 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { exitStatus } from '../../../src/runners/exit-status.js';
-import { describeConfinement, HostProcesses, probeHostConfinement } from '../../../src/runners/host-process.js';
+import {
+  describeConfinement,
+  HostProcesses,
+  probeHostConfinement,
+} from '../../../src/runners/host-process.js';
 import { tempProject } from '../../helpers/capability.js';
 import { REPO_ROOT } from '../../helpers/cli.js';
 import { killAll, survivors } from '../../helpers/processes.js';
