@@ -10,7 +10,7 @@
 // - External (required or imported from node_modules at run time): packages that load files of
 //   their own (Wasm, grammars, native addons), the OpenTelemetry API (one global a preloaded SDK
 //   registers with), and the TypeScript compiler (only used when running from src/).
-// - The Wasm worker is an entry of its own, dist/cli/worker.js, beside the runner that starts it.
+// - The Wasm worker is bundled on its own into dist/cli/worker.js, beside the runner that starts it.
 import { cp, mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -54,18 +54,20 @@ function vendorGroup(name) {
 }
 
 await rm(staging, { recursive: true, force: true });
-const bundle = await rolldown({
-  input: {
-    main: path.join(cliDir, 'main.js'),
-    worker: path.join(dist, 'runners', 'wasm', 'worker.js'),
-  },
+const external = (id) => EXTERNAL.some((re) => re.test(id));
+
+const cli = await rolldown({
+  input: { main: path.join(cliDir, 'main.js') },
   platform: 'node',
-  external: (id) => EXTERNAL.some((re) => re.test(id)),
+  external,
   logLevel: 'warn',
 });
-await bundle.write({
+await cli.write({
   dir: staging,
   format: 'cjs',
+  // import() of a package becomes require() (Node 20.19+ requires ES modules too): a module compiled
+  // from a V8 code cache (src/cli/code-cache.ts) cannot import().
+  dynamicImportInCjs: false,
   entryFileNames: '[name].js',
   chunkFileNames: '[name].js',
   // One group per package (a group whose name is computed per module may be merged with another).
@@ -74,7 +76,17 @@ await bundle.write({
     groups: (await installedPackages()).map(vendorGroup),
   },
 });
-await bundle.close();
+await cli.close();
+
+// The worker, one file: it imports each component's transpiled glue (a data: URL) with import().
+const worker = await rolldown({
+  input: path.join(dist, 'runners', 'wasm', 'worker.js'),
+  platform: 'node',
+  external,
+  logLevel: 'warn',
+});
+await worker.write({ file: path.join(staging, 'worker.js'), format: 'cjs', codeSplitting: false });
+await worker.close();
 
 // The precompiled input meta-schema validator is required beside the code that checks inputs.
 await cp(path.join(dist, 'manifest', 'input-meta.cjs'), path.join(staging, 'input-meta.cjs'));

@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 import { isatty } from 'node:tty';
 import { setFlagsFromString } from 'node:v8';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { VERSION } from './version.js';
 
 const argv = process.argv.slice(2);
@@ -12,6 +14,13 @@ if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
 }
 // No top-level await: the build bundles this entry as CommonJS (docs/architecture.md, "The built CLI").
 async function main(): Promise<never> {
+  // Every command runs under the same V8 flags from here on, so the bundle's code caches (made by the
+  // build under them, see code-cache.ts) apply to every chunk; the Wasm runner needs this flag anyway.
+  setFlagsFromString('--experimental-wasm-extended-const');
+  const { useCodeCaches } = await import('./code-cache.js');
+  useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
+    write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
+  });
   const { runCli } = await import('./program.js');
   // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
   // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
