@@ -28,6 +28,9 @@ interface Slot {
   known: Set<string>;
 }
 
+/** Young-generation size of each worker's JS heap (see #spawn). */
+const YOUNG_GENERATION_MB = 64;
+
 /** Bound on `Slot.known`; forgetting a key only means its code is sent again. */
 const MAX_KNOWN = 256;
 
@@ -148,7 +151,13 @@ export class WorkerPool {
   async #spawn(): Promise<Slot> {
     this.#url ??= this.#options.workerUrl();
     const worker = new Worker(await this.#url, {
-      resourceLimits: { maxOldGenerationSizeMb: this.#options.maxOldGenerationSizeMb ?? 256 },
+      resourceLimits: {
+        maxOldGenerationSizeMb: this.#options.maxOldGenerationSizeMb ?? 256,
+        // A component call allocates ~0.5 MB of short-lived JS objects (the glue's instantiate, the
+        // instances' wrappers). In a worker's default young generation they outlive scavenges and
+        // are promoted; at 64 MB they die young: component throughput on 2 workers ~950 -> ~1150/s.
+        maxYoungGenerationSizeMb: YOUNG_GENERATION_MB,
+      },
       // No inherited flags (--input-type, --inspect, …) and no host environment in the worker.
       execArgv: [],
       env: {},
