@@ -122,11 +122,14 @@ function doneReply(
 }
 
 /**
- * The memory of one rewritten module (see memoryFromHost in binary.ts), kept between its calls.
- * Each instance gets a memory no other instance holds, zeroed: that is what a new memory is, so an
- * instance cannot tell the two apart, and nothing a call wrote reaches the next one. Reusing it
- * saves mapping and faulting in fresh pages on every call. Only a memory still at its initial size
- * is kept (memories never shrink; a fresh instance starts at the initial size).
+ * The memory of one rewritten module (see memoryFromHost in binary.ts), kept between its calls:
+ * reusing it saves mapping and faulting in fresh pages on every call. A new instance gets it zeroed,
+ * which is what a new memory is, so the instance cannot tell the two apart. An earlier call's
+ * instance still references the memory once its call is over (the glue may hold callbacks for it),
+ * so it is also zeroed the moment a call ends: no call's data outlives its call, and whatever is
+ * written between calls is wiped before the next. A worker runs one call at a time, synchronously:
+ * nothing else runs while a call holds the memory. Only a memory still at its initial size is kept
+ * (memories never shrink; a fresh instance starts at the initial size).
  */
 class MemorySlot {
   #spare: WasmMemory | undefined;
@@ -141,7 +144,9 @@ class MemorySlot {
   }
 
   give(memory: WasmMemory): void {
-    if (memory.buffer.byteLength === this.limits.initial * PAGE) this.#spare = memory;
+    if (memory.buffer.byteLength !== this.limits.initial * PAGE) return;
+    new Uint8Array(memory.buffer).fill(0);
+    this.#spare = memory;
   }
 }
 
