@@ -139,6 +139,27 @@ function encodeUleb(value: bigint): number[] {
   return out;
 }
 
+interface Section {
+  id: number;
+  start: number;
+  contentStart: number;
+  end: number;
+}
+
+function sections(bytes: Uint8Array, file: string): Section[] {
+  const r = new Reader(bytes, 8, bytes.length, file);
+  const out: Section[] = [];
+  while (r.pos < r.end) {
+    const start = r.pos;
+    const id = r.byte();
+    const size = r.u32();
+    const contentStart = r.pos;
+    r.skip(size);
+    out.push({ id, start, contentStart, end: r.pos });
+  }
+  return out;
+}
+
 export interface MemoryCapResult {
   /** The module bytes with every defined memory's maximum lowered to the cap. */
   bytes: Uint8Array;
@@ -164,16 +185,9 @@ export function capMemory(bytes: Uint8Array, options: MemoryCapOptions): MemoryC
   if (detectWasmKind(bytes, file) !== 'module') {
     throw new CapsuleError('RUNNER_FAILED', `${file} is a component, not a core module`, { file });
   }
-  const r = new Reader(bytes, 8, bytes.length, file);
   const pieces: Uint8Array[] = [bytes.subarray(0, 8)];
   const maxPages: number[] = [];
-  while (r.pos < r.end) {
-    const sectionStart = r.pos;
-    const id = r.byte();
-    const size = r.u32();
-    const contentStart = r.pos;
-    r.skip(size);
-    const contentEnd = r.pos;
+  for (const { id, start: sectionStart, contentStart, end: contentEnd } of sections(bytes, file)) {
     if (id === 2) {
       const s = new Reader(bytes, contentStart, contentEnd, file);
       const count = s.u32();
@@ -233,27 +247,6 @@ export function capMemory(bytes: Uint8Array, options: MemoryCapOptions): MemoryC
     }
   }
   return { bytes: Buffer.concat(pieces), maxPages };
-}
-
-interface Section {
-  id: number;
-  start: number;
-  contentStart: number;
-  end: number;
-}
-
-function sections(bytes: Uint8Array, file: string): Section[] {
-  const r = new Reader(bytes, 8, bytes.length, file);
-  const out: Section[] = [];
-  while (r.pos < r.end) {
-    const start = r.pos;
-    const id = r.byte();
-    const size = r.u32();
-    const contentStart = r.pos;
-    r.skip(size);
-    out.push({ id, start, contentStart, end: r.pos });
-  }
-  return out;
 }
 
 /**
