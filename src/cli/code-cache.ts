@@ -94,7 +94,13 @@ export function useCodeCaches(dir: string, options: { write: boolean }): () => v
     return run.call(this.exports, this.exports, require, this, filename, path.dirname(filename));
   };
   const writeAll = (): void => {
-    for (const { file, source, script } of loaded) writeCodeCache(file, source, script);
+    for (const { file, source, script } of loaded) {
+      try {
+        writeCodeCache(file, source, script);
+      } catch {
+        // A folder this user cannot write (an installed capsule): that chunk keeps compiling from source.
+      }
+    }
   };
   if (options.write) process.on('exit', writeAll);
   return () => {

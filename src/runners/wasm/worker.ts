@@ -368,7 +368,7 @@ function callComponent(
 
 /**
  * Compiled code this worker holds, by job key, least recently used first. Only code lives here:
- * every call still builds its own instance, memory, host objects and output sinks.
+ * every call still builds its own instances, host objects and output sinks (memories: see MemorySlot).
  */
 const codes = new Map<string, LoadedModule | LoadedComponent>();
 const MAX_CODES = 32;
