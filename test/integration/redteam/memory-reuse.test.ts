@@ -17,6 +17,7 @@ import { TRAP_EXIT_CODE } from '../../../src/runners/wasm/protocol.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../src/runners/wasm/wasm-runner.js';
 import { webAssembly } from '../../../src/runners/wasm/wasm-types.js';
+import { rawSpec } from '../runners/wasm/helpers.js';
 import type { WasmMemory, WasmModule } from '../../../src/runners/wasm/wasm-types.js';
 
 const WA = webAssembly();
@@ -28,21 +29,13 @@ function wat(name: string, source: string, features: Record<string, boolean> = {
   return wabt.parseWat(name, source, features).toBinary({}).buffer;
 }
 
-function spec(file: string, bytes: Uint8Array, input: string, extra: Partial<WasmRunSpec> = {}): WasmRunSpec {
-  return {
-    file,
-    bytes,
-    programName: 'redteam',
-    args: [],
-    env: {},
-    input: Buffer.from(input),
-    dirs: [],
-    timeoutMs: 10_000,
-    memoryMb: 64,
-    outputBytes: 64 * 1024,
-    ...extra,
-  };
-}
+// The output cap is 64 KiB here: the scanners' reports are short, a flood is cut early.
+const spec = (
+  file: string,
+  bytes: Uint8Array,
+  input: string,
+  extra: Partial<WasmRunSpec> = {},
+): WasmRunSpec => rawSpec(file, bytes, input, { outputBytes: 64 * 1024, ...extra });
 
 // ------------------------------------------------------------------ the scanner module (preview1)
 // Layout: [0, 256) scratch (iovecs at 0, counts at 8, stdin at 16..48, report at 64..128);

@@ -4,7 +4,7 @@ import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { TRAP_EXIT_CODE } from '../../../../src/runners/wasm/protocol.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
-import { assemble } from './helpers.js';
+import { assemble, rawSpec } from './helpers.js';
 
 // One worker: every call below lands in the same thread, which keeps the compiled code between
 // calls. Whatever a call leaves behind must still be gone for the next one.
@@ -13,22 +13,6 @@ afterAll(() => runner.close());
 
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
-function spec(file: string, bytes: Uint8Array, input: string, extra: Partial<WasmRunSpec> = {}): WasmRunSpec {
-  return {
-    file,
-    bytes,
-    programName: 'leave-state',
-    args: [],
-    env: {},
-    input: Buffer.from(input),
-    dirs: [],
-    timeoutMs: 10_000,
-    memoryMb: 64,
-    outputBytes: 1024 * 1024,
-    ...extra,
-  };
-}
-
 describe('WasmRunner: a fresh instance per call (preview1)', () => {
   // Byte 60000 is covered by no data segment: only a memory zeroed (or new) for each call reads 0
   // there after a call wrote 9. The calls alternate between keeping and growing the memory.
@@ -36,7 +20,7 @@ describe('WasmRunner: a fresh instance per call (preview1)', () => {
     const wasm = assemble('leave-state.wat');
     for (let i = 0; i < 8; i++) {
       const env: Record<string, string> = i % 3 === 2 ? { GROW: '1' } : {};
-      const r = await runner.runRaw(spec('leave-state.wasm', wasm, '', { env }));
+      const r = await runner.runRaw(rawSpec('leave-state.wasm', wasm, '', { env }));
       expect(text(r.stdout), `call ${i}`).toBe('m=A g=7 p=1 h=0\n');
       expect(r.exitCode).toBe(TRAP_EXIT_CODE);
     }
@@ -61,7 +45,7 @@ describe('WasmRunner: code kept per worker', () => {
     });
     for (const round of [0, 1])
       for (const m of modules) {
-        const r = await runner.runRaw(spec(`m${m.digits}.wasm`, m.bytes, ''));
+        const r = await runner.runRaw(rawSpec(`m${m.digits}.wasm`, m.bytes, ''));
         expect(text(r.stdout), `round ${round}`).toBe(m.digits);
       }
   });
@@ -98,7 +82,7 @@ describe('WasmRunner: a fresh instance per call (components)', () => {
     component = (await componentizeJs(source, { file: 'leave-state.js' })).component;
   });
   const call = (input: string, extra: Partial<WasmRunSpec> = {}) =>
-    runner.runRaw(spec('leave-state.wasm', component, input, extra));
+    runner.runRaw(rawSpec('leave-state.wasm', component, input, extra));
 
   it('a module-level counter starts at its initial value on every call', async () => {
     for (let i = 0; i < 3; i++) expect(text((await call('look')).stdout)).toBe(clean);

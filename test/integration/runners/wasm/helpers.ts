@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import wabtInit from 'wabt';
 import type { Capability } from '../../../../src/manifest/types.js';
+import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import { loadValid, tempProject } from '../../../helpers/capability.js';
 
 export const FIXTURES = new URL('../../../../fixtures/wasm/', import.meta.url);
@@ -13,6 +14,28 @@ const wabt = await wabtInit();
 export function assemble(name: string): Uint8Array {
   const text = readFileSync(new URL(name, FIXTURES), 'utf8');
   return wabt.parseWat(name, text).toBinary({}).buffer;
+}
+
+/** A run of `bytes` with `input` on stdin and nothing granted: no args, env or folders, generous limits. */
+export function rawSpec(
+  file: string,
+  bytes: Uint8Array,
+  input: string,
+  extra: Partial<WasmRunSpec> = {},
+): WasmRunSpec {
+  return {
+    file,
+    bytes,
+    programName: file.replace(/\.wasm$/, ''),
+    args: [],
+    env: {},
+    input: Buffer.from(input),
+    dirs: [],
+    timeoutMs: 10_000,
+    memoryMb: 64,
+    outputBytes: 1024 * 1024,
+    ...extra,
+  };
 }
 
 export interface WasmCapabilityOptions {
