@@ -11,7 +11,7 @@ import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import { eventually } from '../../../helpers/eventually.js';
-import { FIXTURES } from './helpers.js';
+import { FIXTURES, rawSpec } from './helpers.js';
 
 const REPO = path.resolve(new URL('../../../../', import.meta.url).pathname);
 const runner = new WasmRunner({ poolSize: 2 });
@@ -19,21 +19,8 @@ afterAll(() => runner.close());
 
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
-function spec(bytes: Uint8Array, input: string, extra: Partial<WasmRunSpec> = {}): WasmRunSpec {
-  return {
-    file: 'component.wasm',
-    bytes,
-    programName: 'component',
-    args: [],
-    env: {},
-    input: Buffer.from(input),
-    dirs: [],
-    timeoutMs: 10_000,
-    memoryMb: 64,
-    outputBytes: 1024 * 1024,
-    ...extra,
-  };
-}
+const spec = (bytes: Uint8Array, input: string, extra: Partial<WasmRunSpec> = {}): WasmRunSpec =>
+  rawSpec('component.wasm', bytes, input, extra);
 
 /** Connects to the test's own listener and waits until the listener has counted that connection. */
 async function ownConnection(port: number, count: () => number): Promise<void> {
