@@ -9,7 +9,7 @@ import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';
 import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import { tempProject } from '../../../helpers/capability.js';
 import { eventually } from '../../../helpers/eventually.js';
-import { assemble, wasmCapability } from './helpers.js';
+import { assemble, rawSpec, wasmCapability } from './helpers.js';
 
 const probe = assemble('probe.wat');
 const runner = new WasmRunner({ poolSize: 2 });
@@ -18,19 +18,7 @@ afterAll(() => runner.close());
 const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
 function spec(args: string[], extra: Partial<WasmRunSpec> = {}): WasmRunSpec {
-  return {
-    file: 'probe.wasm',
-    bytes: probe,
-    programName: 'probe',
-    args,
-    env: {},
-    input: new Uint8Array(0),
-    dirs: [],
-    timeoutMs: 5_000,
-    memoryMb: 16,
-    outputBytes: 1024 * 1024,
-    ...extra,
-  };
+  return rawSpec('probe.wasm', probe, '', { args, timeoutMs: 5_000, memoryMb: 16, ...extra });
 }
 
 const runProbe = (args: string[], extra: Partial<WasmRunSpec> = {}): Promise<WasmRawResult> =>

@@ -7,7 +7,7 @@ import { ENTRY_BYTES } from '../../../../src/runners/wasm/confined-dir.js';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
-import { assemble, FIXTURES, wasmCapability } from './helpers.js';
+import { assemble, FIXTURES, rawSpec, wasmCapability } from './helpers.js';
 
 // A guest with a rw grant cannot fill the user's disk: every byte it writes, and every byte a file
 // grows by (set-size, allocate, a write past the end), counts against limits.writeBytes. Judged on
@@ -34,20 +34,15 @@ async function grant(): Promise<string> {
 }
 
 function module(args: string[], dir: string, extra: Partial<WasmRunSpec> = {}): WasmRunSpec {
-  return {
-    file: 'probe.wasm',
-    bytes: probe,
-    programName: 'probe',
+  return rawSpec('probe.wasm', probe, '', {
     args,
-    env: {},
-    input: new Uint8Array(0),
     dirs: [{ hostPath: dir, guestPath: '/out', mode: 'rw' }],
     timeoutMs: 20_000,
     memoryMb: 16,
     outputBytes: 64 * 1024,
     writeBytes: CAP,
     ...extra,
-  };
+  });
 }
 
 async function component(dir: string, ops: Array<Record<string, unknown>>, writeBytes = CAP) {
