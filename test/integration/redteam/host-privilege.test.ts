@@ -118,6 +118,19 @@ afterAll(() => {
   }
 });
 
+it('the probe finds every guarantee held on this machine (the isolation report names nothing missing)', () => {
+  expect(confinement.missing).toEqual([]);
+  expect(confinement).toMatchObject({
+    noCapabilities: true,
+    minimalDev: true,
+    kernelReadOnly: true,
+    syscallFilter: true,
+    readOnlyPaths: true,
+    hiddenPaths: true,
+    stop: 'freeze-then-kill',
+  });
+});
+
 describe.each(['root', 'user'] as const)(
   'a confined host command as %s holds no power over capsule',
   (owner) => {
