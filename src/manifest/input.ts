@@ -1,7 +1,9 @@
 import { createRequire } from 'node:module';
+import { Script, createContext, type Context } from 'node:vm';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../errors.js';
-import { schemaRegexProblem } from './regex-safety.js';
+import { LinearRegexEngine } from '../linear-regex.js';
+import { schemaPatternProblem, schemaPatterns } from './schema-patterns.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
@@ -43,6 +45,44 @@ function refuseDeepInput(value: unknown): void {
   }
 }
 
+/**
+ * How long one schema check (compiling a schema, or checking one document against it) may hold
+ * capsule's thread. Patterns match in linear time, but a schema's own structure can still multiply
+ * the work (nested `anyOf` over shared `$ref`s doubles it per level), and while a check runs capsule
+ * answers nothing else: no MCP request, no signal. Past this the check is stopped and the call
+ * refused (docs/manifest.md, "Checks have a deadline"). A typical check takes microseconds; 8 MiB of
+ * input against a pattern takes about 0.2 s here.
+ */
+export const SCHEMA_CHECK_DEADLINE_MS = 2000;
+
+/** A check that passed its deadline (SCHEMA_CHECK_DEADLINE_MS): its work was stopped. */
+class PastDeadline {
+  constructor(readonly ms: number) {}
+}
+
+/**
+ * Runs `fn` on this thread, stopped by V8 if it runs past `ms` (node:vm's timeout terminates the
+ * whole running script, whatever it calls, and no try/catch inside can keep it going).
+ */
+class Deadline {
+  readonly #script = new Script('run()');
+  readonly #context: Context = createContext({ run: undefined });
+  constructor(readonly ms: number) {}
+
+  run<T>(fn: () => T): T | PastDeadline {
+    this.#context.run = fn;
+    try {
+      return this.#script.runInContext(this.#context, { timeout: this.ms }) as T;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT')
+        return new PastDeadline(this.ms);
+      throw err;
+    } finally {
+      this.#context.run = undefined;
+    }
+  }
+}
+
 /** Runs a compiled validator; a schema that recurses without end (`$ref` loops) is an answer, not a crash. */
 function runValidator(validate: ValidateFunction, value: unknown): boolean | Error {
   try {
@@ -75,29 +115,63 @@ function precompiledMeta(): ValidateFunction | undefined {
   }
 }
 
+export interface InputValidatorOptions {
+  /** How long one schema check may run (default SCHEMA_CHECK_DEADLINE_MS). */
+  deadlineMs?: number;
+}
+
 /** Validates input documents against a capability's JSON Schema (compiled once per schema). */
 export class InputValidator {
   #ajv: Ajv | undefined;
   #ajvClass: typeof Ajv | undefined;
   #meta: ValidateFunction | null | undefined;
+  readonly #regex = new LinearRegexEngine();
+  readonly #deadline: Deadline;
   private readonly cache = new Map<string, ValidateFunction>();
 
+  constructor(options: InputValidatorOptions = {}) {
+    this.#deadline = new Deadline(options.deadlineMs ?? SCHEMA_CHECK_DEADLINE_MS);
+  }
+
   /**
-   * Loads Ajv ahead of a `validate` that will need it (the executor does, while it stages a call). An
-   * import, so the built CLI carries Ajv in its bundle; the synchronous fallback below reads node_modules.
+   * Loads Ajv and the pattern engine ahead of a `validate` that will need them (the executor does,
+   * while it stages a call). Imports, so the built CLI carries both in its bundle; the synchronous
+   * fallbacks read node_modules.
    */
   async preload(): Promise<void> {
     this.#ajvClass ??= (await import('ajv')).Ajv;
+    await this.#regex.load();
   }
 
   /** Loaded on first need (ajv is CommonJS, so this stays synchronous): a check with the precompiled meta-schema needs none. */
   private get ajv(): Ajv {
     if (this.#ajv === undefined) {
       const AjvClass = this.#ajvClass ?? (require('ajv') as { Ajv: typeof Ajv }).Ajv;
+      const regex = this.#regex;
+      // Every `pattern` and `patternProperties` key runs on the linear-time engine, never on V8's
+      // backtracking one. Ajv shares compiled patterns by their toString(), so it names the source.
+      const regExp = Object.assign(
+        (source: string): { test(text: string): boolean; toString(): string } => {
+          const r = regex.compile(source);
+          if (!r.ok) throw new Error(`the pattern ${JSON.stringify(source)} is refused: ${r.reason}`);
+          return { test: (text) => r.regex.test(text), toString: () => `linear:${JSON.stringify(source)}` };
+        },
+        { code: 'capsule-linear-regexp' },
+      );
       // Schemas are checked against their meta-schema (schemaProblem) before they are compiled.
-      this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false });
+      this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false, code: { regExp } });
     }
     return this.#ajv;
+  }
+
+  /**
+   * After a check was stopped mid-way, nothing it may have left half-built is used again: a fresh Ajv
+   * and fresh compiled validators.
+   */
+  #forgetCompiled(): void {
+    this.#ajv = undefined;
+    this.cache.clear();
+    this.#regex.forget();
   }
 
   /** The precompiled validator when it applies to `schema` (no `$schema`, or draft-07's). */
@@ -116,16 +190,19 @@ export class InputValidator {
     } else if (this.ajv.validateSchema(schema) !== true) {
       return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
     }
-    // Ajv matches patterns with V8's backtracking engine in capsule's own process.
-    return schemaRegexProblem(schema, field);
+    // Every pattern must compile on the linear-time engine Ajv is given.
+    return schemaPatternProblem(schema, field, this.#regex);
   }
 
   /**
-   * undefined when the schema is a valid JSON Schema; otherwise the reason. Checked against the
-   * meta-schema only (cheap); compiling waits for the first run, so a scan of many capabilities stays fast.
+   * undefined when the schema is a valid JSON Schema whose patterns capsule can run; otherwise the
+   * reason. Checked against the meta-schema and the pattern engine only (cheap); compiling waits for
+   * the first run, so a scan of many capabilities stays fast. The pattern engine is loaded only for a
+   * schema that holds a pattern.
    */
-  check(schema: Record<string, unknown>, field = 'inputSchema'): string | undefined {
+  async check(schema: Record<string, unknown>, field = 'inputSchema'): Promise<string | undefined> {
     try {
+      if (schemaPatterns(schema, field).length > 0) await this.#regex.load();
       return this.schemaProblem(schema, field);
     } catch (err) {
       return (err as Error).message;
@@ -166,7 +243,19 @@ export class InputValidator {
         { cause: err },
       );
     }
-    const verdict = runValidator(validate, value);
+    const verdict = this.#deadline.run(() => runValidator(validate, value));
+    if (verdict instanceof PastDeadline) {
+      this.#forgetCompiled();
+      throw new CapsuleError(
+        'MANIFEST_INVALID',
+        `The inputSchema of "${capability.name}" did not finish checking the input within ${verdict.ms} ms; the call is refused.`,
+        {
+          file: capability.manifestPath,
+          field: 'inputSchema',
+          hint: 'A schema whose checks multiply (nested anyOf/oneOf over shared $refs) can take this long: simplify it, or send a smaller input.',
+        },
+      );
+    }
     if (verdict instanceof Error) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
@@ -229,7 +318,14 @@ export class InputValidator {
         message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
       };
     }
-    const verdict = runValidator(validate, value);
+    const verdict = this.#deadline.run(() => runValidator(validate, value));
+    if (verdict instanceof PastDeadline) {
+      this.#forgetCompiled();
+      return {
+        ok: false,
+        message: `the outputSchema of "${capability.name}" did not finish checking the output within ${verdict.ms} ms`,
+      };
+    }
     if (verdict instanceof Error) {
       return {
         ok: false,
@@ -256,7 +352,13 @@ export class InputValidator {
           field,
           hint: 'Fix the schema in capsule.json (see docs/manifest.md).',
         });
-      fn = this.ajv.compile(schema);
+      const ajv = this.ajv;
+      const compiled = this.#deadline.run(() => ajv.compile(schema));
+      if (compiled instanceof PastDeadline) {
+        this.#forgetCompiled();
+        throw new Error(`compiling it took longer than ${compiled.ms} ms`);
+      }
+      fn = compiled;
       this.cache.set(key, fn);
     }
     return fn;
