@@ -149,7 +149,10 @@ export class Executor {
         ?.warm?.(1)
         .catch(() => undefined);
       // The input check after the permit compiles the input schema: its validator loads meanwhile.
-      const validator = this.registry.inputValidator.preload().catch(() => undefined);
+      const { inputSchema, outputSchema } = capability.manifest;
+      const validator = this.registry.inputValidator
+        .preload([inputSchema, outputSchema])
+        .catch(() => undefined);
       try {
         await this.#measure(capability.environment);
         const staged = await this.#stage.stage(capability);

@@ -134,13 +134,13 @@ export class InputValidator {
   }
 
   /**
-   * Loads Ajv and the pattern engine ahead of a `validate` that will need them (the executor does,
-   * while it stages a call). Imports, so the built CLI carries both in its bundle; the synchronous
-   * fallbacks read node_modules.
+   * Loads Ajv, and the pattern engine when one of `schemas` holds a pattern, ahead of a `validate` that
+   * will need them (the executor does, while it stages a call). Imports, so the built CLI carries both
+   * in its bundle; the synchronous fallbacks read node_modules.
    */
-  async preload(): Promise<void> {
+  async preload(schemas: readonly unknown[] = []): Promise<void> {
     this.#ajvClass ??= (await import('ajv')).Ajv;
-    await this.#regex.load();
+    if (schemas.some((s) => schemaPatterns(s, '').length > 0)) await this.#regex.load();
   }
 
   /** Loaded on first need (ajv is CommonJS, so this stays synchronous): a check with the precompiled meta-schema needs none. */
