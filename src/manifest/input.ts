@@ -203,7 +203,13 @@ export class InputValidator {
   async check(schema: Record<string, unknown>, field = 'inputSchema'): Promise<string | undefined> {
     try {
       if (schemaPatterns(schema, field).length > 0) await this.#regex.load();
-      return this.schemaProblem(schema, field);
+      // Compiling a schema's patterns is linear in their length, but a manifest can hold megabytes of them.
+      const problem = this.#deadline.run(() => this.schemaProblem(schema, field));
+      if (problem instanceof PastDeadline) {
+        this.#regex.forget();
+        return `checking it took longer than ${problem.ms} ms (capsule refuses a schema it cannot check in that time)`;
+      }
+      return problem;
     } catch (err) {
       return (err as Error).message;
     }
