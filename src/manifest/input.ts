@@ -46,16 +46,24 @@ function refuseDeepInput(value: unknown): void {
 }
 
 /**
- * How long one schema check (compiling a schema, or checking one document against it) may hold
- * capsule's thread. Patterns match in linear time, but a schema's own structure can still multiply
- * the work (nested `anyOf` over shared `$ref`s doubles it per level), and while a check runs capsule
- * answers nothing else: no MCP request, no signal. Past this the check is stopped and the call
- * refused (docs/manifest.md, "Checks have a deadline"). A typical check takes microseconds; 8 MiB of
- * input against a pattern takes about 0.2 s here.
+ * How long one schema check may hold capsule's thread: 1 s, plus 0.5 s per MiB of the document checked
+ * (up to the 8 MiB an input may have: 5 s), and the most of that for reading or compiling a schema.
+ * Patterns match in linear time, but a schema's own structure can still multiply the work (nested
+ * `anyOf` over shared `$ref`s doubles it per level), and while a check runs capsule answers nothing
+ * else: no MCP request, no signal. Past it the check is stopped and the call refused (docs/manifest.md,
+ * "Checks have a deadline"). A typical check takes microseconds; 8 MiB here took 0.25–1 s.
  */
-export const SCHEMA_CHECK_DEADLINE_MS = 2000;
+export const SCHEMA_CHECK_DEADLINE_MS = 1000;
 
-/** A check that passed its deadline (SCHEMA_CHECK_DEADLINE_MS): its work was stopped. */
+/**
+ * The deadline for checking a document of `bytes`: the base for a small one, five times it for the
+ * largest input (so 0.5 s more per MiB with the default base). A schema's own checks get the most.
+ */
+function deadlineFor(baseMs: number, bytes: number): number {
+  return Math.round(baseMs * (1 + (4 * Math.min(bytes, MAX_INPUT_BYTES)) / MAX_INPUT_BYTES));
+}
+
+/** A check that passed its deadline (deadlineFor): its work was stopped. */
 class PastDeadline {
   constructor(readonly ms: number) {}
 }
@@ -67,15 +75,13 @@ class PastDeadline {
 class Deadline {
   readonly #script = new Script('run()');
   readonly #context: Context = createContext({ run: undefined });
-  constructor(readonly ms: number) {}
 
-  run<T>(fn: () => T): T | PastDeadline {
+  run<T>(ms: number, fn: () => T): T | PastDeadline {
     this.#context.run = fn;
     try {
-      return this.#script.runInContext(this.#context, { timeout: this.ms }) as T;
+      return this.#script.runInContext(this.#context, { timeout: ms }) as T;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT')
-        return new PastDeadline(this.ms);
+      if ((err as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') return new PastDeadline(ms);
       throw err;
     } finally {
       this.#context.run = undefined;
@@ -116,7 +122,7 @@ function precompiledMeta(): ValidateFunction | undefined {
 }
 
 export interface InputValidatorOptions {
-  /** How long one schema check may run (default SCHEMA_CHECK_DEADLINE_MS). */
+  /** How long one check of a small document may run (default SCHEMA_CHECK_DEADLINE_MS; more for larger ones). */
   deadlineMs?: number;
 }
 
@@ -126,11 +132,12 @@ export class InputValidator {
   #ajvClass: typeof Ajv | undefined;
   #meta: ValidateFunction | null | undefined;
   readonly #regex = new LinearRegexEngine();
-  readonly #deadline: Deadline;
+  readonly #deadline = new Deadline();
+  readonly #deadlineMs: number;
   private readonly cache = new Map<string, ValidateFunction>();
 
   constructor(options: InputValidatorOptions = {}) {
-    this.#deadline = new Deadline(options.deadlineMs ?? SCHEMA_CHECK_DEADLINE_MS);
+    this.#deadlineMs = options.deadlineMs ?? SCHEMA_CHECK_DEADLINE_MS;
   }
 
   /**
@@ -202,9 +209,13 @@ export class InputValidator {
    */
   async check(schema: Record<string, unknown>, field = 'inputSchema'): Promise<string | undefined> {
     try {
-      if (schemaPatterns(schema, field).length > 0) await this.#regex.load();
-      // Compiling a schema's patterns is linear in their length, but a manifest can hold megabytes of them.
-      const problem = this.#deadline.run(() => this.schemaProblem(schema, field));
+      if (schemaPatterns(schema, field).length === 0) return this.schemaProblem(schema, field);
+      await this.#regex.load();
+      // Compiling patterns is linear in their length, but a manifest can hold megabytes of them. (The
+      // meta-schema check alone is linear in the schema and needs no deadline: a scan pays nothing.)
+      const problem = this.#deadline.run(deadlineFor(this.#deadlineMs, MAX_INPUT_BYTES), () =>
+        this.schemaProblem(schema, field),
+      );
       if (problem instanceof PastDeadline) {
         this.#regex.forget();
         return `checking it took longer than ${problem.ms} ms (capsule refuses a schema it cannot check in that time)`;
@@ -249,7 +260,8 @@ export class InputValidator {
         { cause: err },
       );
     }
-    const verdict = this.#deadline.run(() => runValidator(validate, value));
+    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(inputText));
+    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
     if (verdict instanceof PastDeadline) {
       this.#forgetCompiled();
       throw new CapsuleError(
@@ -324,7 +336,8 @@ export class InputValidator {
         message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
       };
     }
-    const verdict = this.#deadline.run(() => runValidator(validate, value));
+    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(stdout));
+    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
     if (verdict instanceof PastDeadline) {
       this.#forgetCompiled();
       return {
@@ -359,7 +372,9 @@ export class InputValidator {
           hint: 'Fix the schema in capsule.json (see docs/manifest.md).',
         });
       const ajv = this.ajv;
-      const compiled = this.#deadline.run(() => ajv.compile(schema));
+      const compiled = this.#deadline.run(deadlineFor(this.#deadlineMs, MAX_INPUT_BYTES), () =>
+        ajv.compile(schema),
+      );
       if (compiled instanceof PastDeadline) {
         this.#forgetCompiled();
         throw new Error(`compiling it took longer than ${compiled.ms} ms`);

