@@ -21,6 +21,9 @@ export interface LinearRegex {
 
 type Re2Module = typeof Re2;
 
+/** How many compiled patterns an engine keeps. */
+const MAX_CACHED = 1000;
+
 /** JavaScript's `\s` (WhiteSpace and LineTerminator), written as members of a character class. */
 const JS_SPACE = '\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff';
 /** JavaScript's `.` without the `s` flag: anything but a line terminator. */
@@ -97,6 +100,8 @@ export class LinearRegexEngine {
     let hit = this.#cache.get(key);
     if (hit === undefined) {
       hit = this.#compile(source, ignoreCase);
+      // A long session compiles whatever patterns an agent sends: the cache stays bounded.
+      if (this.#cache.size >= MAX_CACHED) this.#cache.clear();
       this.#cache.set(key, hit);
     }
     return hit;
