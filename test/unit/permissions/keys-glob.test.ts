@@ -62,3 +62,12 @@ describe('commandLine (the words after --)', () => {
     expect(() => commandLine([])).toThrow(/No command/);
   });
 });
+
+describe('globs match in linear time (a rule with many stars cannot stall the gate)', () => {
+  it('answers for star-heavy globs over a long subject (a backtracking regex does not, test/unit/linear-regex)', () => {
+    const subject = 'a'.repeat(5000);
+    expect(matchRuleGlob('*a*a*a*a*a*a*a*a*a*a*a*a*b', subject)).toBe(false);
+    expect(matchPathGlob('**/a*a*a*a*a*a*a*a*a*a*b', subject)).toBe(false);
+    expect(matchRuleGlob('*a*a*a*a*a*a*a*a*a*a*a*a*', subject)).toBe(true);
+  });
+});
