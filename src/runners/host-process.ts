@@ -205,9 +205,55 @@ function outermost(paths: readonly string[]): string[] {
 
 /** The protection a run gets: hidden paths win over read-only ones inside them. */
 function effectiveProtection(p: HostProtection): { readOnly: string[]; hidden: string[] } {
-  const hidden = outermost(p.hidden);
-  const readOnly = outermost(p.readOnly).filter((r) => !hidden.some((h) => inside(r, h)));
+  const mounts = ownMounts();
+  const withAliases = (paths: readonly string[]): string[] =>
+    paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
+  const hidden = outermost(withAliases(p.hidden));
+  const readOnly = outermost(withAliases(p.readOnly)).filter((r) => !hidden.some((h) => inside(r, h)));
   return { readOnly, hidden };
+}
+
+interface Mount {
+  dev: string;
+  /** The folder of its file system the mount shows. */
+  root: string;
+  at: string;
+}
+
+/** capsule's own mount table (mountinfo's octal escapes decoded). */
+function ownMounts(): Mount[] {
+  const unescape = (f: string): string =>
+    f.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  return readOr('/proc/self/mountinfo')
+    .split('\n')
+    .map((line) => line.split(' '))
+    .filter((f) => f.length > 5)
+    .map((f) => ({ dev: f[2] as string, root: unescape(f[3] as string), at: unescape(f[4] as string) }));
+}
+
+/** `p` relative to `dir` when it is `dir` or inside it ('' for `dir` itself). */
+const below = (p: string, dir: string): string | undefined =>
+  p === dir ? '' : dir === '/' ? p.slice(1) : p.startsWith(dir + '/') ? p.slice(dir.length + 1) : undefined;
+
+/**
+ * Every other name the mount table gives `p`: where the same file system is mounted again (a bind mount of
+ * a parent folder elsewhere), the same bytes are reachable there, and are protected there too. A mount that
+ * shows a folder inside `p` is an alias of part of it: its mount point is protected whole.
+ */
+function aliasesOf(p: string, mounts: readonly Mount[]): string[] {
+  let home: Mount | undefined;
+  for (const m of mounts)
+    if (below(p, m.at) !== undefined && (home === undefined || m.at.length >= home.at.length)) home = m;
+  if (home === undefined) return [];
+  const inFs = path.posix.join(home.root, below(p, home.at) as string);
+  const out: string[] = [];
+  for (const m of mounts) {
+    if (m.dev !== home.dev || m === home) continue;
+    const under = below(inFs, m.root);
+    if (under !== undefined) out.push(path.posix.join(m.at, under));
+    else if (below(m.root, inFs) !== undefined) out.push(m.at);
+  }
+  return [...new Set(out)].filter((a) => a !== p);
 }
 
 /**

@@ -48,7 +48,13 @@ async function scene(owner: 'root' | 'user'): Promise<Scene> {
 }
 
 /** Runs `script` (sh) confined through the built module, as root or as an ordinary user; its stdout. */
-async function confined(owner: 'root' | 'user', s: Scene, script: string): Promise<string> {
+async function confined(
+  owner: 'root' | 'user',
+  s: Scene,
+  script: string,
+  /** A command line capsule runs under (e.g. a private mount namespace with another name for the scene). */
+  around: string[] = [],
+): Promise<string> {
   const driver = path.join(s.root, `driver-${Math.random().toString(36).slice(2)}.mjs`);
   await writeFile(
     driver,
@@ -62,11 +68,15 @@ process.stdout.write(JSON.stringify({ confined: r.confined, stdout: r.stdout, st
 `,
   );
   if (owner === 'user') await chown(driver, NOBODY, NOBODY);
-  const argv =
-    owner === 'user'
-      ? ['setpriv', ['--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups', 'node', driver]]
-      : ['node', [driver]];
-  const r = await execa(argv[0] as string, argv[1] as string[], {
+  const argv = [
+    ...around,
+    ...(owner === 'user'
+      ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+      : []),
+    'node',
+    driver,
+  ];
+  const r = await execa(argv[0] as string, argv.slice(1), {
     cwd: s.root,
     reject: false,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', CAPSULE_TEST_SECRET: SECRET },
@@ -265,6 +275,41 @@ describe.each(['root', 'user'] as const)(
     });
   },
 );
+
+describe('protected under every name the mount table gives it', () => {
+  it('a second mount of a parent folder is protected too (read-only stays read-only, hidden stays hidden)', async () => {
+    const s = await scene('root');
+    const alias = path.join(path.dirname(s.root), `${path.basename(s.root)}-alias`);
+    await mkdir(alias);
+    // capsule runs in a mount namespace where the whole scene is also mounted at `alias`.
+    const around = [
+      'unshare',
+      '--mount',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      `mount --bind "$0" "$1" && shift && exec "$@"`,
+      s.root,
+      alias,
+    ];
+    const rel = (p: string): string => path.join(alias, path.relative(s.root, p));
+    const out = await confined(
+      'root',
+      s,
+      [
+        `ls "${alias}/proj/.capsule" >/dev/null && echo alias-visible`,
+        `echo forged > "${rel(s.state)}" 2>/dev/null`,
+        `cat "${rel(path.join(s.hidden, 'secret', 'key'))}" 2>/dev/null`,
+        'true',
+      ].join('\n'),
+      around,
+    );
+    expect(out).toContain('alias-visible');
+    expect(out).not.toContain(SECRET);
+    expect(await readFile(s.state, 'utf8')).toBe('trusted\n');
+  });
+});
 
 describe('controls: the same attacks work unconfined', () => {
   it('the file-handle route rewrites a read-only bind mount when the capability is held', async () => {
