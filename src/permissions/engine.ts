@@ -21,7 +21,7 @@ import {
   type CommandParser,
 } from './command-parser.js';
 import { GlobCache } from './glob.js';
-import { parseKey, RUN_COMMAND } from './keys.js';
+import { parseGrant, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
 import {
   configWithPolicy,
@@ -418,7 +418,7 @@ export class PermissionEngine implements PermissionGate {
 
   /** A human-side session grant (`--grant`, the prompt). */
   grantSession(key: string, options: SessionGrantOptions = {}): SessionEntry {
-    parseKey(key);
+    parseGrant(key);
     return this.session.add(key, options);
   }
 
@@ -538,13 +538,16 @@ export class PermissionEngine implements PermissionGate {
     const key = request.key.raw;
     if (this.sessionDenials.has(key)) return this.deniedForSession(request);
     const options = withSessionDeny(verdict.options);
-    const answer: AskAnswer =
+    let answer: AskAnswer =
       signal?.aborted === true
         ? 'Deny'
         : await this.prompter.ask(
             { request, key, options, ceiling: verdict.ceiling, note: verdict.note },
             signal,
           );
+    // What may break a deny rule is allowed one call at a time: a wider yes counts as this once.
+    if (verdict.unproven !== undefined && (answer === 'AlwaysThisSession' || answer === 'AlwaysThisProject'))
+      answer = 'Once';
     if (!options.includes(answer)) {
       const err = new CapsuleError(
         'CEILING_VIOLATION',
@@ -560,6 +563,16 @@ export class PermissionEngine implements PermissionGate {
       await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
       const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
       return { outcome: 'deny', source: 'prompt', reason, key, denial };
+    }
+    if (answer === 'Deny' && verdict.unproven !== undefined && !this.prompter.interactive) {
+      const { rule, origin, why } = verdict.unproven;
+      const what = `${key} needs a person's approval and no one can be asked (--no-prompt, or no terminal): capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}.`;
+      const reason =
+        `Permission denied: ${what} A grant or the mode does not lift this; only a person at a prompt can ` +
+        'allow it, once. Run it where a person can answer, or write the command so that what it runs is on the command line.';
+      await this.record(request, { decision: 'deny', source: 'unproven', reason, answer, matched: rule });
+      const denial = denialOf(request, 'unproven', what, { matched: rule, ceiling: verdict.ceiling.ceiling });
+      return { outcome: 'deny', source: 'unproven', reason, key, matched: rule, denial };
     }
     if (answer === 'Deny') {
       const asked = this.prompter.interactive;

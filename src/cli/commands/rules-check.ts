@@ -106,8 +106,8 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
     const allow: Rule[] = [];
     const deny: Rule[] = [];
     const add = (origin: string, a: readonly string[] = [], d: readonly string[] = []): void => {
-      for (const r of a) allow.push(parseRule(r, origin));
-      for (const r of d) deny.push(parseRule(r, origin));
+      for (const r of a) allow.push(parseRule(r, origin, 'persistent', 'allow'));
+      for (const r of d) deny.push(parseRule(r, origin, 'persistent', 'deny'));
     };
     add(PROJECT_CONFIG_FILE, project.config.permissions.allow, project.config.permissions.deny);
     const catalog = await ProfileCatalog.load({ projectRoot: project.root });
