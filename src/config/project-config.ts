@@ -115,7 +115,11 @@ export const projectConfigSchema = z
           const i = key.indexOf(':');
           const never = grantNeverMatches(key.slice(0, i), key.slice(i + 1));
           if (never !== undefined)
-            ctx.addIssue({ code: 'custom', path: [key], message: `can never match: ${never.why}. ${never.hint}` });
+            ctx.addIssue({
+              code: 'custom',
+              path: [key],
+              message: `can never match: ${never.why}. ${never.hint}`,
+            });
         }
       })
       .default({})

@@ -13,7 +13,10 @@ const view = (raw: unknown) => policyViewOf(projectConfigSchema.parse(raw));
 
 describe('policy difference', () => {
   it('names every rule, entry and mode that changed; formatting and grantedAt are not policy', () => {
-    const from = view({ permissions: { allow: ['write_file(docs/**)'] }, allowlist: { 'run_capability:a': 'Deny' } });
+    const from = view({
+      permissions: { allow: ['write_file(docs/**)'] },
+      allowlist: { 'run_capability:a': 'Deny' },
+    });
     const to = view({
       mode: 'bypass',
       permissions: { allow: ['run_command(*)'], deny: ['run_command(rm *)'] },
@@ -57,7 +60,10 @@ describe('policy difference', () => {
       allowlist: { 'run_capability:a': { level: 'Deny' } },
       profiles: {},
     });
-    const wider = view({ mode: 'bypass', permissions: { allow: ['write_file(docs/**)', 'write_file(src/**)'] } });
+    const wider = view({
+      mode: 'bypass',
+      permissions: { allow: ['write_file(docs/**)', 'write_file(src/**)'] },
+    });
     expect(tightenOnly(confirmed, wider).mode).toBe('edit');
   });
 });
