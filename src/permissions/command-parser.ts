@@ -229,7 +229,14 @@ export class CommandParser {
                 if (m !== null) this.variable(m[1] as string, m[2] as string, facts, depth);
               }
             }
-            if (mayRunArguments(c.name)) this.opaqueArguments(c.name, c.args, facts, depth);
+            if (mayRunArguments(c.name))
+              this.opaqueArguments(
+                c.name,
+                c.args,
+                facts,
+                depth,
+                c === u.commands[0] ? argumentGlobs(node) : undefined,
+              );
           }
           facts.unprovable.push(...u.unprovable);
           for (const script of u.scripts) this.nested(script, facts, depth + 1, false, maybe);
@@ -275,8 +282,14 @@ export class CommandParser {
    * match time, from the words kept in `opaque`), as shell code in one word (`sg root -c 'rm v'`), or
    * through a program capsule does know (`setpriv find . -delete`). What those would run is `possible`.
    */
-  private opaqueArguments(via: string, args: readonly Word[], facts: MutableFacts, depth: number): void {
-    facts.opaque.push({ via, args });
+  private opaqueArguments(
+    via: string,
+    args: readonly Word[],
+    facts: MutableFacts,
+    depth: number,
+    globs?: readonly string[],
+  ): void {
+    facts.opaque.push({ via, args, globs });
     let unwrapped = 0;
     for (const [i, a] of args.entries()) {
       if (a === null) continue;
@@ -377,7 +390,30 @@ interface MutableFacts {
   commands: CommandFact[];
   unprovable: string[];
   possible: CommandFact[];
-  opaque: Array<{ via: string; args: readonly Word[] }>;
+  opaque: Array<{ via: string; args: readonly Word[]; globs?: readonly string[] | undefined }>;
+}
+
+/**
+ * The globs among a command's arguments, when every argument that is not static is a plain glob
+ * (`*.ts`, `src/*.json`): what they expand to is bounded by their text. undefined when some other argument
+ * is not static (a variable, a substitution, a brace expansion): it may be any word.
+ */
+function argumentGlobs(cmd: Node): string[] | undefined {
+  const globs: string[] = [];
+  for (const child of childrenOf(cmd)) {
+    const type = child.type;
+    if (
+      type === 'command_name' ||
+      type === 'variable_assignment' ||
+      type.endsWith('_redirect') ||
+      type === 'comment'
+    )
+      continue;
+    if (staticWord(child) !== null) continue;
+    if (type !== 'word' || /[$`{}\\]/.test(child.text)) return undefined;
+    globs.push(child.text);
+  }
+  return globs;
 }
 
 /** A word that may be shell code (blanks, operators, expansions) when a program runs it as such. */

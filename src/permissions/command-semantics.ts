@@ -1303,6 +1303,7 @@ export const INERT_PROGRAMS: Readonly<Record<string, string>> = {
   strings: 'prints printable strings of files',
   tee: 'copies its input to files',
   jq: 'filters JSON (jq has no function that runs a program)',
+  curl: 'transfers URLs (no option of curl runs a program)',
   tree: 'lists folders',
 };
 

@@ -1,7 +1,7 @@
 import { CapsuleError } from '../errors.js';
 import type { Trust } from './ceiling.js';
 import { baseName, canonicalOptions } from './command-semantics.js';
-import { hasGlobMeta, type GlobCache } from './glob.js';
+import { hasGlobMeta, matchPathGlob, type GlobCache } from './glob.js';
 import { RUN_COMMAND } from './keys.js';
 import type { CommandFact, PermissionRequest } from './types.js';
 import { RULE_SYNTAX } from './key-syntax.js';
@@ -147,10 +147,19 @@ export function judgeDenyRule(rule: Rule, request: PermissionRequest, globs: Glo
       why: `${possible.via ?? 'a program'} is not known to keep its arguments from running: it may run "${possible.texts[0] as string}"`,
     };
   let tails = 0;
-  for (const { via, args } of facts.opaque ?? []) {
+  const programWord = rulePatternProgram(byName).replace(/\\(.)/g, '$1');
+  for (const { via, args, globs } of facts.opaque ?? []) {
     const why = `${via} is not known to keep its arguments from running`;
+    // A glob expands to names its text allows: `*.ts` can never be `rm`, `*` can.
+    const globsClear =
+      globs !== undefined &&
+      !hasGlobMeta(rulePatternProgram(byName)) &&
+      globs.every((g) => !matchPathGlob(g.slice(g.lastIndexOf('/') + 1), baseName(programWord)));
     for (const [i, a] of args.entries()) {
-      if (a === null) return { match: 'maybe', why: `${why}, and one of them is not static` };
+      if (a === null) {
+        if (globsClear) continue;
+        return { match: 'maybe', why: `${why}, and one of them is not static` };
+      }
       const name = baseName(a);
       if (!program.test(name) && !program.test(a)) continue;
       if (++tails > MAX_TAILS) return { match: 'maybe', why: `${why}: too many of them name ${name}` };

@@ -99,7 +99,14 @@ export interface CommandFacts {
    * they run (`setpriv --reuid 0 rm v`). A deny rule judges each tail that starts with a word naming
    * its program.
    */
-  opaque?: ReadonlyArray<{ via: string; args: readonly (string | null)[] }> | undefined;
+  opaque?:
+    | ReadonlyArray<{
+        via: string;
+        args: readonly (string | null)[];
+        /** When every argument that is not static is a plain glob: their texts (what they can expand to). */
+        globs?: readonly string[] | undefined;
+      }>
+    | undefined;
 }
 
 export type DecisionOutcome = 'allow' | 'deny';

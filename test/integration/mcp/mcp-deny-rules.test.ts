@@ -34,7 +34,9 @@ const run = (h: McpHarness, command: string) =>
   h.client.callTool({ name: 'run_command', arguments: { command } });
 
 const optionsOf = (p: ElicitRequest['params']): string[] => {
-  const schema = p.requestedSchema as { properties: { decision: { oneOf: Array<{ const: string }> } } };
+  const schema = (p as { requestedSchema?: unknown }).requestedSchema as {
+    properties: { decision: { oneOf: Array<{ const: string }> } };
+  };
   return schema.properties.decision.oneOf.map((o) => o.const);
 };
 

@@ -216,6 +216,41 @@ describe('what capsule cannot prove clear of a deny rule is asked, with the rule
   });
 });
 
+describe('a glob given to a program capsule has no model of may expand to the denied program', () => {
+  // In d, `*` expands to `rm v`: ../with runs rm on v.
+  const command = 'cd d && ../with *';
+  async function globProject(deny: string[]): Promise<string> {
+    const root = await project(deny);
+    await execa('mkdir', ['d'], { cwd: root });
+    await writeFile(path.join(root, 'd', 'rm'), '');
+    await writeFile(path.join(root, 'd', 'v'), 'victim');
+    return root;
+  }
+
+  it('control: without the rule, granted, it deletes d/v', async () => {
+    const root = await globProject([]);
+    const r = await exec(root, command, ['--grant', grantOf(root, command)]);
+    expect(existsSync(path.join(root, 'd', 'v')), r.stderr).toBe(false);
+  });
+
+  it('with deny run_command(rm *) it is asked, so denied under --no-prompt, granted or in bypass', async () => {
+    for (const flags of [
+      ['--grant', ''],
+      ['--mode', 'bypass'],
+    ]) {
+      const root = await globProject(['run_command(rm *)']);
+      const r = await exec(
+        root,
+        command,
+        flags[0] === '--grant' ? ['--grant', grantOf(root, command)] : flags,
+      );
+      expect(existsSync(path.join(root, 'd', 'v')), r.stderr).toBe(true);
+      expect(r.code).toBe(77);
+      expect(r.stderr).toContain('run_command(rm *)');
+    }
+  });
+});
+
 describe('deny run_command(rm -rf *) holds against the long options of rm', () => {
   it.each([
     'rm --recursive --force d',

@@ -46,6 +46,11 @@ describe('a deny rule judges what a program capsule has no model of may run', ()
     ['run_command(git push*)', "./tool 'git push'"],
     ['run_command(rm *)', 'node -e 1'],
     ['run_command(rm *)', "python3 -c 'print(1)'"],
+    // A glob may expand to a file named rm; a brace expansion or variable to any word.
+    ['run_command(rm *)', './tool *'],
+    ['run_command(rm *)', './tool r*'],
+    ['run_command(rm *)', './tool {rm,x}'],
+    ['run_command(rm *)', './tool *.ts $x'],
   ])('%s: %s is not proven clear (asked)', (rule, command) => {
     expect(judge(rule, command).match).toBe('maybe');
   });
@@ -61,6 +66,9 @@ describe('a deny rule judges what a program capsule has no model of may run', ()
     ['run_command(rm *)', 'grep -r rm .'],
     ['run_command(rm *)', 'git rm --cached v'],
     ['run_command(rm *)', 'node --version'],
+    ['run_command(rm *)', './tool *.ts'],
+    ['run_command(rm *)', 'eslint src/*/*.ts lib/*.js'],
+    ['run_command(rm *)', "curl -sS 'https://example.com/a?b=1&c=2'"],
   ])('%s: %s is clear', (rule, command) => {
     expect(judge(rule, command).match).toBe('no');
   });
