@@ -21,7 +21,7 @@ import {
   type CommandParser,
 } from './command-parser.js';
 import { GlobCache } from './glob.js';
-import { parseGrant, RUN_COMMAND } from './keys.js';
+import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
 import {
   configWithPolicy,
@@ -205,10 +205,11 @@ export class PermissionEngine implements PermissionGate {
     this.state = this.buildState();
     for (const key of options.sessionGrants ?? []) {
       // One canonical form for every caller: patterns refused, a relative program resolved at the root.
+      // A grant that can never match is refused here too (library callers), not only on the CLI.
       const canonical =
         this.parser !== undefined && key.startsWith(`${RUN_COMMAND}:`)
           ? canonicalGrantKey(this.parser, key, this.projectRoot)
-          : key;
+          : parseGrant(key).raw;
       this.grantSession(canonical, { origin: '--grant' });
     }
   }
@@ -418,7 +419,7 @@ export class PermissionEngine implements PermissionGate {
 
   /** A human-side session grant (`--grant`, the prompt). */
   grantSession(key: string, options: SessionGrantOptions = {}): SessionEntry {
-    parseGrant(key);
+    parseKey(key);
     return this.session.add(key, options);
   }
 

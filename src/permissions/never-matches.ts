@@ -39,10 +39,10 @@ export interface NeverMatches {
 function outsideProject(pattern: string): boolean {
   return (
     pattern.startsWith('/') ||
-    pattern.startsWith('~') ||
+    pattern === '~' ||
+    pattern.startsWith('~/') ||
     pattern.startsWith('./') ||
-    /(^|\/)\.\.(\/|$)/.test(pattern) ||
-    pattern.includes('\\')
+    /(^|\/)\.\.(\/|$)/.test(pattern)
   );
 }
 
