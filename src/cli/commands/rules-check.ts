@@ -164,6 +164,7 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
       origin: '--grant',
     }));
     const foreign: ForeignRule[] = [];
+    let neverMatching = 0;
     if (opts.claudeSettings !== undefined) {
       const settings = await readClaudeSettings(opts.claudeSettings);
       const origin = `claude:${opts.claudeSettings}`;
@@ -172,8 +173,15 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
           const r = translateClaudeRule(parser, kind, text, project.root);
           foreign.push(r);
           // An ask rule only asks: nothing to search for.
-          if (kind === 'allow') add(origin, r.capsule);
-          if (kind === 'deny') add(origin, [], r.capsule);
+          try {
+            if (kind === 'allow') add(origin, r.capsule);
+            if (kind === 'deny') add(origin, [], r.capsule);
+          } catch (err) {
+            // A mapped rule that could never match is reported with the entry, not searched.
+            if (!(err instanceof CapsuleError) || err.code !== 'CONFIG_INVALID') throw err;
+            r.note = `${r.note}; in capsule it can never match: ${err.message}`;
+            neverMatching++;
+          }
         }
       }
     }
@@ -190,7 +198,12 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
       io.stdout,
       opts.json === true ? json({ findings, claude: foreign, counterexamples }) : render(findings, foreign),
     );
-    return counterexamples > 0 ? EXIT.FAILURE : EXIT.OK;
+    if (neverMatching > 0)
+      await write(
+        io.stderr,
+        `capsule: ${neverMatching} Claude Code rule(s) map to capsule rules that can never match (see the notes above).\n`,
+      );
+    return counterexamples > 0 || neverMatching > 0 ? EXIT.FAILURE : EXIT.OK;
   } finally {
     parser.close();
   }

@@ -104,6 +104,18 @@ describe('capsule rules check', () => {
     expect(code).toBe(1);
   });
 
+  it('a Claude rule that maps to a capsule rule that can never match is reported, and fails the check', async () => {
+    const root = await project();
+    const file = path.join(root, 'settings.json');
+    await writeFile(file, JSON.stringify({ permissions: { allow: ['Bash(gi*:*)'] } }));
+    const r = await cli(['rules', 'check', '--json', '--profile', 'build', '--claude-settings', file], {
+      cwd: root,
+    });
+    expect(r.code).toBe(1);
+    const report = JSON.parse(r.stdout) as Report & { claude: Array<{ text: string; note: string }> };
+    expect(report.claude.find((c) => c.text === 'Bash(gi*:*)')?.note).toContain('can never match');
+  });
+
   it('a settings file without a permissions block is a USAGE error naming the file', async () => {
     const root = await project();
     const file = path.join(root, 'settings.json');
