@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,7 +9,7 @@ import {
   keyCommand,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
-import { cli } from '../../helpers/cli.js';
+import { BUILT_CLI, cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
 
 /*
@@ -249,6 +250,43 @@ describe('a glob given to a program capsule has no model of may expand to the de
       expect(r.stderr).toContain('run_command(rm *)');
     }
   });
+});
+
+describe('as an ordinary user (uid 65534), the built CLI', () => {
+  const asNobody = (root: string, state: string, args: string[]) =>
+    execa('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', 'node', BUILT_CLI, ...args], {
+      cwd: root,
+      reject: false,
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: state, CAPSULE_STATE_DIR: state },
+    });
+  async function nobodyProject(deny: string[]): Promise<{ root: string; state: string }> {
+    const root = await project(deny);
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-wrapper-state-'));
+    await execa('chown', ['-R', '65534:65534', root, state]);
+    return { root, state };
+  }
+
+  it.each(['setpriv rm v', 'setarch x86_64 rm v', './with rm v', 'ssh-agent rm v'])(
+    '%s: deletes v without the rule (control), keeps it with the rule, granted or in bypass',
+    async (command) => {
+      const free = await nobodyProject([]);
+      const grant = ['--grant', keyCommand(parser, command, free.root).key];
+      const control = await asNobody(free.root, free.state, ['exec', '--no-prompt', ...grant, '--', command]);
+      expect(existsSync(path.join(free.root, 'v')), control.stderr).toBe(false);
+      for (const flags of [
+        ['--grant', ''],
+        ['--mode', 'bypass'],
+      ]) {
+        const denied = await nobodyProject(['run_command(rm *)']);
+        const extra =
+          flags[0] === '--grant' ? ['--grant', keyCommand(parser, command, denied.root).key] : flags;
+        const r = await asNobody(denied.root, denied.state, ['exec', '--no-prompt', ...extra, '--', command]);
+        expect(existsSync(path.join(denied.root, 'v')), r.stderr).toBe(true);
+        expect(r.exitCode).toBe(77);
+        expect(r.stderr).toContain('run_command(rm *)');
+      }
+    },
+  );
 });
 
 describe('deny run_command(rm -rf *) holds against the long options of rm', () => {
