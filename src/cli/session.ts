@@ -6,6 +6,7 @@ import { userStateDir } from '../config/user-state.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
+import type { HostProtection } from '../permissions/protected-state.js';
 import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
@@ -30,8 +31,8 @@ export interface CliSession {
   executor: Executor;
   /** The permission engine behind the executor's gate (explain, grants). */
   engine: PermissionEngine;
-  /** What a confined host process sees read-only (capsule's state, the per-user cache and state). */
-  hostReadOnly: readonly string[];
+  /** What a confined host process may not change or see (capsule's state, the per-user cache and state). */
+  hostProtection: HostProtection;
   close(): Promise<void>;
 }
 
@@ -93,7 +94,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     registry: runtime.registry,
     executor,
     engine,
-    hostReadOnly: runtime.hostReadOnly,
+    hostProtection: runtime.hostProtection,
     close: () => executor.close(),
   };
 }

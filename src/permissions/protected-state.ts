@@ -340,9 +340,26 @@ export async function assertGrantsUnprotected(
 /** What a confined host process must not change. */
 export interface ConfinedPath {
   path: string;
-  /** Visible, not writable (the shell runner binds it read-only onto itself). */
-  access: 'read-only';
+  /**
+   * read-only: visible, not writable (bound read-only onto itself); hidden: covered by an empty read-only
+   * folder, so a confined host process can neither read nor change what it holds.
+   */
+  access: 'read-only' | 'hidden';
   what: string;
+}
+
+/** What a confined host process may not change (readOnly) and may not even see (hidden). */
+export interface HostProtection {
+  readOnly: readonly string[];
+  hidden: readonly string[];
+}
+
+/** The confined paths as the host confinement takes them. */
+export function hostProtection(paths: readonly ConfinedPath[]): HostProtection {
+  return {
+    readOnly: paths.filter((p) => p.access === 'read-only').map((p) => p.path),
+    hidden: paths.filter((p) => p.access === 'hidden').map((p) => p.path),
+  };
 }
 
 /**
@@ -365,7 +382,8 @@ export function confinedPaths(
   if (stateDir !== undefined)
     out.push({
       path: path.resolve(stateDir),
-      access: 'read-only',
+      // Nothing a host command does needs capsule's confirmations or its key: it does not see them.
+      access: 'hidden',
       what: 'per-user state (confirmed policies, audit heads)',
     });
   return out;

@@ -29,7 +29,13 @@ import { parseGrant, RUN_CAPABILITY, RUN_COMMAND } from '../permissions/keys.js'
 import { closestNames } from '../permissions/never-matches.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { confinedPaths, protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
+import {
+  confinedPaths,
+  hostProtection,
+  protectedPaths,
+  type HostProtection,
+  type ProtectedPaths,
+} from '../permissions/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import { ScanIndex, scanIndexPath } from '../registry/scan-index.js';
@@ -114,8 +120,8 @@ export interface Runtime {
   readonly stateDir: string;
   /** Where executors stage approved capabilities (under the per-user cache). */
   readonly stageDir: string;
-  /** What a confined host process (shell capability, run_command, exec) sees read-only. */
-  readonly hostReadOnly: readonly string[];
+  /** What a confined host process (shell capability, run_command, exec) sees read-only, and does not see. */
+  readonly hostProtection: HostProtection;
   /** This process's `--grant` keys, canonical. */
   readonly grants: readonly string[];
   /**
@@ -246,7 +252,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
   const stageDir = path.join(cacheDir, 'stage');
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
-  const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
+  const hostProtected = hostProtection(confinedPaths(root, cacheDir, stateDir));
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
     projectRegistry(root, roots, inputValidator, cacheDir, stateDir, options.stateDir !== false);
   const runners =
@@ -255,7 +261,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       projectRoot: root,
       env,
       cacheDir,
-      readOnlyPaths: hostReadOnly,
+      protection: hostProtected,
       onProgress: options.onRunnerProgress,
       engines: selectEngines(
         resolveEngines(starting.config.engines ?? {}, env),
@@ -275,7 +281,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     cacheDir,
     stateDir,
     stageDir,
-    hostReadOnly,
+    hostProtection: hostProtected,
     grants,
     warnings,
     registry,
