@@ -15,7 +15,13 @@ interface Report {
     counterexamples: Array<{ command: string; key: string; why: string }>;
     asks: Array<{ command: string; key: string; why: string }>;
   }>;
-  claude: Array<{ kind: string; text: string; capsule: string[]; key?: { key: string; compound: boolean } }>;
+  claude: Array<{
+    kind: string;
+    text: string;
+    capsule: string[];
+    key?: { key: string; compound: boolean };
+    note?: string;
+  }>;
   counterexamples: number;
 }
 
@@ -112,7 +118,7 @@ describe('capsule rules check', () => {
       cwd: root,
     });
     expect(r.code).toBe(1);
-    const report = JSON.parse(r.stdout) as Report & { claude: Array<{ text: string; note: string }> };
+    const report = JSON.parse(r.stdout) as Report;
     expect(report.claude.find((c) => c.text === 'Bash(gi*:*)')?.note).toContain('can never match');
   });
 
