@@ -53,6 +53,13 @@ export interface TraceStep {
   detail: string;
 }
 
+/** The first deny rule a call could not be proven clear of, where it came from, and why. */
+export interface Unproven {
+  rule: string;
+  origin: string;
+  why: string;
+}
+
 export type Verdict =
   | {
       outcome: 'allow' | 'deny';
@@ -76,7 +83,7 @@ export type Verdict =
        * A deny rule the call cannot be proven clear of: only a person may let it run, once. Grants, allow
        * rules and the mode do not (they are asked past), and no answer makes it stick.
        */
-      unproven?: { rule: string; origin: string; why: string } | undefined;
+      unproven?: Unproven | undefined;
       /**
        * Allows from project files that matched but do not apply because the call is not sandboxed
        * (`the allow rule run_command(*) (capsule.json)`, `mode "bypass" (capsule.json)`): for warnings.
@@ -102,7 +109,7 @@ export function planModeReason(request: PermissionRequest): string {
  */
 export function decide(state: PolicyState, request: PermissionRequest): Verdict {
   const trace: TraceStep[] = [];
-  let unproven: { rule: string; origin: string; why: string } | undefined;
+  let unproven: Unproven | undefined;
   const verdict = decideSteps(state, request, trace, (u) => (unproven = u));
   if (unproven === undefined || verdict.outcome === 'deny') return verdict;
   // Nothing but a person lets through what may break a deny rule: an allow becomes a question.
@@ -128,7 +135,7 @@ function decideSteps(
   state: PolicyState,
   request: PermissionRequest,
   trace: TraceStep[],
-  setUnproven: (u: { rule: string; origin: string; why: string }) => void,
+  setUnproven: (u: Unproven) => void,
 ): Verdict {
   const key = request.key.raw;
   const done = (
@@ -158,7 +165,7 @@ function decideSteps(
     }
   }
 
-  let doubt: { rule: string; origin: string; why: string } | undefined;
+  let doubt: Unproven | undefined;
   for (const rule of state.rules.deny) {
     const judged = judgeDenyRule(rule, request, state.globs);
     if (judged.match === 'yes') {
