@@ -76,6 +76,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
   const root = runtime.root;
   const log = options.logger ?? ((m: string) => process.stderr.write(`capsule: ${m}\n`));
   if (runtime.starting.warning !== undefined) log(runtime.starting.warning);
+  for (const w of runtime.warnings) log(w);
   const profiles = await ProfileCatalog.load({
     projectRoot: root,
     projectProfiles: runtime.starting.profileTexts,

@@ -163,7 +163,7 @@ export function parseProfile(text: string, file: string, trust: Trust = 'persist
   ] as const) {
     for (const [i, rule] of rules.entries()) {
       try {
-        parseRule(rule, `profile:${fm.name}`);
+        parseRule(rule, `profile:${fm.name}`, 'persistent', list);
       } catch (err) {
         throw invalid(file, `${list}[${i}]`, (err as Error).message, undefined, err);
       }

@@ -83,6 +83,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
   // Warnings (a project file's mode or rule that does not apply) go where the person looks.
   const logger = (message: string): void => void io.stderr.write(`capsule: ${message}\n`);
   if (runtime.starting.warning !== undefined) logger(runtime.starting.warning);
+  for (const w of runtime.warnings) logger(w);
   const project = { ...runtime.project, config: runtime.starting.config };
   const warning = fileModeWarning(project, mode, prompter.interactive);
   if (warning !== undefined) logger(warning);

@@ -7,6 +7,24 @@ import { zodIssues } from '../manifest/parse.js';
 import { parseStrictJson } from './strict-json.js';
 import { ENVIRONMENTS } from '../manifest/schema.js';
 import { KEY_SYNTAX, RULE_SYNTAX } from '../permissions/key-syntax.js';
+import { grantNeverMatches, ruleNeverMatches } from '../permissions/never-matches.js';
+
+/** Rules that can never match are refused with the file and the rule's index as the field. */
+function neverMatchingRules(kind: 'allow' | 'deny') {
+  return (rules: string[], ctx: z.RefinementCtx): void => {
+    for (const [i, rule] of rules.entries()) {
+      const m = RULE_SYNTAX.exec(rule.trim());
+      if (m === null || m[1] === undefined) continue;
+      const never = ruleNeverMatches(kind, m[1], m[2]);
+      if (never !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: [i],
+          message: `${rule} can never match: ${never.why}. ${never.hint}`,
+        });
+    }
+  };
+}
 import { PERMISSION_MODES, type PermissionMode } from './modes.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
@@ -92,7 +110,16 @@ export const projectConfigSchema = z
               path: [key],
               message: 'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)',
             });
+            continue;
           }
+          const i = key.indexOf(':');
+          const never = grantNeverMatches(key.slice(0, i), key.slice(i + 1));
+          if (never !== undefined)
+            ctx.addIssue({
+              code: 'custom',
+              path: [key],
+              message: `can never match: ${never.why}. ${never.hint}`,
+            });
         }
       })
       .default({})
@@ -103,10 +130,12 @@ export const projectConfigSchema = z
       .strictObject({
         allow: z
           .array(z.string().regex(RULE_SYNTAX, 'must be Tool or Tool(glob), e.g. run_command(git *)'))
+          .superRefine(neverMatchingRules('allow'))
           .default([])
           .describe('Allow rules `Tool` or `Tool(glob)`.'),
         deny: z
           .array(z.string().regex(RULE_SYNTAX, 'must be Tool or Tool(glob), e.g. run_command(rm *)'))
+          .superRefine(neverMatchingRules('deny'))
           .default([])
           .describe('Deny rules `Tool` or `Tool(glob)`; deny from any source wins.'),
       })

@@ -10,12 +10,13 @@ import {
   evaluatesArguments,
   hiddenRuns,
   keyingHazard,
+  mayRunArguments,
   unwrap,
   writesCodeItRuns,
   writtenFiles,
   type Word,
 } from './command-semantics.js';
-import { makeKey, parseKey, RUN_COMMAND } from './keys.js';
+import { makeKey, parseGrant, RUN_COMMAND } from './keys.js';
 import type { CommandFact, CommandFacts, PermissionKey } from './types.js';
 
 /** Longer commands are not parsed at all (fail closed: compound, keyed verbatim). */
@@ -140,7 +141,7 @@ export class CommandParser {
       if (root.hasError || containsMissing(root)) return opaque('parse error');
       const normalized = normalize(root, text);
       const parts: string[] = [];
-      const facts: MutableFacts = { commands: [], unprovable: [] };
+      const facts: MutableFacts = { commands: [], unprovable: [], possible: [], opaque: [] };
       const only = root.childCount === 1 ? root.firstChild : null;
       const top: { id: number; words?: Word[] | undefined } = { id: only?.id ?? -1 };
       if (options.facts === false) facts.unprovable.push('facts not computed');
@@ -176,6 +177,8 @@ export class CommandParser {
     depth: number,
     top?: { id: number; words?: Word[] | undefined },
     withFacts = true,
+    /** The program capsule has no model of whose arguments this code is in (its commands only may run). */
+    maybe?: string,
   ): void {
     let evaluating = false;
     let hiddenCode = false;
@@ -216,7 +219,8 @@ export class CommandParser {
           for (const c of u.commands) {
             if (c.name === null) continue;
             if (READS_TEXT.has(c.name)) runtimeText = true;
-            facts.commands.push(fact(c.program as string, c.name, c.args));
+            if (maybe === undefined) facts.commands.push(fact(c.program as string, c.name, c.args));
+            else facts.possible.push({ ...fact(c.program as string, c.name, c.args), via: maybe });
             const hidden = hiddenRuns(c.name, c.args);
             if (hidden !== undefined) facts.unprovable.push(hidden);
             if (c.name === 'env') {
@@ -225,9 +229,17 @@ export class CommandParser {
                 if (m !== null) this.variable(m[1] as string, m[2] as string, facts, depth);
               }
             }
+            if (mayRunArguments(c.name))
+              this.opaqueArguments(
+                c.name,
+                c.args,
+                facts,
+                depth,
+                c === u.commands[0] ? argumentGlobs(node) : undefined,
+              );
           }
           facts.unprovable.push(...u.unprovable);
-          for (const script of u.scripts) this.nested(script, facts, depth + 1);
+          for (const script of u.scripts) this.nested(script, facts, depth + 1, false, maybe);
         }
       }
       for (const child of node.children) if (child !== null) visit(child);
@@ -265,7 +277,46 @@ export class CommandParser {
     this.nested(value, facts, depth + 1, true);
   }
 
-  private nested(script: Word, facts: MutableFacts, depth: number, lenient = false): void {
+  /**
+   * A program capsule has no model of may run its arguments: as an argv (`setpriv rm v`: judged at
+   * match time, from the words kept in `opaque`), as shell code in one word (`sg root -c 'rm v'`), or
+   * through a program capsule does know (`setpriv find . -delete`). What those would run is `possible`.
+   */
+  private opaqueArguments(
+    via: string,
+    args: readonly Word[],
+    facts: MutableFacts,
+    depth: number,
+    globs?: readonly string[],
+  ): void {
+    facts.opaque.push({ via, args, globs });
+    let unwrapped = 0;
+    for (const [i, a] of args.entries()) {
+      if (a === null) continue;
+      if (SHELL_TEXT.test(a)) {
+        this.nested(a, facts, depth + 1, true, via);
+        const value = /^[A-Za-z_][A-Za-z0-9_]*=([\s\S]+)$/.exec(a)?.[1];
+        if (value !== undefined) this.nested(value, facts, depth + 1, true, via);
+        continue;
+      }
+      if (!argumentsMatter(a)) continue;
+      if (++unwrapped > MAX_OPAQUE_UNWRAPS) {
+        facts.unprovable.push(`${via}: too many programs named in its arguments to judge`);
+        return;
+      }
+      const u = unwrap(a, args.slice(i + 1), 1);
+      for (const c of u.commands) {
+        if (c.name === null) continue;
+        facts.possible.push({ ...fact(c.program as string, c.name, c.args), via });
+        const hidden = hiddenRuns(c.name, c.args);
+        if (hidden !== undefined) facts.unprovable.push(`${via} may run ${c.name}: ${hidden}`);
+      }
+      facts.unprovable.push(...u.unprovable.map((r) => `${via} may run ${a}: ${r}`));
+      for (const script of u.scripts) this.nested(script, facts, depth + 1, false, via);
+    }
+  }
+
+  private nested(script: Word, facts: MutableFacts, depth: number, lenient = false, maybe?: string): void {
     if (script === null) {
       facts.unprovable.push('shell code that is not static');
       return;
@@ -296,7 +347,7 @@ export class CommandParser {
         unparsable('nested shell code does not parse');
         return;
       }
-      this.collect(tree.rootNode, script, undefined, facts, depth);
+      this.collect(tree.rootNode, script, undefined, facts, depth, undefined, true, maybe);
     } finally {
       tree.delete();
     }
@@ -338,7 +389,38 @@ export function keyCommand(parser: CommandParser, command: string, cwd?: string)
 interface MutableFacts {
   commands: CommandFact[];
   unprovable: string[];
+  possible: CommandFact[];
+  opaque: Array<{ via: string; args: readonly Word[]; globs?: readonly string[] | undefined }>;
 }
+
+/**
+ * The globs among a command's arguments, when every argument that is not static is a plain glob
+ * (`*.ts`, `src/*.json`): what they expand to is bounded by their text. undefined when some other argument
+ * is not static (a variable, a substitution, a brace expansion): it may be any word.
+ */
+function argumentGlobs(cmd: Node): string[] | undefined {
+  const globs: string[] = [];
+  for (const child of childrenOf(cmd)) {
+    const type = child.type;
+    if (
+      type === 'command_name' ||
+      type === 'variable_assignment' ||
+      type.endsWith('_redirect') ||
+      type === 'comment'
+    )
+      continue;
+    if (staticWord(child) !== null) continue;
+    if (type !== 'word' || /[$`{}\\]/.test(child.text)) return undefined;
+    globs.push(child.text);
+  }
+  return globs;
+}
+
+/** A word that may be shell code (blanks, operators, expansions) when a program runs it as such. */
+const SHELL_TEXT = /[\s;&|<>()$`]/;
+
+/** Programs capsule knows, named in the arguments of one it does not, that are looked into. */
+const MAX_OPAQUE_UNWRAPS = 16;
 
 /** Variables whose value programs run as a command (pagers, editors, ssh, askpass helpers …). */
 const HOLDS_COMMAND =
@@ -590,7 +672,7 @@ function normalize(node: Node, text: string): string {
  * simple commands name the program only — granting it as `run_command:git` must be a visible choice.
  */
 export function canonicalGrantKey(parser: CommandParser, raw: string, cwd?: string): string {
-  const key = parseKey(raw);
+  const key = parseGrant(raw);
   if (key.tool !== RUN_COMMAND || key.action === '*' || key.action.endsWith(':*')) return key.raw;
   const programWord = key.action.trimStart().split(/\s/, 1)[0] ?? '';
   if (programWord !== '[' && programWord !== '[[' && /^[^'"\\]*[*?[]/.test(programWord)) {

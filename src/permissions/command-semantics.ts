@@ -307,14 +307,33 @@ function commandStart(args: readonly Word[], spec: WrapperSpec): number | null {
   return i < args.length ? i : -1;
 }
 
-/** The value of a code option (`-c TEXT`, `--command=TEXT`) of a wrapper, if any. */
-function codeOptionValue(args: readonly Word[], names: readonly string[]): { found: boolean; value: Word } {
+/**
+ * The value of a code option (`-c TEXT`, `--command=TEXT`) of a wrapper, if any. A short one may end a
+ * cluster (`script -qc TEXT`) or have its value glued on (`-cTEXT`), as getopt reads them; a letter
+ * before it that takes a value (`withValue`) takes the rest of the cluster instead.
+ */
+function codeOptionValue(
+  args: readonly Word[],
+  names: readonly string[],
+  withValue: readonly string[] = [],
+): { found: boolean; value: Word } {
   for (let i = 0; i < args.length; i++) {
     const a = args[i];
     if (a === null || a === undefined) continue;
+    if (a === '--') break;
     for (const n of names) {
       if (a === n) return { found: true, value: args[i + 1] ?? null };
       if (n.startsWith('--') && a.startsWith(`${n}=`)) return { found: true, value: a.slice(n.length + 1) };
+    }
+    if (/^-[A-Za-z]/.test(a) && !a.startsWith('--')) {
+      for (let j = 1; j < a.length; j++) {
+        const letter = `-${a[j] as string}`;
+        if (names.includes(letter))
+          return j === a.length - 1
+            ? { found: true, value: args[i + 1] ?? null }
+            : { found: true, value: a.slice(j + 1) };
+        if (withValue.includes(letter)) break;
+      }
     }
   }
   return { found: false, value: null };
@@ -437,7 +456,7 @@ export function unwrap(program: Word, args: readonly Word[], depth = 0): Unwrapp
   const spec = WRAPPERS[name];
   if (spec !== undefined) {
     if (spec.codeOption !== undefined) {
-      const c = codeOptionValue(args, spec.codeOption);
+      const c = codeOptionValue(args, spec.codeOption, spec.withValue);
       if (c.found) {
         out.scripts.push(c.value);
         return out;
@@ -498,9 +517,15 @@ function envCommand(
       out.scripts.push(joinWords(args.slice(i + 1)));
       return;
     }
-    if (a.startsWith('-S') || a.startsWith('--split-string=')) {
-      const first = a.startsWith('-S') ? a.slice(2) : a.slice('--split-string='.length);
-      out.scripts.push(joinWords([first, ...args.slice(i + 1)]));
+    if (a.startsWith('--split-string=')) {
+      out.scripts.push(joinWords([a.slice('--split-string='.length), ...args.slice(i + 1)]));
+      return;
+    }
+    // -S in a cluster (`-iS 'rm v'`, `-S'rm v'`): the rest of the cluster, or the next words, is code.
+    const split = /^-([A-Za-z]*?)S([\s\S]*)$/.exec(a);
+    if (split !== null && !/[uCP]/.test(split[1] ?? '')) {
+      const first = split[2] ?? '';
+      out.scripts.push(joinWords(first === '' ? args.slice(i + 1) : [first, ...args.slice(i + 1)]));
       return;
     }
     if (a.startsWith('-') && a !== '-') {
@@ -1074,6 +1099,18 @@ export function implicitRuns(name: string, args: readonly Word[]): string | unde
   }
 }
 
+/** Long options that are one short option, for the programs deny rules are usually written for. */
+const SHORT_FOR_LONG: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  rm: { recursive: 'r', force: 'f', dir: 'd', verbose: 'v' },
+  rmdir: { parents: 'p', verbose: 'v' },
+  shred: { remove: 'u', force: 'f', zero: 'z', verbose: 'v' },
+  chmod: { recursive: 'R', verbose: 'v' },
+  chown: { recursive: 'R', verbose: 'v' },
+};
+
+/** Two letters for one option (`rm -R` is `rm -r`). */
+const SAME_LETTER: Readonly<Record<string, Readonly<Record<string, string>>>> = { rm: { R: 'r' } };
+
 /**
  * A command's words with its leading short options split and sorted (`rm -rf x`, `rm -fr x` and
  * `rm -r -f x` all become `rm -f -r x`), so a deny rule written with one spelling of the options
@@ -1084,12 +1121,18 @@ export function canonicalOptions(words: readonly string[]): string | undefined {
   if (program === undefined) return undefined;
   const letters = new Set<string>();
   const longs: string[] = [];
+  const name = baseName(program);
+  const short = SHORT_FOR_LONG[name] ?? {};
   let i = 0;
   for (; i < rest.length; i++) {
     const w = rest[i] as string;
-    if (/^-[A-Za-z]+$/.test(w)) for (const l of w.slice(1)) letters.add(l);
-    else if (/^--[A-Za-z][A-Za-z-]*$/.test(w)) longs.push(w);
-    else break;
+    if (/^-[A-Za-z]+$/.test(w)) for (const l of w.slice(1)) letters.add(SAME_LETTER[name]?.[l] ?? l);
+    else if (/^--[A-Za-z][A-Za-z-]*$/.test(w)) {
+      // `rm --recursive --force` is `rm -r -f`: a rule written with the letters means it too.
+      const letter = Object.hasOwn(short, w.slice(2)) ? short[w.slice(2)] : undefined;
+      if (letter !== undefined) letters.add(letter);
+      else longs.push(w);
+    } else break;
   }
   if (i === 0) return undefined;
   const options = [...[...letters].sort().map((l) => `-${l}`), ...longs.sort()];
@@ -1179,6 +1222,116 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
   }
   if (LOOKED_INTO.has(name) || WRAPPERS[name] !== undefined) return undefined;
   return programHazard(name, args);
+}
+
+/**
+ * Programs known not to execute their arguments: each reads, prints, compares or moves data, and none
+ * has an option that runs a program or shell code (the reason is given for each). Any other program
+ * capsule has no model of (not a wrapper, a shell, an interpreter or a program with hazard options
+ * above) is assumed to run its arguments: a deny rule judges every command its words could be.
+ * docs/permissions.md lists the table; a unit test keeps both in step.
+ */
+export const INERT_PROGRAMS: Readonly<Record<string, string>> = {
+  echo: 'prints its arguments',
+  printf: 'prints its arguments by a format (-v, which evaluates, is judged separately)',
+  true: 'does nothing',
+  false: 'does nothing',
+  ':': 'does nothing',
+  pwd: 'prints the working directory',
+  cd: 'changes the working directory of the shell',
+  cat: 'copies files to its output',
+  tac: 'copies files to its output, last line first',
+  head: 'prints the start of files',
+  tail: 'prints the end of files (-f only waits)',
+  wc: 'counts lines, words and bytes',
+  uniq: 'filters repeated lines',
+  cut: 'prints columns of lines',
+  tr: 'translates characters',
+  nl: 'numbers lines',
+  fold: 'wraps lines',
+  paste: 'joins lines of files',
+  join: 'joins two files on a field',
+  column: 'formats columns',
+  rev: 'reverses lines',
+  grep: 'searches files for a pattern (GNU grep has no option that runs a program)',
+  egrep: 'grep -E',
+  fgrep: 'grep -F',
+  ls: 'lists files',
+  stat: 'prints file status',
+  file: 'names file types from magic numbers',
+  basename: 'prints a name without its folder',
+  dirname: 'prints the folder of a name',
+  realpath: 'prints a resolved path',
+  readlink: 'prints a symbolic link target',
+  du: 'sums disk usage',
+  df: 'prints free space',
+  touch: 'sets file times or creates empty files',
+  mkdir: 'creates folders',
+  rmdir: 'removes empty folders',
+  rm: 'removes files',
+  unlink: 'removes one file',
+  cp: 'copies files',
+  mv: 'moves files',
+  ln: 'links files',
+  chmod: 'changes file modes',
+  chown: 'changes file owners',
+  chgrp: 'changes file groups',
+  truncate: 'sets file sizes',
+  mktemp: 'creates a temporary file',
+  diff: 'compares files (GNU diff runs no program named in its arguments)',
+  cmp: 'compares files byte by byte',
+  comm: 'compares sorted files',
+  date: 'prints or parses dates',
+  sleep: 'waits',
+  seq: 'prints numbers',
+  yes: 'prints a line again and again',
+  id: 'prints user and group ids',
+  whoami: 'prints the user name',
+  uname: 'prints system information',
+  which: 'prints where a program is, without running it',
+  type: 'prints what a name means, without running it',
+  printenv: 'prints variables',
+  expr: 'evaluates an expression (no shell arithmetic, no code)',
+  base64: 'encodes or decodes data',
+  md5sum: 'hashes files',
+  sha1sum: 'hashes files',
+  sha256sum: 'hashes files',
+  sha512sum: 'hashes files',
+  cksum: 'hashes files',
+  od: 'dumps bytes',
+  xxd: 'dumps bytes',
+  strings: 'prints printable strings of files',
+  tee: 'copies its input to files',
+  jq: 'filters JSON (jq has no function that runs a program)',
+  curl: 'transfers URLs (no option of curl runs a program)',
+  tree: 'lists folders',
+};
+
+/** Programs with a model here: what they run is computed from their words, not assumed. */
+function modelled(name: string): boolean {
+  return (
+    EVALUATING_BUILTINS.has(name) ||
+    SHELLS.has(name) ||
+    WRAPPERS[name] !== undefined ||
+    UNWRAPPED.has(name) ||
+    HAZARD_PROGRAMS.has(name) ||
+    INTERPRETER.test(name) ||
+    PACKAGE_RUNNERS.has(name) ||
+    PACKAGE_MANAGERS.has(name) ||
+    implicitRuns(name, ['x']) !== undefined ||
+    name === 'test' ||
+    name === '[' ||
+    name === 'scp' ||
+    name === 'sftp'
+  );
+}
+
+/**
+ * Is this a program capsule knows nothing about, so that its arguments may be a command it runs
+ * (`setpriv rm v`, `perf stat rm v`, `sg root -c 'rm v'`, a project's own `./with-env rm v`)?
+ */
+export function mayRunArguments(name: string): boolean {
+  return !Object.hasOwn(INERT_PROGRAMS, name) && !modelled(name);
 }
 
 /** Programs that write the file named by an argument (the last one, or `of=` for dd). */

@@ -11,6 +11,8 @@ export function deniedByOf(source: string, ceilingSkipped = false): DeniedBy {
     case 'self-protection':
     case 'deny-rule':
     case 'allowlist-deny':
+    case 'unproven':
+      // `unproven`: a deny rule the call could not be proven clear of, and no person to ask.
       return 'rule';
     case 'mode':
       return 'mode';

@@ -21,7 +21,7 @@ import {
   type CommandParser,
 } from './command-parser.js';
 import { GlobCache } from './glob.js';
-import { parseKey, RUN_COMMAND } from './keys.js';
+import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
 import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
 import {
   configWithPolicy,
@@ -205,10 +205,11 @@ export class PermissionEngine implements PermissionGate {
     this.state = this.buildState();
     for (const key of options.sessionGrants ?? []) {
       // One canonical form for every caller: patterns refused, a relative program resolved at the root.
+      // A grant that can never match is refused here too (library callers), not only on the CLI.
       const canonical =
         this.parser !== undefined && key.startsWith(`${RUN_COMMAND}:`)
           ? canonicalGrantKey(this.parser, key, this.projectRoot)
-          : key;
+          : parseGrant(key).raw;
       this.grantSession(canonical, { origin: '--grant' });
     }
   }
@@ -538,13 +539,16 @@ export class PermissionEngine implements PermissionGate {
     const key = request.key.raw;
     if (this.sessionDenials.has(key)) return this.deniedForSession(request);
     const options = withSessionDeny(verdict.options);
-    const answer: AskAnswer =
+    let answer: AskAnswer =
       signal?.aborted === true
         ? 'Deny'
         : await this.prompter.ask(
             { request, key, options, ceiling: verdict.ceiling, note: verdict.note },
             signal,
           );
+    // What may break a deny rule is allowed one call at a time: a wider yes counts as this once.
+    if (verdict.unproven !== undefined && (answer === 'AlwaysThisSession' || answer === 'AlwaysThisProject'))
+      answer = 'Once';
     if (!options.includes(answer)) {
       const err = new CapsuleError(
         'CEILING_VIOLATION',
@@ -560,6 +564,16 @@ export class PermissionEngine implements PermissionGate {
       await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
       const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
       return { outcome: 'deny', source: 'prompt', reason, key, denial };
+    }
+    if (answer === 'Deny' && verdict.unproven !== undefined && !this.prompter.interactive) {
+      const { rule, origin, why } = verdict.unproven;
+      const what = `${key} needs a person's approval and no one can be asked (--no-prompt, or no terminal): capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}.`;
+      const reason =
+        `Permission denied: ${what} A grant or the mode does not lift this; only a person at a prompt can ` +
+        'allow it, once. Run it where a person can answer, or write the command so that what it runs is on the command line.';
+      await this.record(request, { decision: 'deny', source: 'unproven', reason, answer, matched: rule });
+      const denial = denialOf(request, 'unproven', what, { matched: rule, ceiling: verdict.ceiling.ceiling });
+      return { outcome: 'deny', source: 'unproven', reason, key, matched: rule, denial };
     }
     if (answer === 'Deny') {
       const asked = this.prompter.interactive;

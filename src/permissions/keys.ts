@@ -1,6 +1,7 @@
 import { CapsuleError } from '../errors.js';
 import { matchPathGlob } from './glob.js';
 import { TOOL_NAME } from './key-syntax.js';
+import { grantNeverMatches } from './never-matches.js';
 import type { PermissionKey } from './types.js';
 
 /**
@@ -35,6 +36,29 @@ export function parseKey(raw: string, where?: { file?: string; field?: string })
     );
   }
   return makeKey(tool, action, false);
+}
+
+/**
+ * Parse a grant as written (`--grant`, a capsule.json allowlist key) and refuse one that can never
+ * match any call: USAGE naming `--grant` for a flag, CONFIG_INVALID naming the file and field otherwise.
+ */
+export function parseGrant(raw: string, where?: { file?: string; field?: string }): PermissionKey {
+  const key = parseKey(raw, where);
+  const never = grantNeverMatches(key.tool, key.action);
+  if (never !== undefined) {
+    const flag = where?.file === undefined;
+    throw new CapsuleError(
+      flag ? 'USAGE' : 'CONFIG_INVALID',
+      `${flag ? `--grant ${raw}` : `"${raw}"`} can never match: ${never.why}.`,
+      {
+        key: raw,
+        file: where?.file,
+        field: where?.field ?? (flag ? '--grant' : undefined),
+        hint: never.hint,
+      },
+    );
+  }
+  return key;
 }
 
 /** True when the key (as written in a grant) is a wildcard rather than one exact key. */

@@ -3,7 +3,7 @@ import { CapsuleError } from '../errors.js';
 import { ceilingFor, mayAllow, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import type { GlobCache } from './glob.js';
 import { grantCovers, isWildcardGrant, WRITE_FILE } from './keys.js';
-import { allowRuleMatches, denyRuleMatches, type RuleSet } from './rules.js';
+import { allowRuleMatches, judgeDenyRule, type RuleSet } from './rules.js';
 import type { SessionAllowlist, SessionEntry } from './session-allowlist.js';
 import type { AskAnswer, PermissionRequest } from './types.js';
 
@@ -53,6 +53,13 @@ export interface TraceStep {
   detail: string;
 }
 
+/** The first deny rule a call could not be proven clear of, where it came from, and why. */
+export interface Unproven {
+  rule: string;
+  origin: string;
+  why: string;
+}
+
 export type Verdict =
   | {
       outcome: 'allow' | 'deny';
@@ -72,6 +79,11 @@ export type Verdict =
       options: AskAnswer[];
       /** Why an existing grant did not apply (stale hash, expired), for the prompt. */
       note?: string | undefined;
+      /**
+       * A deny rule the call cannot be proven clear of: only a person may let it run, once. Grants, allow
+       * rules and the mode do not (they are asked past), and no answer makes it stick.
+       */
+      unproven?: Unproven | undefined;
       /**
        * Allows from project files that matched but do not apply because the call is not sandboxed
        * (`the allow rule run_command(*) (capsule.json)`, `mode "bypass" (capsule.json)`): for warnings.
@@ -97,6 +109,34 @@ export function planModeReason(request: PermissionRequest): string {
  */
 export function decide(state: PolicyState, request: PermissionRequest): Verdict {
   const trace: TraceStep[] = [];
+  let unproven: Unproven | undefined;
+  const verdict = decideSteps(state, request, trace, (u) => (unproven = u));
+  if (unproven === undefined || verdict.outcome === 'deny') return verdict;
+  // Nothing but a person lets through what may break a deny rule: an allow becomes a question.
+  const { rule, origin, why } = unproven;
+  const doubt = `capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}`;
+  const reason = `${request.key.raw} needs a person's approval: ${doubt}.`;
+  trace.push({ step: 'ask', matched: true, detail: reason });
+  const note = verdict.outcome === 'ask' && verdict.note !== undefined ? `${doubt}; ${verdict.note}` : doubt;
+  return {
+    outcome: 'ask',
+    source: 'ask',
+    reason,
+    ceiling: ceilingFor(request),
+    options: ['Once', 'Deny'],
+    note,
+    unproven,
+    ignored: verdict.outcome === 'ask' ? verdict.ignored : [],
+    trace,
+  };
+}
+
+function decideSteps(
+  state: PolicyState,
+  request: PermissionRequest,
+  trace: TraceStep[],
+  setUnproven: (u: Unproven) => void,
+): Verdict {
   const key = request.key.raw;
   const done = (
     outcome: 'allow' | 'deny',
@@ -125,8 +165,10 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
     }
   }
 
+  let doubt: Unproven | undefined;
   for (const rule of state.rules.deny) {
-    if (denyRuleMatches(rule, request, state.globs)) {
+    const judged = judgeDenyRule(rule, request, state.globs);
+    if (judged.match === 'yes') {
       return done(
         'deny',
         'deny-rule',
@@ -134,11 +176,16 @@ export function decide(state: PolicyState, request: PermissionRequest): Verdict 
         rule.text,
       );
     }
+    if (judged.match === 'maybe') doubt ??= { rule: rule.text, origin: rule.origin, why: judged.why };
   }
+  if (doubt !== undefined) setUnproven(doubt);
   trace.push({
     step: 'deny-rule',
     matched: false,
-    detail: `${state.rules.deny.length} deny rule(s), none matched`,
+    detail:
+      doubt === undefined
+        ? `${state.rules.deny.length} deny rule(s), none matched`
+        : `not proven clear of ${doubt.rule} (${doubt.origin}): ${doubt.why}`,
   });
 
   const entries = findProjectEntries(state.project, request);

@@ -4,11 +4,16 @@ import { commandPermissionKey } from './command-parser.js';
 import { baseName, implicitRuns } from './command-semantics.js';
 import { GlobCache, hasGlobMeta } from './glob.js';
 import { grantCovers, RUN_COMMAND } from './keys.js';
-import { allowRuleMatches, denyRuleMatches, parseRule, rulePatternProgram, type Rule } from './rules.js';
+import { allowRuleMatches, judgeDenyRule, parseRule, rulePatternProgram, type Rule } from './rules.js';
 import type { PermissionRequest } from './types.js';
 import { singleQuoted } from '../shell-quote.js';
 
-/** A command that shows a rule does not mean what it says. */
+/**
+ * A command that shows a rule does not mean what it says. Every one is real: an allow counterexample
+ * is admitted by the rule and runs what the project's files say (a hostile Makefile, package.json
+ * script, git hook or script file makes it run anything); a deny counterexample runs the command the
+ * rule is written for and the rule lets it run.
+ */
 export interface Counterexample {
   command: string;
   key: string;
@@ -22,6 +27,11 @@ export interface RuleFinding {
   /** Candidates tried with the real parser. */
   tried: number;
   counterexamples: Counterexample[];
+  /**
+   * Deny rules: rewrites capsule cannot prove clear of the rule, so it asks a person (under
+   * --no-prompt: denies) rather than denying outright: `setpriv rm x`, `perf stat rm x` … Not holes.
+   */
+  asks: Counterexample[];
 }
 
 export interface CheckInput {
@@ -31,6 +41,13 @@ export interface CheckInput {
   grants?: ReadonlyArray<{ key: string; origin: string }> | undefined;
   /** The folder commands run in (relative programs are keyed there). */
   cwd: string;
+  /**
+   * Is this program installed here? A rewrite through a wrapper that is not installed is not tried: it
+   * could not run, so it would be no counterexample. Default: every program is.
+   */
+  installed?: ((program: string) => boolean) | undefined;
+  /** Facts of this machine the rewrites need to run: `uname -m`, a group the user is in. */
+  machine?: { arch?: string | undefined; group?: string | undefined } | undefined;
 }
 
 /** At most this many counterexamples are kept per rule (the first ones are enough to act on). */
@@ -58,11 +75,13 @@ function requestFor(parser: CommandParser, command: string, cwd: string): Permis
   };
 }
 
-/** What a command runs besides `named` (a program name), or undefined when it runs only that. */
+/**
+ * What a command admitted under `named` runs that the rule does not name, for certain: another
+ * program, or code from a file of the project (implicitRuns). undefined when nothing is certain.
+ */
 function unnamedRun(request: PermissionRequest, named: string | undefined): string | undefined {
   const facts = request.commands;
-  if (facts === undefined) return 'what it runs cannot be known';
-  if (facts.unprovable.length > 0) return `what it runs cannot be known (${facts.unprovable[0]})`;
+  if (facts === undefined || facts.unprovable.length > 0) return undefined;
   if (named === undefined) {
     const first = facts.commands[0];
     return first === undefined ? undefined : `runs ${first.name}: the rule names no program`;
@@ -75,46 +94,58 @@ function unnamedRun(request: PermissionRequest, named: string | undefined): stri
   return undefined;
 }
 
-/** Arguments that make a program run others, or hide a second command (the families of the attacks). */
-const HOSTILE_TAILS = [
-  '',
-  'x',
-  "-c alias.x='!touch M' x",
-  '-C other status',
-  '--git-dir=other/.git status',
-  '--exec-path=. status',
-  'log --output=M',
-  'diff --ext-diff',
-  "grep -O'touch M' x",
-  'commit -m x',
-  'push',
-  'pull',
-  'checkout x',
-  'x; touch M',
-  'x && touch M',
-  'x | sh',
-  'x $(touch M)',
-  'x > M',
-  'touch M',
-  '-exec touch M \\;',
-  "-c 'touch M'",
-  "-e 'touch M'",
-  "--to-command='touch M'",
-  "-S 'touch M'",
-  "-C 'touch M' x",
-  "-v 'a[$(touch M)]' x",
-  'x.sh',
-  'install',
-  'run build',
+/**
+ * Arguments that make a program run others, per program: a family is tried only on the programs it
+ * belongs to (git's global options mean nothing to make). Those that run code from the project's
+ * files are counterexamples of a rule that admits them.
+ */
+const ALLOW_TAILS: ReadonlyArray<{ programs: RegExp; tails: readonly string[] }> = [
+  {
+    programs: /^git$/,
+    tails: [
+      "-c alias.x='!touch M' x",
+      '-C other status',
+      '--git-dir=other/.git status',
+      '--exec-path=. status',
+      'log --output=M',
+      'diff --ext-diff',
+      "grep -O'touch M' x",
+      'commit --allow-empty -m x',
+    ],
+  },
+  { programs: /^(make|gmake)$/, tails: ['', 'x', 'install'] },
+  { programs: /^(npm|pnpm|yarn|bun)$/, tails: ['test', 'run build', "exec -c 'touch M'"] },
+  { programs: /^(sh|bash|dash|zsh|ksh)$/, tails: ['x.sh', "-c 'touch M'"] },
+  { programs: /^python[0-9.]*$/, tails: ['x.py', '-c "import os; os.system(\'touch M\')"'] },
+  { programs: /^node$/, tails: ['x.js', "-e \"require('child_process').execSync('touch M')\""] },
+  { programs: /^perl$/, tails: ['x.pl', '-e \'system("touch M")\''] },
+  { programs: /^find$/, tails: ['. -maxdepth 0 -exec touch M \\;'] },
+  { programs: /^(env|nice|nohup|timeout|xargs|busybox|setsid|stdbuf)$/, tails: ['touch M', "-S 'touch M'"] },
+  { programs: /^(awk|gawk|mawk)$/, tails: ['\'BEGIN { system("touch M") }\''] },
+  { programs: /^sed$/, tails: ["-n '1e touch M' x"] },
+  { programs: /^tar$/, tails: ["-xf x.tar --to-command='touch M'"] },
+  { programs: /^(printf|test)$/, tails: ["-v 'a[$(touch M)]' x"] },
+  // Any program: a second command glued on, which the rule must not admit.
+  { programs: /^/, tails: ['x; touch M', 'x && touch M', 'x | sh', 'x $(touch M)', 'x > M'] },
 ];
+
+/** The programs a rule with no program (`run_command(*)`, a bare `run_command`) is tried with. */
+const NAMELESS_HEADS = ['rm x', 'touch M'];
 
 function allowCandidates(pattern: string | undefined, program: string | undefined): string[] {
   const out = new Set<string>();
-  const heads = program === undefined ? ['rm', 'bash', 'git', 'curl'] : [program];
-  for (const head of heads) for (const tail of HOSTILE_TAILS) out.add(tail === '' ? head : `${head} ${tail}`);
-  if (pattern !== undefined && pattern.includes('*')) {
-    // The rule's own words with each wildcard filled by a hostile tail.
-    for (const tail of HOSTILE_TAILS) out.add(pattern.replace(/\*/g, tail).trim());
+  if (program === undefined) for (const head of NAMELESS_HEADS) out.add(head);
+  else {
+    out.add(program);
+    for (const family of ALLOW_TAILS)
+      if (family.programs.test(baseName(program)))
+        for (const tail of family.tails) out.add(tail === '' ? program : `${program} ${tail}`);
+  }
+  if (pattern !== undefined && pattern.includes('*') && program !== undefined) {
+    // The rule's own words with its wildcard filled by each tail that belongs to the program.
+    for (const family of ALLOW_TAILS)
+      if (family.programs.test(baseName(program)))
+        for (const tail of family.tails) out.add(pattern.replace(/\*/g, tail).trim());
   }
   if (pattern !== undefined && !hasGlobMeta(pattern)) out.add(pattern);
   return [...out].filter((c) => c !== '');
@@ -128,12 +159,22 @@ function namedProgram(pattern: string | undefined): string | undefined {
   return word.replace(/\\(.)/g, '$1');
 }
 
+/** A rewrite, and the program it needs installed to run (a wrapper), if any. */
+interface Rewrite {
+  command: string;
+  needs?: string;
+}
+
+/** Programs whose operands are files: `rm -- x` and `rm ./x` are the same command to them. */
+const FILE_OPERANDS = /^(rm|rmdir|unlink|shred|chmod|chown|chgrp|truncate|touch|mkdir)$/;
+
 /** Ways to write the same command that a text match would miss (the deny-rule attack families). */
-function denyRewrites(instance: string, program: string): string[] {
+function denyRewrites(instance: string, program: string, machine: CheckInput['machine']): Rewrite[] {
   const rest = instance.slice(program.length).trimStart();
   const tail = rest === '' ? '' : ` ${rest}`;
   const q = singleQuoted;
-  const out = [
+  const arch = machine?.arch ?? 'x86_64';
+  const plain = [
     `/bin/${instance}`,
     `/usr/bin/${instance}`,
     `\\${instance}`,
@@ -142,25 +183,9 @@ function denyRewrites(instance: string, program: string): string[] {
     `command ${instance}`,
     `builtin command ${instance}`,
     `exec ${instance}`,
-    `env ${instance}`,
-    `env -i ${instance}`,
-    `env FOO=1 ${instance}`,
-    `env -S ${q(instance)}`,
-    `nice ${instance}`,
-    `nice -n 5 ${instance}`,
-    `nohup ${instance}`,
-    `time ${instance}`,
-    `timeout 5 ${instance}`,
-    `stdbuf -o0 ${instance}`,
-    `setsid ${instance}`,
-    `ionice -c 3 ${instance}`,
-    `sudo ${instance}`,
-    `sudo -u root ${instance}`,
-    `doas ${instance}`,
-    `busybox ${instance}`,
     `xargs ${program} <<< ${q(rest === '' ? 'x' : rest)}`,
     `echo ${q(rest === '' ? 'x' : rest)} | xargs ${program}`,
-    `find . -exec ${instance} \\;`,
+    `find . -maxdepth 0 -exec ${instance} \\;`,
     `sh -c ${q(instance)}`,
     `bash -c ${q(instance)}`,
     `bash -c ${q(`bash -c ${q(instance)}`)}`,
@@ -178,22 +203,97 @@ function denyRewrites(instance: string, program: string): string[] {
     `printf -v 'a[$(${instance})]' x`,
     `git -c alias.x=${q(`!${instance}`)} x`,
   ];
-  if (program === 'rm' && rest !== '' && !rest.startsWith('-')) out.push(`find ${rest} -delete`);
+  // Programs that run their arguments, those capsule models and those it does not (it may not know a
+  // wrapper, so it must not need to): each is tried only where it is installed.
+  const wrapped: Array<[string, string]> = [
+    ['env', `env ${instance}`],
+    ['env', `env -i ${instance}`],
+    ['env', `env FOO=1 ${instance}`],
+    ['env', `env -S ${q(instance)}`],
+    ['nice', `nice ${instance}`],
+    ['nice', `nice -n 5 ${instance}`],
+    ['nohup', `nohup ${instance}`],
+    ['timeout', `timeout 5 ${instance}`],
+    ['stdbuf', `stdbuf -o0 ${instance}`],
+    ['setsid', `setsid -w ${instance}`],
+    ['ionice', `ionice -c 3 ${instance}`],
+    ['chrt', `chrt -o 0 ${instance}`],
+    ['taskset', `taskset 1 ${instance}`],
+    ['flock', `flock /tmp/capsule-rules-check.lock ${instance}`],
+    ['flock', `flock /tmp/capsule-rules-check.lock -c ${q(instance)}`],
+    ['script', `script -qc ${q(instance)} /dev/null`],
+    ['strace', `strace -o /dev/null ${instance}`],
+    ['ltrace', `ltrace -o /dev/null ${instance}`],
+    ['valgrind', `valgrind -q ${instance}`],
+    ['gdb', `gdb -batch -ex run --args ${instance}`],
+    ['prlimit', `prlimit ${instance}`],
+    ['unshare', `unshare ${instance}`],
+    ['fakeroot', `fakeroot ${instance}`],
+    ['unbuffer', `unbuffer ${instance}`],
+    ['busybox', `busybox ${instance}`],
+    ['sudo', `sudo ${instance}`],
+    ['doas', `doas ${instance}`],
+    ['setpriv', `setpriv ${instance}`],
+    ['setpriv', `setpriv env ${instance}`],
+    ['ssh-agent', `ssh-agent ${instance}`],
+    ['setarch', `setarch ${arch} ${instance}`],
+    ['linux64', `linux64 ${instance}`],
+    ['linux32', `linux32 ${instance}`],
+    ['perf', `perf stat -o /dev/null ${instance}`],
+    ['capsh', `capsh -- -c ${q(instance)}`],
+    ['choom', `choom -n 0 -- ${instance}`],
+    ['dpkg-architecture', `dpkg-architecture -c ${instance}`],
+    ['dbus-run-session', `dbus-run-session -- ${instance}`],
+    ['aa-exec', `aa-exec -- ${instance}`],
+    ['awk', `awk ${q(`BEGIN { system(${JSON.stringify(instance)}) }`)}`],
+  ];
+  if (machine?.group !== undefined) wrapped.push(['sg', `sg ${machine.group} -c ${q(instance)}`]);
+  const out: Rewrite[] = [
+    ...wrapped.map(([needs, command]) => ({ needs, command })),
+    ...plain.map((command) => ({ command })),
+  ];
+  if (program === 'rm' && rest !== '' && !rest.startsWith('-'))
+    out.push({ command: `find ${rest} -maxdepth 0 -delete` });
   if (program === 'git' && rest !== '') {
-    out.push(`git -C .${tail}`, `git --git-dir=.git${tail}`, `git -c a.b=c${tail}`, `git --no-pager${tail}`);
+    for (const c of [
+      `git -C .${tail}`,
+      `git --git-dir=.git${tail}`,
+      `git -c a.b=c${tail}`,
+      `git --no-pager${tail}`,
+    ])
+      out.push({ command: c });
     const [sub, ...more] = rest.split(' ');
     if (sub !== undefined && !sub.startsWith('-'))
-      out.push(`git -c alias.zz=${sub} zz${more.length > 0 ? ` ${more.join(' ')}` : ''}`);
+      out.push({ command: `git -c alias.zz=${sub} zz${more.length > 0 ? ` ${more.join(' ')}` : ''}` });
   }
-  // Short-option clusters split and reordered (`-rf` → `-fr`, `-r -f`).
   const words = instance.split(' ');
+  // Short-option clusters split and reordered (`-rf` → `-fr`, `-r -f`).
   words.forEach((w, i) => {
     if (!/^-[A-Za-z]{2,}$/.test(w)) return;
     const letters = [...w.slice(1)];
     const swap = (replacement: string): string =>
       [...words.slice(0, i), replacement, ...words.slice(i + 1)].join(' ');
-    out.push(swap(`-${[...letters].reverse().join('')}`), swap(letters.map((l) => `-${l}`).join(' ')));
+    out.push({ command: swap(`-${[...letters].reverse().join('')}`) });
+    out.push({ command: swap(letters.map((l) => `-${l}`).join(' ')) });
   });
+  // A file operand spelled another way, or after `--`; an option that changes nothing it names.
+  if (FILE_OPERANDS.test(program)) {
+    const last = words[words.length - 1] as string;
+    if (words.length > 1 && /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/.test(last)) {
+      const before = words.slice(0, -1).join(' ');
+      out.push({ command: `${before} ./${last}` }, { command: `${before} -- ${last}` });
+      if (program === 'rm')
+        out.push({ command: `${program} -f${tail}` }, { command: `${program} -v${tail}` });
+    }
+    if (program === 'rm' && /(^| )-[a-z]*[rR]/.test(rest))
+      out.push({
+        command: instance.replace(
+          / -([a-zA-Z]+)/,
+          (_, l: string) =>
+            ` ${[...l].map((c) => (c === 'r' || c === 'R' ? '--recursive' : c === 'f' ? '--force' : `-${c}`)).join(' ')}`,
+        ),
+      });
+  }
   return out;
 }
 
@@ -209,6 +309,7 @@ function denyInstance(pattern: string): string {
 export function checkRules(parser: CommandParser, input: CheckInput): RuleFinding[] {
   const globs = new GlobCache();
   const findings: RuleFinding[] = [];
+  const installed = input.installed ?? (() => true);
   const isCommandRule = (r: Rule): boolean => r.tool === RUN_COMMAND;
   for (const rule of input.allow.filter(isCommandRule)) {
     const named = namedProgram(rule.pattern);
@@ -219,6 +320,7 @@ export function checkRules(parser: CommandParser, input: CheckInput): RuleFindin
       origin: rule.origin,
       tried: 0,
       counterexamples: [],
+      asks: [],
     };
     for (const command of allowCandidates(rule.pattern, named)) {
       const request = requestFor(parser, command, input.cwd);
@@ -241,6 +343,7 @@ export function checkRules(parser: CommandParser, input: CheckInput): RuleFindin
       origin: grant.origin,
       tried: 0,
       counterexamples: [],
+      asks: [],
     };
     for (const command of allowCandidates(undefined, named)) {
       const request = requestFor(parser, command, input.cwd);
@@ -260,20 +363,25 @@ export function checkRules(parser: CommandParser, input: CheckInput): RuleFindin
       origin: rule.origin,
       tried: 0,
       counterexamples: [],
+      asks: [],
     };
     const named = namedProgram(rule.pattern);
     if (rule.pattern !== undefined && named !== undefined) {
       const instance = denyInstance(rule.pattern);
       const base = requestFor(parser, instance, input.cwd);
       // Only rewrites of a command the rule really denies are counterexamples.
-      if (base !== undefined && denyRuleMatches(rule, base, globs)) {
-        for (const command of denyRewrites(instance, named)) {
-          const request = requestFor(parser, command, input.cwd);
+      if (base !== undefined && judgeDenyRule(rule, base, globs).match === 'yes') {
+        for (const rewrite of denyRewrites(instance, named, input.machine)) {
+          if (rewrite.needs !== undefined && !installed(rewrite.needs)) continue;
+          const request = requestFor(parser, rewrite.command, input.cwd);
           if (request === undefined) continue;
           finding.tried++;
-          if (!denyRuleMatches(rule, request, globs) && finding.counterexamples.length < MAX_PER_RULE)
+          const judged = judgeDenyRule(rule, request, globs);
+          if (judged.match === 'maybe')
+            finding.asks.push({ command: rewrite.command, key: request.key.raw, why: judged.why });
+          else if (judged.match === 'no' && finding.counterexamples.length < MAX_PER_RULE)
             finding.counterexamples.push({
-              command,
+              command: rewrite.command,
               key: request.key.raw,
               why: `runs ${instance} but the rule does not match it`,
             });

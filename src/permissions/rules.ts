@@ -1,10 +1,11 @@
 import { CapsuleError } from '../errors.js';
 import type { Trust } from './ceiling.js';
-import { canonicalOptions } from './command-semantics.js';
-import { hasGlobMeta, type GlobCache } from './glob.js';
+import { baseName, canonicalOptions } from './command-semantics.js';
+import { hasGlobMeta, matchPathGlob, type GlobCache } from './glob.js';
 import { RUN_COMMAND } from './keys.js';
-import type { PermissionRequest } from './types.js';
+import type { CommandFact, PermissionRequest } from './types.js';
 import { RULE_SYNTAX } from './key-syntax.js';
+import { ruleNeverMatches } from './never-matches.js';
 
 /** A parsed `Tool` / `Tool(glob)` rule and where it came from. */
 export interface Rule {
@@ -35,13 +36,30 @@ export interface RuleSource {
   deny?: readonly string[] | undefined;
 }
 
-export function parseRule(text: string, origin: string, trust: Trust = 'persistent'): Rule {
+/**
+ * Parse one rule. With its `kind` a rule that can never match (never-matches.ts) is refused too, so it
+ * is not accepted in silence wherever it was written.
+ */
+export function parseRule(
+  text: string,
+  origin: string,
+  trust: Trust = 'persistent',
+  kind?: 'allow' | 'deny',
+): Rule {
   const m = RULE_SYNTAX.exec(text.trim());
   if (m === null || m[1] === undefined) {
     throw new CapsuleError('CONFIG_INVALID', `Rule "${text}" (from ${origin}) must be Tool or Tool(glob).`, {
       field: 'permissions',
       hint: 'Examples: run_command(git *), write_file(src/**), run_capability.',
     });
+  }
+  const never = kind === undefined ? undefined : ruleNeverMatches(kind, m[1], m[2]);
+  if (never !== undefined) {
+    throw new CapsuleError(
+      'CONFIG_INVALID',
+      `The ${kind} rule ${text} (from ${origin}) can never match: ${never.why}.`,
+      { field: `permissions.${kind ?? 'allow'}`, hint: never.hint },
+    );
   }
   return { text, tool: m[1], pattern: m[2], origin, trust };
 }
@@ -52,8 +70,8 @@ export function buildRuleSet(sources: readonly RuleSource[]): RuleSet {
   const deny: Rule[] = [];
   for (const src of sources) {
     const trust = src.trust ?? 'persistent';
-    for (const r of src.allow ?? []) allow.push(parseRule(r, src.origin, trust));
-    for (const r of src.deny ?? []) deny.push(parseRule(r, src.origin, trust));
+    for (const r of src.allow ?? []) allow.push(parseRule(r, src.origin, trust, 'allow'));
+    for (const r of src.deny ?? []) deny.push(parseRule(r, src.origin, trust, 'deny'));
   }
   return { allow, deny };
 }
@@ -86,20 +104,28 @@ export function allowRuleMatches(rule: Rule, request: PermissionRequest, globs: 
   return globs.rule(rule.pattern).test(request.subject);
 }
 
+/** How a deny rule judges a request: it matches, it cannot be proven clear (ask), or it is clear. */
+export type DenyJudgement = { match: 'yes' } | { match: 'maybe'; why: string } | { match: 'no' };
+
+/** Tails of an opaque program's arguments judged per rule (each costs the length of the tail). */
+const MAX_TAILS = 64;
+
 /**
  * Deny rules are broad on purpose: the whole subject, any simple command inside a compound one, and —
  * for run_command — every program the command runs as the parser sees it (wrappers unwrapped, paths
- * and quotes resolved, nested `sh -c` code parsed). A command whose program (or, for a program the rule
- * names, an argument) is not static cannot be proven outside the rule, so it matches.
+ * and quotes resolved, nested `sh -c` code parsed). What cannot be proven clear of the rule is `maybe`:
+ * a program that is not static, code the parser cannot see (`python3 -c`, an awk `system()`), or a
+ * command that may run inside the arguments of a program capsule has no model of (`setpriv rm v`). The
+ * gate asks a person for those, naming the rule and why; it never runs them unasked.
  */
-export function denyRuleMatches(rule: Rule, request: PermissionRequest, globs: GlobCache): boolean {
-  if (rule.tool !== request.tool && rule.tool !== request.key.tool) return false;
-  if (rule.pattern === undefined) return true;
+export function judgeDenyRule(rule: Rule, request: PermissionRequest, globs: GlobCache): DenyJudgement {
+  if (rule.tool !== request.tool && rule.tool !== request.key.tool) return { match: 'no' };
+  if (rule.pattern === undefined) return { match: 'yes' };
   const re = globs.rule(rule.pattern);
-  if (re.test(request.subject) || (request.parts ?? []).some((p) => re.test(p))) return true;
-  if (request.key.tool !== RUN_COMMAND) return false;
+  if (re.test(request.subject) || (request.parts ?? []).some((p) => re.test(p))) return { match: 'yes' };
+  if (request.key.tool !== RUN_COMMAND) return { match: 'no' };
   const facts = request.commands;
-  if (facts === undefined || facts.unprovable.length > 0) return true;
+  if (facts === undefined) return { match: 'maybe', why: 'the command was not parsed' };
   // A rule naming a path (`/bin/rm *`) also means the program by name (`rm *`), as commands are matched.
   const word = rulePatternProgram(rule.pattern);
   const slash = word.lastIndexOf('/');
@@ -109,7 +135,46 @@ export function denyRuleMatches(rule: Rule, request: PermissionRequest, globs: G
   const canonical = canonicalOptions(byName.split(' '));
   if (canonical !== undefined) patterns.push(globs.rule(canonical));
   const program = globs.rule(rulePatternProgram(byName));
-  return facts.commands.some(
-    (c) => c.texts.some((t) => patterns.some((p) => p.test(t))) || (c.dynamic && program.test(c.name)),
-  );
+  const matches = (c: CommandFact): boolean =>
+    c.texts.some((t) => patterns.some((p) => p.test(t))) || (c.dynamic && program.test(c.name));
+  if (facts.commands.some(matches)) return { match: 'yes' };
+  if (facts.unprovable.length > 0)
+    return { match: 'maybe', why: `what it runs cannot be known: ${facts.unprovable[0] as string}` };
+  const possible = (facts.possible ?? []).find(matches);
+  if (possible !== undefined)
+    return {
+      match: 'maybe',
+      why: `${possible.via ?? 'a program'} is not known to keep its arguments from running: it may run "${possible.texts[0] as string}"`,
+    };
+  let tails = 0;
+  const programWord = rulePatternProgram(byName).replace(/\\(.)/g, '$1');
+  for (const { via, args, globs } of facts.opaque ?? []) {
+    const why = `${via} is not known to keep its arguments from running`;
+    // A glob expands to names its text allows: `*.ts` can never be `rm`, `*` can.
+    const globsClear =
+      globs !== undefined &&
+      !hasGlobMeta(rulePatternProgram(byName)) &&
+      globs.every((g) => !matchPathGlob(g.slice(g.lastIndexOf('/') + 1), baseName(programWord)));
+    for (const [i, a] of args.entries()) {
+      if (a === null) {
+        if (globsClear) continue;
+        return { match: 'maybe', why: `${why}, and one of them is not static` };
+      }
+      const name = baseName(a);
+      if (!program.test(name) && !program.test(a)) continue;
+      if (++tails > MAX_TAILS) return { match: 'maybe', why: `${why}: too many of them name ${name}` };
+      const rest = args.slice(i + 1) as string[];
+      const texts = [[name, ...rest].join(' '), [a, ...rest].join(' ')];
+      const sorted = canonicalOptions([name, ...rest]);
+      if (sorted !== undefined) texts.push(sorted);
+      if (texts.some((t) => patterns.some((p) => p.test(t))))
+        return { match: 'maybe', why: `${why}: it may run "${texts[0] as string}"` };
+    }
+  }
+  return { match: 'no' };
+}
+
+/** Does a deny rule stop the request (it matches, or cannot be proven not to)? */
+export function denyRuleMatches(rule: Rule, request: PermissionRequest, globs: GlobCache): boolean {
+  return judgeDenyRule(rule, request, globs).match !== 'no';
 }

@@ -78,12 +78,35 @@ export interface CommandFact {
   args: readonly (string | null)[];
   /** Some argument is not static (a variable, a substitution, a glob). */
   dynamic: boolean;
+  /** For a `possible` command: the program capsule has no model of, in whose arguments it is. */
+  via?: string | undefined;
 }
 
 export interface CommandFacts {
   commands: readonly CommandFact[];
-  /** Why some program that runs cannot be known (non-empty: every run_command deny rule matches). */
+  /**
+   * Why some program that runs cannot be known. Non-empty: no run_command deny rule with a pattern can
+   * be proven not to match, so the call is asked (under --no-prompt: denied), never run unasked.
+   */
   unprovable: readonly string[];
+  /**
+   * Programs that may run, inside the arguments of a program capsule has no model of (`sg root -c
+   * 'rm v'`, `setpriv env rm v`): a deny rule matching one makes the call asked, not denied.
+   */
+  possible?: readonly CommandFact[] | undefined;
+  /**
+   * Programs capsule has no model of, with their arguments: any tail of the arguments may be a command
+   * they run (`setpriv --reuid 0 rm v`). A deny rule judges each tail that starts with a word naming
+   * its program.
+   */
+  opaque?:
+    | ReadonlyArray<{
+        via: string;
+        args: readonly (string | null)[];
+        /** When every argument that is not static is a plain glob: their texts (what they can expand to). */
+        globs?: readonly string[] | undefined;
+      }>
+    | undefined;
 }
 
 export type DecisionOutcome = 'allow' | 'deny';

@@ -25,7 +25,8 @@ import {
 } from '../permissions/policy-snapshot.js';
 import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
-import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
+import { parseGrant, RUN_CAPABILITY, RUN_COMMAND } from '../permissions/keys.js';
+import { closestNames } from '../permissions/never-matches.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
 import {
@@ -123,6 +124,11 @@ export interface Runtime {
   readonly hostProtection: HostProtection;
   /** This process's `--grant` keys, canonical. */
   readonly grants: readonly string[];
+  /**
+   * Grants that can match but match nothing today (a capability name no capability in the project has),
+   * with the closest names: for the surface to show; nothing is refused.
+   */
+  readonly warnings: readonly string[];
   readonly registry: Registry;
   readonly runners: readonly Runner[];
   /** Decision and run spans (a no-op unless a tracer provider is registered or one was passed). */
@@ -190,10 +196,34 @@ export async function canonicalGrants(
 ): Promise<string[]> {
   const out: string[] = [];
   for (const grant of grants) {
-    const key = parseKey(grant);
+    const key = parseGrant(grant);
     out.push(key.tool === RUN_COMMAND ? canonicalGrantKey(await parser(), grant) : key.raw);
   }
   return out;
+}
+
+/** `--grant run_capability:NAME` naming no capability of the project: said, with the closest names. */
+async function grantWarnings(grants: readonly string[], registry: Registry): Promise<string[]> {
+  const named = grants
+    .filter((g) => g.startsWith(`${RUN_CAPABILITY}:`) && !g.endsWith('*'))
+    .map((g) => g.slice(RUN_CAPABILITY.length + 1));
+  if (named.length === 0) return [];
+  let names: string[];
+  try {
+    names = (await registry.scan()).capabilities.map((c) => c.name);
+  } catch {
+    return [];
+  }
+  return named
+    .filter((n) => !names.includes(n))
+    .map((n) => {
+      const near = closestNames(n, names);
+      return (
+        `--grant ${RUN_CAPABILITY}:${n} matches no capability in this project today` +
+        (near.length > 0 ? ` (closest: ${near.join(', ')})` : names.length === 0 ? ' (it has none)' : '') +
+        '; it is kept for one that may appear.'
+      );
+    });
 }
 
 /** Build the runtime of one capsule process (one per CLI invocation, MCP server or library session). */
@@ -239,6 +269,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       ),
     });
   const registry = registryFor(project.config.roots);
+  const warnings = await grantWarnings(grants, registry);
   const telemetry = options.telemetry ?? (await defaultTelemetry());
   return {
     project,
@@ -252,6 +283,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     stageDir,
     hostProtection: hostProtected,
     grants,
+    warnings,
     registry,
     runners,
     telemetry,

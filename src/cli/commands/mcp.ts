@@ -37,6 +37,15 @@ export function registerMcp(program: Command, io: CliIO): void {
         import('../../permissions/prompter.js'),
         import('../../mcp/server.js'),
       ]);
+      // A grant that can never match is refused before the server starts (exit 64), not at first use.
+      const { canonicalGrants } = await import('../../runtime/runtime.js');
+      const { createCommandParser } = await import('../../permissions/command-parser.js');
+      let checkParser: Awaited<ReturnType<typeof createCommandParser>> | undefined;
+      try {
+        await canonicalGrants(opts.grant, async () => (checkParser ??= await createCommandParser()));
+      } finally {
+        checkParser?.close();
+      }
       const server = new CapsuleMcpServer({
         version: VERSION,
         openSession: (hooks) =>

@@ -1,5 +1,8 @@
 // `capsule rules check`'s work, loaded only when the command runs (see rules.ts).
+import { accessSync, constants, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { machine } from 'node:os';
+import path from 'node:path';
 import { z } from 'zod';
 import { ProfileCatalog } from '../../agent/profile.js';
 import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../config/project-config.js';
@@ -85,6 +88,11 @@ function render(findings: readonly RuleFinding[], foreign: readonly ForeignRule[
       const verb = f.kind === 'deny' ? 'misses' : 'admits';
       out += `      ${verb} ${JSON.stringify(c.command)}: ${c.why}\n`;
     }
+    if (f.asks.length > 0) {
+      const shown = f.asks.slice(0, 6).map((c) => JSON.stringify(c.command));
+      const more = f.asks.length > shown.length ? ` and ${f.asks.length - shown.length} more` : '';
+      out += `      asks a person for ${f.asks.length} rewrite(s) it cannot prove clear (--no-prompt denies them): ${shown.join(', ')}${more}\n`;
+    }
   }
   if (foreign.length > 0) {
     out += '\nClaude Code rules in capsule terms:\n';
@@ -98,6 +106,42 @@ function render(findings: readonly RuleFinding[], foreign: readonly ForeignRule[
   return out;
 }
 
+/** Is a program on PATH (a rewrite through a wrapper that is not installed could not run)? */
+function onPath(searchPath: string): (program: string) => boolean {
+  const dirs = searchPath.split(path.delimiter).filter((d) => d !== '');
+  const seen = new Map<string, boolean>();
+  return (program) => {
+    let found = seen.get(program);
+    if (found === undefined) {
+      found = dirs.some((d) => {
+        try {
+          accessSync(path.join(d, program), constants.X_OK);
+          return true;
+        } catch {
+          return false;
+        }
+      });
+      seen.set(program, found);
+    }
+    return found;
+  };
+}
+
+/** The name of this process's group (`sg GROUP` needs no password for it), if /etc/group says. */
+function primaryGroup(): string | undefined {
+  const gid = process.getgid?.();
+  if (gid === undefined) return undefined;
+  try {
+    for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
+      const [name, , id] = line.split(':');
+      if (id === String(gid) && name !== undefined && /^[a-z_][a-z0-9_-]*$/.test(name)) return name;
+    }
+  } catch {
+    // no /etc/group: the sg rewrite is not tried
+  }
+  return undefined;
+}
+
 /** Search every run_command rule in effect for counterexamples; exit 1 when one is found. */
 export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<number> {
   const project = await loadProjectConfig(io.cwd);
@@ -106,8 +150,8 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
     const allow: Rule[] = [];
     const deny: Rule[] = [];
     const add = (origin: string, a: readonly string[] = [], d: readonly string[] = []): void => {
-      for (const r of a) allow.push(parseRule(r, origin));
-      for (const r of d) deny.push(parseRule(r, origin));
+      for (const r of a) allow.push(parseRule(r, origin, 'persistent', 'allow'));
+      for (const r of d) deny.push(parseRule(r, origin, 'persistent', 'deny'));
     };
     add(PROJECT_CONFIG_FILE, project.config.permissions.allow, project.config.permissions.deny);
     const catalog = await ProfileCatalog.load({ projectRoot: project.root });
@@ -120,6 +164,7 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
       origin: '--grant',
     }));
     const foreign: ForeignRule[] = [];
+    let neverMatching = 0;
     if (opts.claudeSettings !== undefined) {
       const settings = await readClaudeSettings(opts.claudeSettings);
       const origin = `claude:${opts.claudeSettings}`;
@@ -128,18 +173,37 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
           const r = translateClaudeRule(parser, kind, text, project.root);
           foreign.push(r);
           // An ask rule only asks: nothing to search for.
-          if (kind === 'allow') add(origin, r.capsule);
-          if (kind === 'deny') add(origin, [], r.capsule);
+          try {
+            if (kind === 'allow') add(origin, r.capsule);
+            if (kind === 'deny') add(origin, [], r.capsule);
+          } catch (err) {
+            // A mapped rule that could never match is reported with the entry, not searched.
+            if (!(err instanceof CapsuleError) || err.code !== 'CONFIG_INVALID') throw err;
+            r.note = `${r.note}; in capsule it can never match: ${err.message}`;
+            neverMatching++;
+          }
         }
       }
     }
-    const findings = checkRules(parser, { allow, deny, grants, cwd: project.root });
+    const findings = checkRules(parser, {
+      allow,
+      deny,
+      grants,
+      cwd: project.root,
+      installed: onPath(io.env.PATH ?? ''),
+      machine: { arch: machine(), group: primaryGroup() },
+    });
     const counterexamples = findings.reduce((n, f) => n + f.counterexamples.length, 0);
     await write(
       io.stdout,
       opts.json === true ? json({ findings, claude: foreign, counterexamples }) : render(findings, foreign),
     );
-    return counterexamples > 0 ? EXIT.FAILURE : EXIT.OK;
+    if (neverMatching > 0)
+      await write(
+        io.stderr,
+        `capsule: ${neverMatching} Claude Code rule(s) map to capsule rules that can never match (see the notes above).\n`,
+      );
+    return counterexamples > 0 || neverMatching > 0 ? EXIT.FAILURE : EXIT.OK;
   } finally {
     parser.close();
   }

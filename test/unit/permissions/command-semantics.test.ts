@@ -5,11 +5,14 @@ import {
   keyCommand,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
+import { readFileSync } from 'node:fs';
 import {
   argumentsMatter,
   canonicalOptions,
   HAZARD_PROGRAMS,
+  INERT_PROGRAMS,
   keyingHazard,
+  mayRunArguments,
   programHazard,
   unwrap,
 } from '../../../src/permissions/command-semantics.js';
@@ -181,6 +184,81 @@ describe('the semantics as pure functions', () => {
     expect(canonicalOptions(['rm', '-rf', 'x'])).toBe('rm -f -r x');
     expect(canonicalOptions(['rm', '-r', '-f', 'x'])).toBe('rm -f -r x');
     expect(canonicalOptions(['rm', 'x'])).toBeUndefined();
+  });
+
+  it("rm's long options and -R are its letters; other programs' long options stay as written", () => {
+    expect(canonicalOptions(['rm', '--recursive', '--force', 'x'])).toBe('rm -f -r x');
+    expect(canonicalOptions(['rm', '-Rf', 'x'])).toBe('rm -f -r x');
+    expect(canonicalOptions(['/bin/rm', '--force', '-R', 'x'])).toBe('/bin/rm -f -r x');
+    expect(canonicalOptions(['cp', '--recursive', '-R', 'x'])).toBe('cp -R --recursive x');
+  });
+});
+
+describe('programs capsule has no model of may run their arguments', () => {
+  it('only programs that are neither modelled nor in the inert table', () => {
+    for (const name of [
+      'setpriv',
+      'ssh-agent',
+      'setarch',
+      'linux64',
+      'sg',
+      'perf',
+      'capsh',
+      'with',
+      'docker',
+    ])
+      expect(mayRunArguments(name), name).toBe(true);
+    for (const name of [
+      'ls',
+      'echo',
+      'grep',
+      'cat',
+      'rm',
+      'git',
+      'env',
+      'sudo',
+      'bash',
+      'python3',
+      'node',
+      'make',
+      'npm',
+      'find',
+      'tar',
+      'sed',
+      'awk',
+      'xargs',
+      'eval',
+      'printf',
+      'test',
+    ])
+      expect(mayRunArguments(name), name).toBe(false);
+  });
+
+  it('no inert program is one capsule models as running code, and each has its reason', () => {
+    for (const [name, why] of Object.entries(INERT_PROGRAMS)) {
+      expect(argumentsMatter(name) && name !== 'printf', name).toBe(false);
+      expect(why.length, name).toBeGreaterThan(0);
+    }
+  });
+
+  it('docs/permissions.md lists exactly the inert table, with the same reasons', () => {
+    const doc = readFileSync('docs/permissions.md', 'utf8');
+    const section = doc.slice(doc.indexOf('Programs known not to execute their arguments'));
+    const rows = [
+      ...section
+        .slice(0, section.indexOf('\n\n', section.indexOf('| program')))
+        .matchAll(/^\| `([^`]+)` +\| (.*?) +\|$/gm),
+    ];
+    expect(Object.fromEntries(rows.map((r) => [r[1], r[2]]))).toEqual(INERT_PROGRAMS);
+  });
+
+  it('a code option at the end of a cluster, or glued on, is code (script -qc, env -iS)', () => {
+    expect(unwrap('script', ['-qc', 'rm v', '/dev/null']).scripts).toEqual(['rm v']);
+    expect(unwrap('su', ['-lcrm v']).scripts).toEqual(['rm v']);
+    expect(unwrap('env', ['-iS', 'rm v']).scripts).toEqual(['rm v']);
+    expect(unwrap('env', ["-S'rm v'"]).scripts).toEqual(["'rm v'"]);
+    // A letter that takes a value ends the cluster: flock -w takes `5c`, not a -c.
+    expect(unwrap('flock', ['-w5c', 'lock', 'true']).scripts).toEqual([]);
   });
 });
 

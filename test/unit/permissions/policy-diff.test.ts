@@ -13,7 +13,10 @@ const view = (raw: unknown) => policyViewOf(projectConfigSchema.parse(raw));
 
 describe('policy difference', () => {
   it('names every rule, entry and mode that changed; formatting and grantedAt are not policy', () => {
-    const from = view({ permissions: { allow: ['read_file'] }, allowlist: { 'run_capability:a': 'Deny' } });
+    const from = view({
+      permissions: { allow: ['write_file(docs/**)'] },
+      allowlist: { 'run_capability:a': 'Deny' },
+    });
     const to = view({
       mode: 'bypass',
       permissions: { allow: ['run_command(*)'], deny: ['run_command(rm *)'] },
@@ -22,13 +25,13 @@ describe('policy difference', () => {
     expect(policyChange('capsule.json', from, to)?.lines).toEqual([
       '~ mode: default → bypass',
       '+ allow rule run_command(*)',
-      '- allow rule read_file',
+      '- allow rule write_file(docs/**)',
       '+ deny rule run_command(rm *)',
       `~ allowlist run_capability:a: AlwaysThisProject (${HASH_A})`,
     ]);
     const stamped = view({
       allowlist: { 'run_capability:a': { level: 'Deny', grantedAt: 'now', note: 'x' } },
-      permissions: { allow: ['read_file'] },
+      permissions: { allow: ['write_file(docs/**)'] },
     });
     expect(policyChange('capsule.json', from, stamped)).toBeUndefined();
   });
@@ -42,22 +45,25 @@ describe('policy difference', () => {
   it('tightenOnly keeps removals, added denials and a stricter mode, and drops every widening', () => {
     const confirmed = view({
       mode: 'edit',
-      permissions: { allow: ['read_file', 'write_file(src/**)'], deny: [] },
+      permissions: { allow: ['write_file(docs/**)', 'write_file(src/**)'], deny: [] },
       allowlist: { 'run_capability:a': { level: 'AlwaysThisProject', contentHash: HASH_A } },
     });
     const onDisk = view({
       mode: 'plan',
-      permissions: { allow: ['read_file', 'run_command(*)'], deny: ['run_command(rm *)'] },
+      permissions: { allow: ['write_file(docs/**)', 'run_command(*)'], deny: ['run_command(rm *)'] },
       allowlist: { 'run_capability:a': 'Deny', 'run_capability:b': { level: 'AlwaysThisProject' } },
     });
     expect(tightenOnly(confirmed, onDisk)).toEqual({
       mode: 'plan',
-      allow: ['read_file'],
+      allow: ['write_file(docs/**)'],
       deny: ['run_command(rm *)'],
       allowlist: { 'run_capability:a': { level: 'Deny' } },
       profiles: {},
     });
-    const wider = view({ mode: 'bypass', permissions: { allow: ['read_file', 'write_file(src/**)'] } });
+    const wider = view({
+      mode: 'bypass',
+      permissions: { allow: ['write_file(docs/**)', 'write_file(src/**)'] },
+    });
     expect(tightenOnly(confirmed, wider).mode).toBe('edit');
   });
 });
