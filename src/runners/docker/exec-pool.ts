@@ -60,6 +60,7 @@ const KEEPALIVE_SCRIPT = [
   'end=$(( ${EPOCHSECONDS:-$($bb date +%s)} + end ))',
   `f=${KEEPALIVE_DIR}/status i=${KEEPALIVE_DIR}/input`,
   '$bb mkfifo -m 600 "$f" "$i" || exit 125',
+  'echo capsule-keepalive-ready',
   'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
   // A folder it cannot read would look empty: that fails too.
   'left() { [ -r "$1" ] && [ -x "$1" ] || return 0; for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then return 0; fi; done; return 1; }',
@@ -689,15 +690,10 @@ export class ExecPool {
       sysctls: { ...spec.sysctls, 'kernel.shm_rmid_forced': '1' },
     });
     let stdin: Duplex | undefined;
-    let initPid: number;
     try {
       stdin = await this.engine.attach(id);
       stdin.on('error', () => {});
       await this.engine.start(id);
-      // Nothing but the keep-alive has run in it yet: its only process is PID 1.
-      const pids = await this.engine.processes(id);
-      if (pids.length !== 1 || pids[0] === undefined) throw new Error(`${pids.length} processes at start`);
-      initPid = pids[0];
     } catch (err) {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
@@ -712,7 +708,7 @@ export class ExecPool {
     }
     const warm: Warm = {
       id,
-      initPid,
+      initPid: 0,
       uses: 0,
       startedAt: performance.now(),
       lifeMs,
@@ -738,15 +734,33 @@ export class ExecPool {
       this.discard(warm);
       throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
     }
-    // The first check, before any call: a container whose calls would not get the bare call user (an engine
-    // that ignored the user, the capabilities or no-new-privileges) is never used.
-    if (!(await this.verify(warm, true).catch(() => false))) {
+    // Once the keep-alive says it is set up (nothing of its own is running then, and no call has run yet),
+    // its only process is PID 1. Then the first check, before any call: a container whose calls would not
+    // get the bare call user (an engine that ignored the user, the capabilities or no-new-privileges) is
+    // never used.
+    let failure: string | undefined;
+    try {
+      if (!(await this.outputUntil(warm, (out) => lineCount(out, 'capsule-keepalive-ready') > 0)))
+        failure = 'the keep-alive did not start';
+      else {
+        const pids = await this.engine.processes(id);
+        if (pids.length !== 1 || pids[0] === undefined) failure = `${pids.length} processes at start`;
+        else {
+          warm.initPid = pids[0];
+          if (!(await this.verify(warm, true))) failure = 'it failed its first check';
+        }
+      }
+    } catch (err) {
+      failure = engineMessage(err);
+    }
+    if (failure !== undefined) {
       this.discard(warm);
+      const said = warm.output.stdout().replace('capsule-keepalive-ready', '').trim();
       throw new CapsuleError(
         'RUNNER_FAILED',
-        `the warm container failed its first check: ${warm.output.stdout().trim() || 'no answer'}`,
+        `the warm container could not be used: ${failure}${said === '' ? '' : ` (${said})`}`,
         {
-          hint: 'the engine must honour User, CapDrop/CapAdd and no-new-privileges for reset-reusable containers; docker.reusable: false runs each call in a fresh container',
+          hint: 'the engine must honour User, CapDrop/CapAdd and no-new-privileges for reset-reusable containers (docker info); docker.reusable: false runs each call in a fresh container',
         },
       );
     }

@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -170,6 +171,12 @@ int main(int argc, char **argv) {
     printf("tmp:%s\n", access("/tmp/leak-file", F_OK) == 0 ? "PRESENT" : "absent");
     char in[8] = "";
     if (read(0, in, 5) == 5 && !memcmp(in, "leave", 5)) close(open("/tmp/leak-file", O_CREAT | O_WRONLY, 0644));
+    return 0;
+  }
+  if (!strcmp(c, "keyring")) {
+    /* A key in the call user's keyring (shared by every container of that uid) would outlive the call. */
+    long r = syscall(SYS_add_key, "user", "capsule-leak", "x", 1, -4 /* KEY_SPEC_USER_KEYRING */);
+    printf("keyring:%s:%s\n", r < 0 ? "denied" : "added", r < 0 ? strerror(errno) : "");
     return 0;
   }
   if (!strcmp(c, "forkloop")) {

@@ -65,7 +65,8 @@ creds)
   [ "$(cut -d' ' -f6 /proc/self/stat)" = "$(cut -d' ' -f6 /proc/1/stat)" ] && echo session:PID1 || echo session:own
   if nsenter -S 0 -G 0 -- true 2>/dev/null; then echo setuid:GAINED; else echo setuid:refused; fi ;;
 everywhere)
-  for d in $(writable); do [ -d "$d" ] && touch "$d/.capsule-leak" && echo "wrote:$d/.capsule-leak"; done ;;
+  for d in $(writable); do [ -d "$d" ] && touch "$d/.capsule-leak" && echo "wrote:$d/.capsule-leak"; done
+  ./attack keyring ;;
 esac
 `;
 
@@ -155,6 +156,8 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
   ): {
     run: (input: string, timeoutMs?: number) => Promise<CallOutcome>;
     probe: () => Promise<Probe>;
+    /** The engine's own list of the container's processes once its reset has been verified. */
+    processesWhenReady: () => Promise<number[]>;
     close: () => Promise<void>;
   } {
     const execPool = new ExecPool(via, { maxPerKey: 1, keepaliveAsCallUser: control });
@@ -175,6 +178,13 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
         const r = await run('probe\n');
         expect(r.exitCode, r.stderr).toBe(0);
         return parseProbe(r.stdout);
+      },
+      processesWhenReady: async () => {
+        for (let i = 0; i < 500 && execPool.counts('k').idle === 0; i++)
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        expect(execPool.counts('k').idle).toBe(1);
+        const [container] = await engine.listContainers([mine]);
+        return container === undefined ? [] : engine.processes(container.id);
       },
       close: () => execPool.close(),
     };
@@ -286,6 +296,8 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
         expect(field(r.stdout, 'relay:')).toBe('1');
         expect(r.stdout).toMatch(/^unix-hold:bound$/m);
         expect(r.stdout).toMatch(/^unix-inflight:queued$/m);
+        // The engine, from outside: PID 1 alone.
+        expect(await p.processesWhenReady()).toHaveLength(1);
         const after = await p.probe();
         // Reset in place: the engine saw PID 1 alone, and the next call sees nothing of them.
         expect(after.host).toBe(baseline.host);
@@ -304,6 +316,8 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
       expect(baseline.writable).toEqual(['/dev/mqueue', '/dev/shm', '/tmp']);
       const r = await p.run('everywhere\n');
       expect(r.stdout.match(/^wrote:/gm)).toHaveLength(3);
+      // Kernel keyrings (per uid, not per container) are out of reach: the engine's seccomp profile.
+      expect(r.stdout).toMatch(/^keyring:denied:Operation not permitted$/m);
       const after = await p.probe();
       expect(after.host).toBe(baseline.host);
       expectFresh(after);
