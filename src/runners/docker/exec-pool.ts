@@ -62,8 +62,9 @@ const KEEPALIVE_SCRIPT = [
   '$bb mkfifo -m 600 "$f" "$i" || exit 125',
   'echo capsule-keepalive-ready',
   'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
-  // A folder it cannot read would look empty: that fails too.
-  'left() { [ -r "$1" ] && [ -x "$1" ] || return 0; for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then return 0; fi; done; return 1; }',
+  // A folder that is gone or unreadable would look empty: that fails too. (The three are root's, mode 1777:
+  // their modes are not a call's to change.)
+  'left() { [ -d "$1" ] && [ -r "$1" ] && [ -x "$1" ] || return 0; for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then return 0; fi; done; return 1; }',
   'clean() {',
   '  for d in /tmp /dev/shm /dev/mqueue; do left "$d" && return 1; done',
   '  for t in sysvipc/shm sysvipc/sem sysvipc/msg net/unix; do',
@@ -661,6 +662,9 @@ export class ExecPool {
       throw new CapsuleError('RUNNER_FAILED', `the call user "${spec.user}" is not numeric uid:gid`);
     const [, uid = '', gid = ''] = ids;
     const separate = !this.keepaliveAsCallUser;
+    // Every applet PID 1 runs as root by an absolute path (capsule's images have /bin/busybox; any other
+    // image gets capsule's read-only copy): never a PATH lookup that a writable mount could answer.
+    const bb = tools.bb === '' ? '/bin/busybox' : tools.bb;
     const id = await this.engine.createContainer({
       ...spec,
       // Whole seconds: the keep-alive counts its deadline with shell arithmetic.
@@ -670,7 +674,7 @@ export class ExecPool {
         KEEPALIVE_SCRIPT,
         'capsule-keepalive',
         String(Math.ceil(lifeMs / 1000)),
-        tools.bb,
+        bb,
         uid,
         gid,
         separate ? '1' : '0',
