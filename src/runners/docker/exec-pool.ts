@@ -683,7 +683,9 @@ export class ExecPool {
       // The capability's command: what the keep-alive runs for each call, as the call user.
       cmd: spec.cmd,
       user: separate ? KEEPALIVE_USER : spec.user,
-      capAdd: separate ? [...new Set([...spec.capAdd, ...KEEPALIVE_CAPS])] : spec.capAdd,
+      // Only what PID 1 needs: a capability the manifest adds was never a call's (a non-root process loses
+      // it at execve), and PID 1 has no use for it.
+      capAdd: separate ? [...KEEPALIVE_CAPS] : spec.capAdd,
       tmpfs: {
         ...spec.tmpfs,
         [KEEPALIVE_DIR]: `rw,noexec,nosuid,nodev,size=64k,mode=0700${separate ? '' : `,uid=${uid},gid=${gid}`}`,
