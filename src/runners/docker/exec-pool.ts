@@ -238,15 +238,17 @@ interface KeyState {
 class WaitCanceled extends Error {}
 
 /**
- * Warm containers for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
- * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (KEEPALIVE_SCRIPT):
- * every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped, SysV IPC empty (the container's
- * private IPC namespace has kernel.shm_rmid_forced, so a segment goes with its last process); its environment
- * and working directory come from the spec on every exec. A container whose reset cannot be verified is
- * removed, never reused (fail closed). The hardening (no network, read-only rootfs, caps dropped, limits) is
- * the same as for fresh containers; a timed-out, canceled, flooding or OOM-killed call retires its container.
- * Containers are started ahead as demand shows (a call that finds none ready raises the count kept ready,
- * bounded by maxPerKey) and removed again when they sit idle; resets run after the result is returned.
+ * Warm containers for capabilities marked `docker.reusable`: calls run in a running hardened container
+ * (forked by its keep-alive, no runtime exec) instead of a fresh one, and the container is RESET and VERIFIED
+ * between calls (KEEPALIVE_SCRIPT) by a keep-alive no call can reach (root with three capabilities; calls run
+ * as the spec's user with none): every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped,
+ * SysV IPC and unix sockets none (the container's private IPC namespace has kernel.shm_rmid_forced, so a
+ * segment goes with its last process); its environment and working directory come from the spec on every
+ * call. A container whose reset cannot be verified is removed, never reused (fail closed). The hardening (no
+ * network, read-only rootfs, limits) is the same as for fresh containers; a timed-out, canceled, flooding or
+ * OOM-killed call retires its container. Containers are started ahead as demand shows (a call that finds none
+ * ready raises the count kept ready, bounded by maxPerKey) and removed again when they sit idle; resets run
+ * after the result is returned.
  */
 export class ExecPool {
   private readonly engine: DockerEngine;
