@@ -15,9 +15,10 @@ import { buildContainerSpec } from '../../../../src/runners/docker/spec.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 
 // Attacks by one call of a reset-reusable container on the calls after it, judged by what the next call in
-// the same container sees (files, HOME, processes, sockets) and by whether the container survived. Each
-// attack on the keep-alive has a control: the same attack on a pool whose keep-alive runs as the call user
-// (the defence off), where it works.
+// the same container sees (files, HOME, processes, sockets), by the engine's own process list and by whether
+// the container survived. Each attack on the keep-alive itself has a control: the same attack on a pool whose
+// keep-alive runs as the call user (the defence off, a switch only tests set), where it works. Attacks that
+// leave state behind show in the attacking call's own output that the state was there when it ended.
 
 const ATTACK_C = fileURLToPath(new URL('./reset-attack.c', import.meta.url));
 
@@ -293,7 +294,7 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
         ])
           expect(alive).toContain(name);
         // The relay changes pid too often to be found by the scan above.
-        expect(field(r.stdout, 'relay:')).toBe('1');
+        expect(Number(field(r.stdout, 'relay:'))).toBeGreaterThanOrEqual(1);
         expect(r.stdout).toMatch(/^unix-hold:bound$/m);
         expect(r.stdout).toMatch(/^unix-inflight:queued$/m);
         // The engine, from outside: PID 1 alone.
