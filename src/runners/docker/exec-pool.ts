@@ -15,60 +15,81 @@ import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
 import { ROLE_LABEL } from './labels.js';
 
+/** PID 1's own tmpfs (mode 0700, root's): its fifos, out of every call's reach. */
+const KEEPALIVE_DIR = '/.capsule-keepalive';
+/** PID 1's identity: a uid no call has, and only what the reset and the switch to the call user need. */
+const KEEPALIVE_USER = '0:0';
+const KEEPALIVE_CAPS = ['KILL', 'SETUID', 'SETGID'];
+
 /**
  * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
  * stdin open, and at most its lifetime: EOF (capsule's attach connection is gone, e.g. capsule was killed) or
  * the deadline ends the container with every exec in it. USR1 is an exec's own deadline passing (call.ts).
- * Between calls capsule resets it in two steps (see ExecPool.reset):
- * - `reset`: kill every other process of the container (`kill -9 -1` spares only PID 1, atomically with
- *   respect to fork), then reap the orphans (each external command it waits for collects the zombies ahead of
- *   it) until PID 1 is alone, and say so. That line is only a hint: any process of the container can write to
- *   /proc/1/fd/1, so capsule then asks the engine, from outside, which processes the container has.
- * - `check NONCE`, sent only once the engine shows PID 1 alone (so nothing else can read the nonce): wipe every
- *   place the sandbox user can write (the tmpfs /tmp, /dev/shm for POSIX shm, /dev/mqueue for POSIX message
- *   queues), then check that no process but PID 1 (and its own helpers) exists, those folders are empty, and
- *   no SysV shm segment, semaphore set or message queue is left. Only the line `capsule-clean NONCE` passes.
+ *
+ * It is the one thing a call could use to reach the next call, so no call can touch it: it runs as root, a
+ * uid no call has, with only CAP_KILL, CAP_SETUID and CAP_SETGID (startWarm), and each call runs as the call
+ * user (`drop`: setsid, then nsenter -S/-G to the spec's user, both exec in place; the kernel clears the
+ * permitted and effective sets on that change and no-new-privileges keeps them empty). A call therefore
+ * cannot signal, stop, trace or write PID 1 or its helpers (ptrace, /proc/1/mem, /proc/1/fd all need the same
+ * uid or CAP_SYS_PTRACE), sits in a session of its own (so not even SIGCONT reaches PID 1's), and cannot open
+ * PID 1's fifos: they live in KEEPALIVE_DIR, a tmpfs only root can enter. Between calls capsule resets it in
+ * two steps (see ExecPool.reset):
+ * - `reset`: kill every other process of the container (`kill -9 -1` with CAP_KILL spares only PID 1,
+ *   atomically with respect to fork), then reap the orphans (each external command it waits for collects the
+ *   zombies ahead of it) until PID 1 is alone, and say so. That line is only a hint: a process of the call may
+ *   still write to the container's output, so capsule then asks the engine, from outside, which processes the
+ *   container has.
+ * - `check NONCE [first]`, sent only once the engine shows PID 1 alone: whatever a call left in the places the
+ *   call user can write is removed by WIPE_SCRIPT, run as the call user (the owner of everything a call can
+ *   leave) while no other process of that user is alive to interfere; then PID 1 itself verifies (`clean`):
+ *   those places are empty, no SysV shm segment, semaphore set or message queue is left, no unix socket exists
+ *   in the container's network namespace (an abstract name a call bound, even one only the kernel still
+ *   holds), and it is alone. Only the line `capsule-clean NONCE` passes. The first check, before a new
+ *   container's first call, always runs WIPE_SCRIPT, whose own check of its credentials then vouches for
+ *   those of every call (the same `drop`).
+ * The places the call user can write are the tmpfs /tmp, /dev/shm (POSIX shm) and /dev/mqueue (POSIX message
+ * queues); the rest of the container is read-only or root's, as a test that searches for writable places
+ * pins. Nothing of this reads memory or files a call could change: the scripts are PID 1's arguments, the
+ * tools come from the read-only image (or capsule's read-only tools volume).
  */
 const KEEPALIVE_SCRIPT = [
   'trap "exit 137" USR1 TERM',
-  'bb=$2 end=$1',
-  'shift 2',
-  'end=$(( $($bb date +%s) + end ))',
+  'end=$1 bb=$2 uid=$3 gid=$4 strict=$5 wipe=$6',
+  'shift 6',
+  // busybox ash's own clock (no fork); date where a shell lacks it.
+  'end=$(( ${EPOCHSECONDS:-$($bb date +%s)} + end ))',
+  `f=${KEEPALIVE_DIR}/status i=${KEEPALIVE_DIR}/input`,
+  '$bb mkfifo -m 600 "$f" "$i" || exit 125',
+  'echo capsule-keepalive-ready',
   'alone() { for d in /proc/[0-9]*; do [ "${d#/proc/}" = 1 ] || return 1; done; }',
-  'left() { for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$f" ] || [ -L "$f" ]; then return 0; fi; done; return 1; }',
+  // A folder that is gone or unreadable would look empty: that fails too. (The three are root's, mode 1777:
+  // their modes are not a call's to change.)
+  'left() { [ -d "$1" ] && [ -r "$1" ] && [ -x "$1" ] || return 0; for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then return 0; fi; done; return 1; }',
   'clean() {',
-  '  for dir in /tmp /dev/shm /dev/mqueue; do',
-  '    left "$dir" || continue',
-  // One rm for the usual leftovers; folders the call made unreadable get their modes back first.
-  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
-  '    left "$dir" || continue',
-  '    $bb chmod -R u+rwX -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
-  '    $bb rm -rf -- "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null',
-  '    left "$dir" && return 1',
+  '  for d in /tmp /dev/shm /dev/mqueue; do left "$d" && return 1; done',
+  '  for t in sysvipc/shm sysvipc/sem sysvipc/msg net/unix; do',
+  '    [ -r /proc/$t ] || return 1',
+  '    { read -r _; if read -r _; then return 1; fi; } < /proc/$t',
   '  done',
-  '  for t in shm sem msg; do',
-  '    [ -r /proc/sysvipc/$t ] || return 1',
-  '    { read -r _; if read -r _; then return 1; fi; } < /proc/sysvipc/$t',
-  '  done',
-  '  alone',
   '}',
+  'drop() { $bb setsid $bb nsenter -S "$uid" -G "$gid" -- "$@"; }',
   'while :; do',
-  '  left=$(( end - $($bb date +%s) ))',
+  '  left=$(( end - ${EPOCHSECONDS:-$($bb date +%s)} ))',
   '  [ "$left" -gt 0 ] || exit 0',
   '  read -r -t "$left" cmd arg n run || exit 0',
   '  case "$cmd" in',
   '  run)',
   // One call: its input is the next $n bytes of stdin, its deadline is PID 1's own `read -t` on a private fifo
   // (as in call.ts's watchdog); its exit status comes back on the fifo and goes out after its output.
-  // Never past the container's own lifetime, whoever wrote the line (a call can write to this pipe too).
+  // Never past the container's own lifetime. (A fifo keeps no data once nothing has it open: after a reset
+  // nothing of the previous call's is left in either.)
   '    case "$run" in ""|*[!0-9.]*) run=1 ;; esac',
   '    [ "${run%.*}" -lt "$left" ] 2>/dev/null || run=$left',
-  '    f=/tmp/.capsule-run-$arg',
-  '    $bb mkfifo -m 600 "$f" "$f.in" && exec 4<>"$f" || { echo "capsule-end $arg 125"; continue; }',
+  '    exec 4<>"$f" || { echo "capsule-end $arg 125"; continue; }',
   // The input goes through its own fifo, so the call's status never waits for input it did not read.
   '    exec 3<&0',
-  '    $bb head -c "$n" <&3 >"$f.in" 3<&- 4>&- &',
-  '    { "$@" <"$f.in" 3<&- 4>&-; echo "$?" >&4; } &',
+  '    $bb head -c "$n" <&3 >"$i" 3<&- 4>&- &',
+  '    { drop "$@" <"$i" 3<&- 4>&-; echo "$?" >&4; } &',
   '    exec 3<&-',
   '    read -r -t "$run" s <&4 || exit 137',
   '    exec 4>&-',
@@ -79,9 +100,49 @@ const KEEPALIVE_SCRIPT = [
   '    until alone || [ "$n" -ge 500 ]; do n=$((n+1)); $bb usleep 2000; done',
   '    echo capsule-reset-done ;;',
   '  check)',
-  '    if clean; then echo "capsule-clean $arg"; else echo "capsule-dirty $arg"; fi ;;',
+  '    if [ "$n" = first ] || ! clean; then',
+  '      $bb nsenter -S "$uid" -G "$gid" -- $bb sh -c "$wipe" capsule-wipe "$uid" "$gid" "$strict" "$bb" || { echo "capsule-dirty $arg"; continue; }',
+  '    fi',
+  '    if clean && alone; then echo "capsule-clean $arg"; else echo "capsule-dirty $arg"; fi ;;',
   '  esac',
   'done',
+].join('\n');
+/**
+ * The removal, as the call user with no other process of that user alive (arguments: uid, gid, strict, the
+ * busybox prefix). It first checks that it has exactly the credentials every call gets (the call user's uid
+ * and gid — real, effective, saved, fs —, no supplementary group but that gid, empty inheritable, permitted,
+ * effective and ambient capability sets, no_new_privs) and, when strict, that PID 1 is not the call user;
+ * otherwise it exits 1 and the container is not used. Then it empties each place a call can write; PID 1
+ * verifies the result.
+ */
+const WIPE_SCRIPT = [
+  'bb=$4 n=0',
+  'while read -r k a b c d _; do',
+  '  case "$k" in',
+  '  Uid:) [ "$a $b $c $d" = "$1 $1 $1 $1" ] || exit 1 ;;',
+  '  Gid:) [ "$a $b $c $d" = "$2 $2 $2 $2" ] || exit 1 ;;',
+  '  Groups:) [ -z "$a" ] || { [ "$a" = "$2" ] && [ -z "$b" ]; } || exit 1 ;;',
+  '  CapInh:|CapPrm:|CapEff:|CapAmb:) [ "$a" = 0000000000000000 ] || exit 1 ;;',
+  '  NoNewPrivs:) [ "$a" = 1 ] || exit 1 ;;',
+  '  *) continue ;;',
+  '  esac',
+  '  n=$((n+1))',
+  'done </proc/self/status',
+  '[ "$n" = 8 ] || exit 1',
+  'if [ "$3" = 1 ]; then',
+  '  while read -r k a _; do [ "$k" = Uid: ] && break; done </proc/1/status',
+  '  [ "$k" = Uid: ] && [ -n "$a" ] && [ "$a" != "$1" ] || exit 1',
+  'fi',
+  'left() { for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then return 0; fi; done; return 1; }',
+  'for d in /tmp /dev/shm /dev/mqueue; do',
+  '  left "$d" || continue',
+  // One rm for the usual leftovers; folders the call made unreadable get their modes back first.
+  '  $bb rm -rf -- "$d"/* "$d"/.[!.]* "$d"/..?* 2>/dev/null',
+  '  left "$d" || continue',
+  '  $bb chmod -R u+rwX -- "$d"/* "$d"/.[!.]* "$d"/..?* 2>/dev/null',
+  '  $bb rm -rf -- "$d"/* "$d"/.[!.]* "$d"/..?* 2>/dev/null',
+  'done',
+  'exit 0',
 ].join('\n');
 /** A warm container is retired after this many calls, bounding how long one container serves. */
 const MAX_USES = 50;
@@ -127,6 +188,11 @@ export interface ExecPoolOptions {
   maxPerKey?: number | undefined;
   /** An idle container unused this long is removed (the pool shrinks back when calls stop). Default 15000. */
   idleMs?: number | undefined;
+  /**
+   * Tests only, never set by capsule: the keep-alive runs as the call user with no added capability (the
+   * separation between PID 1 and the calls switched off), so attack tests can show what it defends against.
+   */
+  keepaliveAsCallUser?: boolean | undefined;
 }
 
 interface Warm {
@@ -172,15 +238,17 @@ interface KeyState {
 class WaitCanceled extends Error {}
 
 /**
- * Warm containers for capabilities marked `docker.reusable`: calls `exec` into a running hardened container
- * instead of starting a fresh one, and the container is RESET and VERIFIED between calls (KEEPALIVE_SCRIPT):
- * every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped, SysV IPC empty (the container's
- * private IPC namespace has kernel.shm_rmid_forced, so a segment goes with its last process); its environment
- * and working directory come from the spec on every exec. A container whose reset cannot be verified is
- * removed, never reused (fail closed). The hardening (no network, read-only rootfs, caps dropped, limits) is
- * the same as for fresh containers; a timed-out, canceled, flooding or OOM-killed call retires its container.
- * Containers are started ahead as demand shows (a call that finds none ready raises the count kept ready,
- * bounded by maxPerKey) and removed again when they sit idle; resets run after the result is returned.
+ * Warm containers for capabilities marked `docker.reusable`: calls run in a running hardened container
+ * (forked by its keep-alive, no runtime exec) instead of a fresh one, and the container is RESET and VERIFIED
+ * between calls (KEEPALIVE_SCRIPT) by a keep-alive no call can reach (root with three capabilities; calls run
+ * as the spec's user with none): every process but its init killed, /tmp, /dev/shm and /dev/mqueue wiped,
+ * SysV IPC and unix sockets none (the container's private IPC namespace has kernel.shm_rmid_forced, so a
+ * segment goes with its last process); its environment and working directory come from the spec on every
+ * call. A container whose reset cannot be verified is removed, never reused (fail closed). The hardening (no
+ * network, read-only rootfs, limits) is the same as for fresh containers; a timed-out, canceled, flooding or
+ * OOM-killed call retires its container. Containers are started ahead as demand shows (a call that finds none
+ * ready raises the count kept ready, bounded by maxPerKey) and removed again when they sit idle; resets run
+ * after the result is returned.
  */
 export class ExecPool {
   private readonly engine: DockerEngine;
@@ -190,6 +258,7 @@ export class ExecPool {
   private readonly lifeMs: number;
   private readonly maxPerKey: number;
   private readonly idleMs: number;
+  private readonly keepaliveAsCallUser: boolean;
   private closed = false;
 
   constructor(engine: DockerEngine, options: ExecPoolOptions = {}) {
@@ -197,6 +266,7 @@ export class ExecPool {
     this.lifeMs = options.lifeMs ?? 300_000;
     this.maxPerKey = Math.max(1, options.maxPerKey ?? 8);
     this.idleMs = options.idleMs ?? 15_000;
+    this.keepaliveAsCallUser = options.keepaliveAsCallUser === true;
   }
 
   /** Whether a spec can be reset at all: kill -9 -1 and the IPC check need the container's own namespaces. */
@@ -363,22 +433,30 @@ export class ExecPool {
       warm.stdin.write('reset\n');
       if (!(await this.outputUntil(warm, (out) => lineCount(out, 'capsule-reset-done') > before)))
         return false;
-      // The hint may be forged; the engine's process list is not.
-      const pids = await this.engine.processes(warm.id);
-      if (pids.length !== 1 || pids[0] !== warm.initPid) return false;
-      const nonce = randomBytes(16).toString('hex');
-      warm.stdin.write(`check ${nonce}\n`);
-      let verdict: boolean | undefined;
-      const answered = await this.outputUntil(warm, (out) => {
-        const lines = out.split('\n');
-        if (lines.includes(`capsule-clean ${nonce}`)) verdict = true;
-        else if (lines.some((l) => l.endsWith(` ${nonce}`))) verdict = false;
-        return verdict !== undefined;
-      });
-      return answered && verdict === true && !warm.dead && !warm.output.truncated;
+      return await this.verify(warm);
     } catch {
       return false;
     }
+  }
+
+  /**
+   * The engine lists PID 1 as the container's only process (the hint may be forged; the engine's process list
+   * is not), then PID 1 answers `check` with a fresh nonce: clean. `first` (a new container): the check also
+   * proves a call would get the bare call user.
+   */
+  private async verify(warm: Warm, first = false): Promise<boolean> {
+    const pids = await this.engine.processes(warm.id);
+    if (pids.length !== 1 || pids[0] !== warm.initPid) return false;
+    const nonce = randomBytes(16).toString('hex');
+    warm.stdin.write(`check ${nonce}${first ? ' first' : ''}\n`);
+    let verdict: boolean | undefined;
+    const answered = await this.outputUntil(warm, (out) => {
+      const lines = out.split('\n');
+      if (lines.includes(`capsule-clean ${nonce}`)) verdict = true;
+      else if (lines.some((l) => l.endsWith(` ${nonce}`))) verdict = false;
+      return verdict !== undefined;
+    });
+    return answered && verdict === true && !warm.dead && !warm.output.truncated;
   }
 
   /** Wait until the keep-alive's output satisfies `done` (false on timeout, tampering or the container's end). */
@@ -581,6 +659,14 @@ export class ExecPool {
     const { spec, tools } = state;
     // Long enough for at least this call, whatever its timeout.
     const lifeMs = Math.max(this.lifeMs, timeoutMs + WATCHDOG_GRACE_MS + LIFE_MARGIN_MS);
+    const ids = /^(\d+):(\d+)$/.exec(spec.user);
+    if (ids === null)
+      throw new CapsuleError('RUNNER_FAILED', `the call user "${spec.user}" is not numeric uid:gid`);
+    const [, uid = '', gid = ''] = ids;
+    const separate = !this.keepaliveAsCallUser;
+    // Every applet PID 1 runs as root by an absolute path (capsule's images have /bin/busybox; any other
+    // image gets capsule's read-only copy): never a PATH lookup that a writable mount could answer.
+    const bb = tools.bb === '' ? '/bin/busybox' : tools.bb;
     const id = await this.engine.createContainer({
       ...spec,
       // Whole seconds: the keep-alive counts its deadline with shell arithmetic.
@@ -590,25 +676,32 @@ export class ExecPool {
         KEEPALIVE_SCRIPT,
         'capsule-keepalive',
         String(Math.ceil(lifeMs / 1000)),
-        tools.bb,
+        bb,
+        uid,
+        gid,
+        separate ? '1' : '0',
+        WIPE_SCRIPT,
       ],
-      // The capability's command: what the keep-alive runs for each call.
+      // The capability's command: what the keep-alive runs for each call, as the call user.
       cmd: spec.cmd,
+      user: separate ? KEEPALIVE_USER : spec.user,
+      // Only what PID 1 needs: a capability the manifest adds was never a call's (a non-root process loses
+      // it at execve), and PID 1 has no use for it.
+      capAdd: separate ? [...KEEPALIVE_CAPS] : spec.capAdd,
+      tmpfs: {
+        ...spec.tmpfs,
+        [KEEPALIVE_DIR]: `rw,noexec,nosuid,nodev,size=64k,mode=0700${separate ? '' : `,uid=${uid},gid=${gid}`}`,
+      },
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },
       // A SysV shm segment goes away with its last user instead of outliving the call that made it.
       sysctls: { ...spec.sysctls, 'kernel.shm_rmid_forced': '1' },
     });
     let stdin: Duplex | undefined;
-    let initPid: number;
     try {
       stdin = await this.engine.attach(id);
       stdin.on('error', () => {});
       await this.engine.start(id);
-      // Nothing but the keep-alive has run in it yet: its only process is PID 1.
-      const pids = await this.engine.processes(id);
-      if (pids.length !== 1 || pids[0] === undefined) throw new Error(`${pids.length} processes at start`);
-      initPid = pids[0];
     } catch (err) {
       stdin?.destroy();
       await this.engine.remove(id).catch(() => {});
@@ -623,7 +716,7 @@ export class ExecPool {
     }
     const warm: Warm = {
       id,
-      initPid,
+      initPid: 0,
       uses: 0,
       startedAt: performance.now(),
       lifeMs,
@@ -648,6 +741,36 @@ export class ExecPool {
     if (this.closed) {
       this.discard(warm);
       throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
+    }
+    // Once the keep-alive says it is set up (nothing of its own is running then, and no call has run yet),
+    // its only process is PID 1. Then the first check, before any call: a container whose calls would not
+    // get the bare call user (an engine that ignored the user, the capabilities or no-new-privileges) is
+    // never used.
+    let failure: string | undefined;
+    try {
+      if (!(await this.outputUntil(warm, (out) => lineCount(out, 'capsule-keepalive-ready') > 0)))
+        failure = 'the keep-alive did not start';
+      else {
+        const pids = await this.engine.processes(id);
+        if (pids.length !== 1 || pids[0] === undefined) failure = `${pids.length} processes at start`;
+        else {
+          warm.initPid = pids[0];
+          if (!(await this.verify(warm, true))) failure = 'it failed its first check';
+        }
+      }
+    } catch (err) {
+      failure = engineMessage(err);
+    }
+    if (failure !== undefined) {
+      this.discard(warm);
+      const said = warm.output.stdout().replace('capsule-keepalive-ready', '').trim();
+      throw new CapsuleError(
+        'RUNNER_FAILED',
+        `the warm container could not be used: ${failure}${said === '' ? '' : ` (${said})`}`,
+        {
+          hint: 'the engine must honour User, CapDrop/CapAdd and no-new-privileges for reset-reusable containers (docker info); docker.reusable: false runs each call in a fresh container',
+        },
+      );
     }
     return warm;
   }

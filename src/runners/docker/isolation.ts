@@ -28,7 +28,7 @@ export type DockerMode = 'fresh-container' | 'reset-reusable';
 const MODE_TEXT: Record<DockerMode, string> = {
   'fresh-container': 'a fresh container per call',
   'reset-reusable':
-    'reset-reusable: one container serves many calls, reset and verified between them (every process but its init killed; /tmp, /dev/shm, /dev/mqueue wiped; SysV IPC checked empty; discarded when the reset cannot be verified)',
+    'reset-reusable: one container serves many calls, reset and verified between them (every process but its init killed; /tmp, /dev/shm, /dev/mqueue wiped; SysV IPC and unix sockets checked empty; discarded when the reset cannot be verified) by a keep-alive no call can signal, trace or write (PID 1 runs as root with only CAP_KILL, CAP_SETUID and CAP_SETGID; each call runs as uid 65534 in a session of its own with no capability and no-new-privileges)',
 };
 
 const SOCKET_NAMES = new Set(['docker.sock', 'containerd.sock', 'podman.sock', 'dockershim.sock']);
