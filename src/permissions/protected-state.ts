@@ -2,6 +2,7 @@ import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { STATE_DIR } from '../config/config-store.js';
 import { PROJECT_CONFIG_FILE } from '../config/project-config.js';
+import { secretDir } from '../config/user-state.js';
 import { CapsuleError } from '../errors.js';
 import { auditLogPath } from './audit-log.js';
 
@@ -337,19 +338,24 @@ export async function assertGrantsUnprotected(
   }
 }
 
-/** What a confined host process must not change. */
+/** What a confined host process must not change, or not even read. */
 export interface ConfinedPath {
   path: string;
-  /** Visible, not writable (the shell runner binds it read-only onto itself). */
-  access: 'read-only';
+  /**
+   * `read-only`: visible, not writable (bound read-only onto itself). `hidden`: not readable at all
+   * (an empty read-only folder in its place): the per-user key.
+   */
+  access: 'read-only' | 'hidden';
   what: string;
 }
 
 /**
  * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only:
  * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) and the
- * per-user state (confirmed policies, audit heads). Absolute and not resolved: the confinement
- * resolves them and skips the ones that do not exist. Nothing here is secret, so reading stays allowed.
+ * per-user state (confirmed policies, audit heads) — and, hidden, the folder of the per-user key
+ * that authenticates that state: whoever reads it can forge a confirmation. Absolute and not
+ * resolved: the confinement resolves them and skips the ones that do not exist. A hidden path comes
+ * after the folder that holds it.
  */
 export function confinedPaths(
   projectRoot: string,
@@ -363,11 +369,18 @@ export function confinedPaths(
     { path: path.resolve(cacheDir), access: 'read-only', what: 'per-user cache (transpiled components)' },
   ];
   if (stateDir !== undefined)
-    out.push({
-      path: path.resolve(stateDir),
-      access: 'read-only',
-      what: 'per-user state (confirmed policies, audit heads)',
-    });
+    out.push(
+      {
+        path: path.resolve(stateDir),
+        access: 'read-only',
+        what: 'per-user state (confirmed policies, audit heads)',
+      },
+      {
+        path: path.resolve(secretDir(stateDir)),
+        access: 'hidden',
+        what: 'per-user key that authenticates confirmed policies, audit heads and the scan index',
+      },
+    );
   return out;
 }
 
