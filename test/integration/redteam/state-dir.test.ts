@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import wabtInit from 'wabt';
 import { describe, expect, it } from 'vitest';
@@ -152,4 +152,59 @@ describe('no grant reads the per-user key', () => {
     const other = await runWith(path.join(root, 'elsewhere'));
     expect(other.stdout).toContain(CANARY);
   });
+});
+
+describe('docker runner: no grant mounts the per-user state folder', () => {
+  it('a Capability built by other code with a grant on the key folder is refused; control: runs when told of another', async () => {
+    const { root, capRoot } = await tempProject('capsule-redteam-state-docker-');
+    const stateDir = path.join(root, 'state', 'capsule');
+    const secret = path.join(stateDir, 'secret');
+    await mkdir(secret, { recursive: true, mode: 0o700 });
+    await writeFile(path.join(secret, 'canary'), 'docker-canary-in-the-secret-folder', { mode: 0o644 });
+    await chmod(secret, 0o755); // so the container's unprivileged user could read it, were it mounted
+    await mkdir(path.join(root, 'data'));
+    const dir = path.join(capRoot, 'dpeek');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'run.sh'), '#!/bin/sh\ncat /project/state/capsule/secret/canary\n');
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'dpeek',
+        description: 'prints a file of its grant',
+        environment: 'docker',
+        entry: 'run.sh',
+        interpreter: 'sh',
+        docker: { image: 'capsule/busybox:1' },
+        grants: { fs: [{ path: 'data', mode: 'ro' }] },
+      }),
+    );
+    const loaded = await projectRegistry(root, ['capabilities']).get('dpeek');
+    const forged: Capability = {
+      ...loaded,
+      fsGrants: [{ declared: 'state/capsule/secret', hostPath: secret, mode: 'ro' }],
+    };
+    const runWith = async (state: string): Promise<{ stdout: string; code?: string }> => {
+      const runners = createDefaultRunners({
+        projectRoot: root,
+        env: { PATH: process.env.PATH },
+        stateDir: state,
+      });
+      try {
+        const docker = runners.find((r) => r.environment === 'docker');
+        if (docker === undefined) throw new Error('no docker runner');
+        return await docker.run({ capability: forged, input: '' }).then(
+          (res) => ({ stdout: res.stdout }),
+          (e: unknown) => ({ stdout: '', code: (e as { code?: string }).code }),
+        );
+      } finally {
+        for (const r of runners) await r.close();
+      }
+    };
+    const refused = await runWith(stateDir);
+    expect(refused.stdout).not.toContain('docker-canary');
+    expect(refused.code).toBe('PERMISSION_DENIED');
+    const other = await runWith(path.join(root, 'elsewhere'));
+    expect(other.stdout).toContain('docker-canary-in-the-secret-folder');
+  }, 120_000);
 });
