@@ -155,7 +155,20 @@ describe('red team: a forged confirmed-policy snapshot is not a confirmation', (
       await writeFile(path.join(a.root, 'capsule.json'), JSON.stringify(WIDE));
       await forge(a);
       expect(await attempts(a)).toEqual({ marker: false, leaked: false });
-      // The report names it and says what to do.
+      // The report names it and says what to do: the run's (--json) ...
+      const run = await capsule(a, ['run', 'peek', '--no-prompt', '--json']);
+      expect(run.code).toBe(78);
+      const err = (JSON.parse(run.stdout) as { error: { code: string; file: string; hint: string } }).error;
+      expect(err).toMatchObject({
+        code: 'CONFIG_INVALID',
+        file: path.join(
+          a.state,
+          'policy',
+          `${createHash('sha256').update(a.root).digest('hex').slice(0, 32)}.json`,
+        ),
+      });
+      expect(err.hint).toContain('capsule reload');
+      // ... and capsule reload's.
       const reload = await capsule(a, ['reload', '--json', '--no-prompt']);
       expect(reload.code).toBe(77);
       const out = JSON.parse(reload.stdout) as { confirmed: boolean; untrusted?: { kind: string } };
