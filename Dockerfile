@@ -42,6 +42,8 @@ COPY src ./src
 RUN npm run build && npm prune --omit=dev
 
 FROM ${BASE_IMAGE} AS runtime
+# bubblewrap confines shell capabilities (it needs user namespaces: without them capsule says so).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/capsule
 COPY --from=build /src/package.json /src/package-lock.json ./
 COPY --from=build /src/node_modules ./node_modules

@@ -9,6 +9,7 @@ import { benchPermissions } from './permissions.mjs';
 import { benchPool } from './pool.mjs';
 import { benchProcess } from './process.mjs';
 import { benchRegistry } from './registry.mjs';
+import { benchSchema } from './schema.mjs';
 import { benchShell } from './shell.mjs';
 import { benchStage } from './stage.mjs';
 import { benchWasm } from './wasm.mjs';
@@ -27,6 +28,7 @@ const suites = [
   ['egress', () => benchEgress({ root })],
   ['pool', () => benchPool({ root })],
   ['registry', () => benchRegistry()],
+  ['schema', () => benchSchema()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
   ['limits', () => benchLimits({ root })],

@@ -1,7 +1,8 @@
 // Shell runner overhead: capsule's path (registry lookup + gate + input validation + ShellRunner, with
-// the confinement this machine allows: pid namespace, read-only state, cgroup limits) and the confined
-// spawn alone, vs a bare execa spawn of the same script, in one process, measured alternately so noise
-// hits all of them.
+// the confinement this machine allows: bubblewrap namespaces, read-only state, the syscall filter, cgroup
+// limits) and the confined spawn alone, layer by layer, vs a bare execa spawn of the same script, in one
+// process, measured alternately so noise hits all of them; and the cost of a stop (from the decision to the
+// last process of the run gone).
 import { execa } from 'execa';
 import { stats } from './stats.mjs';
 
@@ -51,8 +52,7 @@ export async function benchShell({ root, iterations = 50 }) {
       output: 'capture',
       outputBytes: cap.manifest.limits.outputBytes,
       timeoutMs: cap.manifest.limits.timeoutMs,
-      killGraceMs: 200,
-      readOnlyPaths: protectedPaths(root).all,
+      protection: { readOnly: protectedPaths(root).all, hidden: [] },
       memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
       pids: cap.manifest.limits.pids,
     });
@@ -94,7 +94,11 @@ export async function benchShell({ root, iterations = 50 }) {
     `bench: shell calls that found their confined init prestarted: ${processes.prestartedRuns}\n`,
   );
   await executor.close();
+  const layerRows = confinement.pidNamespace
+    ? await layers({ root, cap, confinement, HostProcesses, protectedPaths, iterations })
+    : [];
   return [
+    ...layerRows,
     { name: 'shell: bare execa spawn, calls spaced out', isFloor: true, ...stats(spacedBare) },
     {
       name: 'shell: capsule run, calls spaced out (prestarted init)',
@@ -112,5 +116,87 @@ export async function benchShell({ root, iterations = 50 }) {
       ...stats(ours),
       floor: 'shell: bare execa spawn',
     },
+  ];
+}
+
+/**
+ * What each layer of the host confinement costs (fresh starts, no prestarted init): bubblewrap's namespaces
+ * alone, then with capsule's state protected, then with the syscall filter, then with the run's cgroup (the
+ * whole confinement); and a stop: from the decision (abort) to the last process of the run gone.
+ */
+async function layers({ root, cap, confinement, HostProcesses, protectedPaths, iterations }) {
+  const protection = { readOnly: protectedPaths(root).all, hidden: [] };
+  const none = { readOnly: [], hidden: [] };
+  const variants = [
+    [
+      'shell layers: bwrap namespaces only',
+      { ...confinement, syscallFilter: false, cgroup: undefined },
+      none,
+    ],
+    [
+      'shell layers: + protected state',
+      { ...confinement, syscallFilter: false, cgroup: undefined },
+      protection,
+    ],
+    ['shell layers: + syscall filter', { ...confinement, cgroup: undefined }, protection],
+    ['shell layers: + cgroup (all of it)', confinement, protection],
+  ].map(([name, conf, prot]) => ({ name, processes: new HostProcesses(conf), prot, times: [] }));
+  const bare = [];
+  const call = (processes, prot) =>
+    processes.run({
+      file: 'sh',
+      args: [cap.entryPath],
+      cwd: cap.dir,
+      env: { PATH: '/usr/bin:/bin' },
+      input: '{"a":"b"}',
+      output: 'capture',
+      outputBytes: cap.manifest.limits.outputBytes,
+      protection: prot,
+      memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
+      pids: cap.manifest.limits.pids,
+    });
+  for (let i = 0; i < iterations + 5; i++) {
+    let t = performance.now();
+    await execa('sh', [cap.entryPath], {
+      cwd: cap.dir,
+      input: '{"a":"b"}',
+      extendEnv: false,
+      env: { PATH: '/usr/bin:/bin' },
+    });
+    if (i >= 5) bare.push(performance.now() - t);
+    for (const v of variants) {
+      t = performance.now();
+      const r = await call(v.processes, v.prot);
+      if (r.exitCode !== 0) throw new Error(`${v.name}: ${r.stderr}`);
+      if (i >= 5) v.times.push(performance.now() - t);
+    }
+  }
+  // The stop: a run that would go on (a busy loop and a sleeping child) is aborted once it runs.
+  const stops = [];
+  const full = variants[variants.length - 1].processes;
+  for (let i = 0; i < Math.ceil(iterations / 2); i++) {
+    const abort = new AbortController();
+    const run = full.run({
+      file: 'sh',
+      args: ['-c', 'sleep 30 & echo up; while :; do :; done'],
+      cwd: cap.dir,
+      env: { PATH: '/usr/bin:/bin' },
+      output: 'capture',
+      outputBytes: 65536,
+      signal: abort.signal,
+      memoryBytes: 64 * 1024 * 1024,
+      pids: 16,
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    const t = performance.now();
+    abort.abort();
+    const r = await run;
+    stops.push(performance.now() - t);
+    if (!r.canceled) throw new Error('the stop bench run was not canceled');
+  }
+  return [
+    { name: 'shell layers: bare execa spawn', isFloor: true, ...stats(bare) },
+    ...variants.map((v) => ({ name: v.name, ...stats(v.times), floor: 'shell layers: bare execa spawn' })),
+    { name: `shell: a stop, decision to last process gone (${confinement.stop})`, ...stats(stops) },
   ];
 }

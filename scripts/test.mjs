@@ -25,6 +25,8 @@ step('provision the Docker engine', 'bash', ['scripts/provision-docker.sh'], {
   ...process.env,
   CAPSULE_GVISOR: '1',
 });
+// bubblewrap, which confines shell capabilities and host commands (the confinement tests hold it).
+step('provision the host confinement', 'bash', ['scripts/provision-host.sh']);
 // Headless Chromium, for the tests that render the HTML reports in a real browser.
 step('provision the browser', 'bash', ['scripts/provision-browser.sh']);
 step('build', 'npm', ['run', 'build', '--silent']);

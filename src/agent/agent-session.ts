@@ -152,7 +152,8 @@ export class AgentSession {
     const root = await realpath(options.projectRoot);
     const workspace = await Workspace.open({
       projectRoot: root,
-      alsoProtected: [options.cacheDir, options.stateDir].filter((d): d is string => d !== undefined),
+      alsoProtected: options.cacheDir === undefined ? [] : [options.cacheDir],
+      alsoHidden: options.stateDir === undefined ? [] : [options.stateDir],
     });
     return new AgentSession({ ...options, projectRoot: root }, workspace);
   }

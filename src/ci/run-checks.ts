@@ -141,7 +141,7 @@ async function checkEnvironment(
     const base = { capability: capability.name, environment, caseName: check.name };
     const started = performance.now();
     try {
-      const input = executor.validateInput(capability, inputDocumentText(check.input ?? {}));
+      const input = await executor.validateInput(capability, inputDocumentText(check.input ?? {}));
       const result = await executor.runApproved(permit, variant.capability, input, signal);
       const why = judgeCase(check, result);
       record({

@@ -8,6 +8,7 @@ import type { InputValidator } from '../manifest/input.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
+import type { HostProtection } from '../permissions/protected-state.js';
 import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
@@ -32,8 +33,8 @@ export interface CliSession {
   executor: Executor;
   /** The permission engine behind the executor's gate (explain, grants). */
   engine: PermissionEngine;
-  /** What a confined host process sees read-only (capsule's state, the per-user cache and state). */
-  hostReadOnly: readonly string[];
+  /** What a confined host process may not change or see (capsule's state, the per-user cache and state). */
+  hostProtection: HostProtection;
   close(): Promise<void>;
 }
 
@@ -105,7 +106,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     registry: runtime.registry,
     executor,
     engine,
-    hostReadOnly: runtime.hostReadOnly,
+    hostProtection: runtime.hostProtection,
     close: () => executor.close(),
   };
 }

@@ -95,9 +95,9 @@ export async function compareCapability(options: {
   const plan = await executor.planVariants(options.name, options.environments);
   const capability = plan.capability;
   try {
-    const inputTexts = options.inputs.map((i) =>
-      executor.validateInput(capability, inputDocumentText(i.input ?? {})),
-    );
+    const inputTexts: string[] = [];
+    for (const i of options.inputs)
+      inputTexts.push(await executor.validateInput(capability, inputDocumentText(i.input ?? {})));
     const runnable = plan.variants.flatMap((v) => (v.ok ? [v] : []));
     const perEngine =
       (options.engines?.length ?? 0) >= 2 ? (options.engines as readonly string[]) : undefined;

@@ -114,7 +114,14 @@ export class Executor {
     if (weaker !== undefined) this.#measured.set(environment, weaker);
   }
 
-  validateInput(capability: Capability, inputText: string): string {
+  /**
+   * The input as the capability gets it, checked against its inputSchema. One turn of the event loop
+   * comes first: a check holds the thread (up to its deadline, src/manifest/input.ts), and a loop of
+   * calls that never waited on I/O between them (ci's cases, compare's inputs) would otherwise starve
+   * signals and other requests for as long as the loop lasts.
+   */
+  async validateInput(capability: Capability, inputText: string): Promise<string> {
+    await new Promise<void>((resolve) => setImmediate(resolve));
     return this.registry.inputValidator.validate(capability, inputText);
   }
 
@@ -142,7 +149,10 @@ export class Executor {
         ?.warm?.(1)
         .catch(() => undefined);
       // The input check after the permit compiles the input schema: its validator loads meanwhile.
-      const validator = this.registry.inputValidator.preload().catch(() => undefined);
+      const { inputSchema, outputSchema } = capability.manifest;
+      const validator = this.registry.inputValidator
+        .preload([inputSchema, outputSchema])
+        .catch(() => undefined);
       try {
         await this.#measure(capability.environment);
         const staged = await this.#stage.stage(capability);

@@ -5,6 +5,7 @@ import type { DockerEngineConfig } from '../config/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
+import type { HostProtection } from '../permissions/protected-state.js';
 
 export interface DefaultRunnerOptions {
   projectRoot: string;
@@ -17,8 +18,8 @@ export interface DefaultRunnerOptions {
    * a grant of it again before each run, whoever built the capability.
    */
   stateDir?: string | undefined;
-  /** What shell capabilities see read-only (default: the project's protected paths). */
-  readOnlyPaths?: readonly string[] | undefined;
+  /** What shell capabilities may not change or see (default: the project's protected paths read-only). */
+  protection?: HostProtection | undefined;
   /** Progress of long runner work (docker image builds). */
   onProgress?: (message: string) => void;
   /**
@@ -40,7 +41,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   return [
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
     // shell capabilities.
-    new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot, readOnlyPaths: options.readOnlyPaths }),
+    new ShellRunner({ hostEnv: env, projectRoot: options.projectRoot, protection: options.protection }),
     // Workers start on the first wasm call (or its hint); transpiled components are cached per user, outside
     // every project, so no grant can reach code capsule imports.
     new LazyRunner(

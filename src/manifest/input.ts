@@ -1,7 +1,9 @@
 import { createRequire } from 'node:module';
+import { Script, createContext, type Context } from 'node:vm';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../errors.js';
-import { schemaRegexProblem } from './regex-safety.js';
+import { LinearRegexEngine } from '../linear-regex.js';
+import { schemaPatternProblem, schemaPatterns } from './schema-patterns.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
@@ -43,6 +45,50 @@ function refuseDeepInput(value: unknown): void {
   }
 }
 
+/**
+ * How long one schema check may hold capsule's thread: 1 s, plus 0.5 s per MiB of the document checked
+ * (up to the 8 MiB an input may have: 5 s), and the most of that for reading or compiling a schema.
+ * Patterns match in linear time, but a schema's own structure can still multiply the work (nested
+ * `anyOf` over shared `$ref`s doubles it per level), and while a check runs capsule answers nothing
+ * else: no MCP request, no signal. Past it the check is stopped and the call refused (docs/manifest.md,
+ * "Checks have a deadline"). A typical check takes microseconds; 8 MiB here took 0.25–1 s.
+ */
+export const SCHEMA_CHECK_DEADLINE_MS = 1000;
+
+/**
+ * The deadline for checking a document of `bytes`: the base for a small one, five times it for the
+ * largest input (so 0.5 s more per MiB with the default base). A schema's own checks get the most.
+ */
+function deadlineFor(baseMs: number, bytes: number): number {
+  return Math.round(baseMs * (1 + (4 * Math.min(bytes, MAX_INPUT_BYTES)) / MAX_INPUT_BYTES));
+}
+
+/** A check that passed its deadline (deadlineFor): its work was stopped. */
+class PastDeadline {
+  constructor(readonly ms: number) {}
+}
+
+/**
+ * Runs `fn` on this thread, stopped by V8 if it runs past `ms` (node:vm's timeout terminates the
+ * whole running script, whatever it calls, and no try/catch inside can keep it going).
+ */
+class Deadline {
+  readonly #script = new Script('run()');
+  readonly #context: Context = createContext({ run: undefined });
+
+  run<T>(ms: number, fn: () => T): T | PastDeadline {
+    this.#context.run = fn;
+    try {
+      return this.#script.runInContext(this.#context, { timeout: ms }) as T;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') return new PastDeadline(ms);
+      throw err;
+    } finally {
+      this.#context.run = undefined;
+    }
+  }
+}
+
 /** Runs a compiled validator; a schema that recurses without end (`$ref` loops) is an answer, not a crash. */
 function runValidator(validate: ValidateFunction, value: unknown): boolean | Error {
   try {
@@ -75,29 +121,64 @@ function precompiledMeta(): ValidateFunction | undefined {
   }
 }
 
+export interface InputValidatorOptions {
+  /** How long one check of a small document may run (default SCHEMA_CHECK_DEADLINE_MS; more for larger ones). */
+  deadlineMs?: number;
+}
+
 /** Validates input documents against a capability's JSON Schema (compiled once per schema). */
 export class InputValidator {
   #ajv: Ajv | undefined;
   #ajvClass: typeof Ajv | undefined;
   #meta: ValidateFunction | null | undefined;
+  readonly #regex = new LinearRegexEngine();
+  readonly #deadline = new Deadline();
+  readonly #deadlineMs: number;
   private readonly cache = new Map<string, ValidateFunction>();
 
+  constructor(options: InputValidatorOptions = {}) {
+    this.#deadlineMs = options.deadlineMs ?? SCHEMA_CHECK_DEADLINE_MS;
+  }
+
   /**
-   * Loads Ajv ahead of a `validate` that will need it (the executor does, while it stages a call). An
-   * import, so the built CLI carries Ajv in its bundle; the synchronous fallback below reads node_modules.
+   * Loads Ajv, and the pattern engine when one of `schemas` holds a pattern, ahead of a `validate` that
+   * will need them (the executor does, while it stages a call). Imports, so the built CLI carries both
+   * in its bundle; the synchronous fallbacks read node_modules.
    */
-  async preload(): Promise<void> {
+  async preload(schemas: readonly unknown[] = []): Promise<void> {
     this.#ajvClass ??= (await import('ajv')).Ajv;
+    if (schemas.some((s) => schemaPatterns(s, '').length > 0)) await this.#regex.load();
   }
 
   /** Loaded on first need (ajv is CommonJS, so this stays synchronous): a check with the precompiled meta-schema needs none. */
   private get ajv(): Ajv {
     if (this.#ajv === undefined) {
       const AjvClass = this.#ajvClass ?? (require('ajv') as { Ajv: typeof Ajv }).Ajv;
+      const regex = this.#regex;
+      // Every `pattern` and `patternProperties` key runs on the linear-time engine, never on V8's
+      // backtracking one. Ajv shares compiled patterns by their toString(), so it names the source.
+      const regExp = Object.assign(
+        (source: string): { test(text: string): boolean; toString(): string } => {
+          const r = regex.compile(source);
+          if (!r.ok) throw new Error(`the pattern ${JSON.stringify(source)} is refused: ${r.reason}`);
+          return { test: (text) => r.regex.test(text), toString: () => `linear:${JSON.stringify(source)}` };
+        },
+        { code: 'capsule-linear-regexp' },
+      );
       // Schemas are checked against their meta-schema (schemaProblem) before they are compiled.
-      this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false });
+      this.#ajv = new AjvClass({ ...INPUT_AJV_OPTIONS, validateSchema: false, code: { regExp } });
     }
     return this.#ajv;
+  }
+
+  /**
+   * After a check was stopped mid-way, nothing it may have left half-built is used again: a fresh Ajv
+   * and fresh compiled validators.
+   */
+  #forgetCompiled(): void {
+    this.#ajv = undefined;
+    this.cache.clear();
+    this.#regex.forget();
   }
 
   /** The precompiled validator when it applies to `schema` (no `$schema`, or draft-07's). */
@@ -116,17 +197,30 @@ export class InputValidator {
     } else if (this.ajv.validateSchema(schema) !== true) {
       return this.ajv.errorsText(this.ajv.errors, { dataVar: field });
     }
-    // Ajv matches patterns with V8's backtracking engine in capsule's own process.
-    return schemaRegexProblem(schema, field);
+    // Every pattern must compile on the linear-time engine Ajv is given.
+    return schemaPatternProblem(schema, field, this.#regex);
   }
 
   /**
-   * undefined when the schema is a valid JSON Schema; otherwise the reason. Checked against the
-   * meta-schema only (cheap); compiling waits for the first run, so a scan of many capabilities stays fast.
+   * undefined when the schema is a valid JSON Schema whose patterns capsule can run; otherwise the
+   * reason. Checked against the meta-schema and the pattern engine only (cheap); compiling waits for
+   * the first run, so a scan of many capabilities stays fast. The pattern engine is loaded only for a
+   * schema that holds a pattern.
    */
-  check(schema: Record<string, unknown>, field = 'inputSchema'): string | undefined {
+  async check(schema: Record<string, unknown>, field = 'inputSchema'): Promise<string | undefined> {
     try {
-      return this.schemaProblem(schema, field);
+      if (schemaPatterns(schema, field).length === 0) return this.schemaProblem(schema, field);
+      await this.#regex.load();
+      // Compiling patterns is linear in their length, but a manifest can hold megabytes of them. (The
+      // meta-schema check alone is linear in the schema and needs no deadline: a scan pays nothing.)
+      const problem = this.#deadline.run(deadlineFor(this.#deadlineMs, MAX_INPUT_BYTES), () =>
+        this.schemaProblem(schema, field),
+      );
+      if (problem instanceof PastDeadline) {
+        this.#regex.forget();
+        return `checking it took longer than ${problem.ms} ms (capsule refuses a schema it cannot check in that time)`;
+      }
+      return problem;
     } catch (err) {
       return (err as Error).message;
     }
@@ -166,7 +260,20 @@ export class InputValidator {
         { cause: err },
       );
     }
-    const verdict = runValidator(validate, value);
+    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(inputText));
+    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
+    if (verdict instanceof PastDeadline) {
+      this.#forgetCompiled();
+      throw new CapsuleError(
+        'MANIFEST_INVALID',
+        `The inputSchema of "${capability.name}" did not finish checking the input within ${verdict.ms} ms; the call is refused.`,
+        {
+          file: capability.manifestPath,
+          field: 'inputSchema',
+          hint: 'A schema whose checks multiply (nested anyOf/oneOf over shared $refs) can take this long: simplify it, or send a smaller input.',
+        },
+      );
+    }
     if (verdict instanceof Error) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
@@ -229,7 +336,15 @@ export class InputValidator {
         message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
       };
     }
-    const verdict = runValidator(validate, value);
+    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(stdout));
+    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
+    if (verdict instanceof PastDeadline) {
+      this.#forgetCompiled();
+      return {
+        ok: false,
+        message: `the outputSchema of "${capability.name}" did not finish checking the output within ${verdict.ms} ms`,
+      };
+    }
     if (verdict instanceof Error) {
       return {
         ok: false,
@@ -256,7 +371,15 @@ export class InputValidator {
           field,
           hint: 'Fix the schema in capsule.json (see docs/manifest.md).',
         });
-      fn = this.ajv.compile(schema);
+      const ajv = this.ajv;
+      const compiled = this.#deadline.run(deadlineFor(this.#deadlineMs, MAX_INPUT_BYTES), () =>
+        ajv.compile(schema),
+      );
+      if (compiled instanceof PastDeadline) {
+        this.#forgetCompiled();
+        throw new Error(`compiling it took longer than ${compiled.ms} ms`);
+      }
+      fn = compiled;
       this.cache.set(key, fn);
     }
     return fn;

@@ -167,7 +167,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
     fsGrants.push({ declared: grant.path, hostPath: resolved.realPath, mode: grant.mode });
   }
 
-  const schemaProblem = options.inputValidator.check(manifest.inputSchema);
+  const schemaProblem = await options.inputValidator.check(manifest.inputSchema);
   if (schemaProblem !== undefined) {
     issues.push({
       file: manifestPath,
@@ -177,7 +177,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
   }
 
   if (manifest.outputSchema !== undefined) {
-    const outputProblem = options.inputValidator.check(manifest.outputSchema, 'outputSchema');
+    const outputProblem = await options.inputValidator.check(manifest.outputSchema, 'outputSchema');
     if (outputProblem !== undefined) {
       issues.push({
         file: manifestPath,

@@ -342,20 +342,33 @@ export async function assertGrantsUnprotected(
 export interface ConfinedPath {
   path: string;
   /**
-   * `read-only`: visible, not writable (bound read-only onto itself). `hidden`: not readable at all
-   * (an empty read-only folder in its place): the per-user key.
+   * read-only: visible, not writable (bound read-only onto itself); hidden: covered by an empty read-only
+   * folder, so a confined host process can neither read nor change what it holds.
    */
   access: 'read-only' | 'hidden';
   what: string;
 }
 
+/** What a confined host process may not change (readOnly) and may not even see (hidden). */
+export interface HostProtection {
+  readOnly: readonly string[];
+  hidden: readonly string[];
+}
+
+/** The confined paths as the host confinement takes them. */
+export function hostProtection(paths: readonly ConfinedPath[]): HostProtection {
+  return {
+    readOnly: paths.filter((p) => p.access === 'read-only').map((p) => p.path),
+    hidden: paths.filter((p) => p.access === 'hidden').map((p) => p.path),
+  };
+}
+
 /**
- * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only:
- * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) and the
- * per-user state (confirmed policies, audit heads) — and, hidden, the folder of the per-user key
- * that authenticates that state: whoever reads it can forge a confirmation. Absolute and not
- * resolved: the confinement resolves them and skips the ones that do not exist. A hidden path comes
- * after the folder that holds it.
+ * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only —
+ * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) — or not at
+ * all: the per-user state (confirmed policies, audit heads) and the folder of the per-user key that
+ * authenticates it. Absolute and not resolved: the confinement resolves them and skips the ones that
+ * do not exist.
  */
 export function confinedPaths(
   projectRoot: string,
@@ -372,10 +385,13 @@ export function confinedPaths(
     out.push(
       {
         path: path.resolve(stateDir),
-        access: 'read-only',
+        // Nothing a host command does needs capsule's confirmations or its key: it does not see them.
+        access: 'hidden',
         what: 'per-user state (confirmed policies, audit heads)',
       },
       {
+        // Inside the folder above (the confinement mounts the outermost), listed on its own so the key
+        // stays hidden whatever becomes of the folder's access: whoever reads it can forge a confirmation.
         path: path.resolve(secretDir(stateDir)),
         access: 'hidden',
         what: 'per-user key that authenticates confirmed policies, audit heads and the scan index',

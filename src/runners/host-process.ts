@@ -1,64 +1,88 @@
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import {
   accessSync,
+  closeSync,
   constants as fsConstants,
   existsSync,
-  lstatSync,
   mkdirSync,
   mkdtempSync,
+  openSync,
   readdirSync,
   readFileSync,
-  renameSync,
   rmdirSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { Readable, Writable } from 'node:stream';
 import { CappedOutput } from './capped-output.js';
-import { isPrivateFolder } from './private-folder.js';
 import type { RunResult } from './types.js';
 import { singleQuoted } from '../shell-quote.js';
 import { processAlive } from './process-alive.js';
+import { seccompProgram } from './seccomp.js';
+import type { HostProtection } from '../permissions/protected-state.js';
 
 /**
  * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).
  *
- * Where the machine allows it (util-linux `setpriv`, `unshare` and `mount`, and root or unprivileged user
- * namespaces), the process runs as the init of a fresh pid namespace with its own /proc:
- *  - nothing outlives the run: when the init exits or is killed, the kernel kills every process of the
- *    namespace (setsid, double fork, nohup, disown and detached spawns included);
- *  - the namespace dies with capsule: `setpriv --pdeathsig KILL` makes `unshare` die with capsule, and
- *    `unshare --kill-child` takes the init with it;
- *  - capsule's own environment and command line are not readable: the fresh /proc lists only the run;
- *  - capsule's protected state is mounted read-only (and every ancestor of it is made a mount point, so
- *    the tree holding it cannot be renamed away and replaced), and the process cannot undo that: it runs
- *    without CAP_SYS_ADMIN and the other capabilities that reach around mounts;
- *  - memory and pids limits are a cgroup of their own, polled for hits.
+ * Where the machine has bubblewrap (`bwrap`) and namespaces, the process runs in a user, pid, ipc and mount
+ * namespace of its own, built the same way whether capsule is root or not:
+ *  - it holds no capability over the host: a fresh user namespace (root maps to root, a user to itself) with
+ *    every capability dropped, the bounding set included, and no_new_privs — so nothing reaches around a
+ *    read-only mount (file handles, remounts, raw devices) even when capsule runs as root;
+ *  - a minimal /dev (null, zero, full, random, urandom, tty, a private pts), /proc of its own namespace with
+ *    /proc/sys read-only, /sys read-only, and a syscall filter (seccomp.ts) refusing what no ordinary command
+ *    needs; everything else of the file system is the user's, as the user: builds and commits still work;
+ *  - capsule's protected state is read-only, its per-user state hidden, and every ancestor of a protected
+ *    path is a mount point (a mount point cannot be renamed away and replaced);
+ *  - nothing outlives the run, and a stop is a stop: the run's cgroup is frozen, every process in it killed,
+ *    then thawed (or the cgroup killed at once, v2); without a cgroup the namespace is killed (its init's death
+ *    kills every process in it); never a SIGTERM grace in which a script runs its next command;
+ *  - the namespace dies with capsule (bwrap --die-with-parent), also when capsule is killed;
+ *  - memory and pids limits are a cgroup of its own, polled for hits.
  * Elsewhere it falls back to a detached process group that is killed as a whole, and says so through
  * {@link HostConfinement}, which is measured by a probe, never assumed.
  */
 
 /** Fixed locations of the tools confinement needs; never looked up on a caller's PATH. */
 const SYSTEM_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
-/** Capabilities the confined process loses: each could undo the read-only mounts or reach outside the run. */
-const DROPPED_CAPS = ['sys_admin', 'sys_module', 'sys_rawio', 'sys_ptrace', 'mknod', 'sys_boot'];
 const LIMIT_POLL_MS = 25;
 /** Confined inits kept ready per kind of call: back-to-back calls find one whose set-up is done. */
 const PRESTART_DEPTH = 2;
+/** How long a stop waits for the freezer to hold every process before killing them anyway. */
+const FREEZE_READS = 2000;
+/** How often, and how many times, a finished run's cgroup is read until its last process is gone. */
+const DRAIN_POLL_MS = 2;
+const DRAIN_TRIES = 1000;
+/** How long capsule's bwrap has to exit once its namespace is killed, before it is killed too. */
+const WRAPPER_EXIT_MS = 2000;
+
+export const NO_PROTECTION: HostProtection = { readOnly: [], hidden: [] };
 
 /** What confinement host processes get on this machine, as measured by {@link probeHostConfinement}. */
 export interface HostConfinement {
-  /** The namespaces are owned by an unprivileged user namespace (capsule is not root). */
+  /** A user namespace of the run's own: no capability over the host, whoever capsule runs as. */
   userNamespace: boolean;
   /** Own pid namespace and /proc: nothing outlives the run, capsule's environment is not visible. */
   pidNamespace: boolean;
   /** The namespace is killed when capsule dies (even by SIGKILL). */
   diesWithCapsule: boolean;
+  /** Every capability set empty (bounding set included) and no_new_privs, measured inside. */
+  noCapabilities: boolean;
+  /** /dev holds only null, zero, full, random, urandom, tty and a private pts: no host device. */
+  minimalDev: boolean;
+  /** /proc/sys and /sys are read-only. */
+  kernelReadOnly: boolean;
+  /** The syscall filter (seccomp.ts) is in force. */
+  syscallFilter: boolean;
   /** Protected paths are mounted read-only and the process cannot remount them. */
   readOnlyPaths: boolean;
+  /** Hidden paths show nothing of what they hold. */
+  hiddenPaths: boolean;
+  /** How a stop ends a run: freezing its cgroup then killing it, killing its namespace, or its process group. */
+  stop: 'freeze-then-kill' | 'namespace-kill' | 'group-kill';
   /** limits.memoryMb is enforced (a cgroup of the run's own). */
   memoryLimit: boolean;
   /** limits.pids is enforced (a cgroup of the run's own). */
@@ -66,17 +90,19 @@ export interface HostConfinement {
   /** Why something above is missing (empty when everything holds). */
   missing: string[];
   /** Resolved tools (absolute paths) when pidNamespace holds. */
-  tools?: { setpriv: string; unshare: string; mount: string; sh: string } | undefined;
-  /** How limits are enforced here, when they are. */
+  tools?: { bwrap: string; sh: string } | undefined;
+  /** Where the run's cgroup is made, when runs get one. */
   cgroup?: CgroupLayout | undefined;
 }
 
 /** Where a run's cgroup is created, per controller. */
 export interface CgroupLayout {
   version: 1 | 2;
-  /** Parent folders the run's own cgroup is created in: v1 one per controller, v2 one for both. */
+  /** Parent folders the run's own cgroup is created in: v1 one per controller, v2 one for all. */
   memoryParent: string;
   pidsParent: string;
+  /** v1 only: the freezer hierarchy's parent, when the machine has it (v2 freezes in the same folder). */
+  freezerParent?: string | undefined;
 }
 
 /** One line for the isolation report and `capsule show`. */
@@ -84,11 +110,18 @@ export function describeConfinement(c: HostConfinement): string {
   if (!c.pidNamespace) {
     return `unconfined host process (${c.missing.join('; ')}): a process that leaves its group can outlive the run and read capsule's environment through /proc`;
   }
+  const held = (ok: boolean, yes: string, no: string): string => (ok ? yes : no);
   const parts = [
-    `own pid namespace and /proc${c.userNamespace ? ' (in a user namespace)' : ''} (nothing outlives the run; capsule’s environment not visible)`,
+    'own user, pid, ipc and mount namespaces (nothing outlives the run; capsule’s environment not visible)',
+    held(c.noCapabilities, 'no capability over the host', 'capabilities NOT all dropped'),
+    held(c.minimalDev, 'minimal /dev', 'host devices visible'),
+    held(c.kernelReadOnly, 'kernel tunables read-only', 'kernel tunables writable'),
+    held(c.syscallFilter, 'syscall filter', 'NO syscall filter'),
+    held(c.readOnlyPaths, "capsule's state read-only", "capsule's state writable"),
+    held(c.hiddenPaths, 'its per-user state hidden', 'its per-user state visible'),
+    c.stop === 'freeze-then-kill' ? 'a stop freezes then kills the run' : 'a stop kills the namespace',
   ];
   if (c.diesWithCapsule) parts.push('dies with capsule');
-  parts.push(c.readOnlyPaths ? "capsule's state read-only" : "capsule's state writable");
   const limits = [c.memoryLimit ? 'memory' : undefined, c.pidsLimit ? 'pids' : undefined].filter(Boolean);
   parts.push(
     limits.length > 0 ? `${limits.join(' and ')} limits enforced` : 'memory and pids limits NOT enforced',
@@ -138,7 +171,7 @@ function cgroupLayout(): CgroupLayout | undefined {
   const memory = v1('memory');
   const pids = v1('pids');
   if (memory !== undefined && pids !== undefined)
-    return { version: 1, memoryParent: memory, pidsParent: pids };
+    return { version: 1, memoryParent: memory, pidsParent: pids, freezerParent: v1('freezer') };
   const unified = own.get('');
   if (unified !== undefined && existsSync('/sys/fs/cgroup/cgroup.controllers')) {
     const parent = path.join('/sys/fs/cgroup', unified);
@@ -162,197 +195,155 @@ function ancestors(p: string): string[] {
   return out;
 }
 
-/** The protected paths that exist, outermost only (a path inside another is covered by it). */
-function mountTargets(paths: readonly string[]): string[] {
+const inside = (p: string, dir: string): boolean => p === dir || p.startsWith(dir + path.sep);
+
+/** The paths that exist, outermost only (a path inside another is covered by it). */
+function outermost(paths: readonly string[]): string[] {
   const existing = [...new Set(paths.map((p) => path.resolve(p)))].filter((p) => existsSync(p)).sort();
-  return existing.filter((p, i) => !existing.slice(0, i).some((q) => p.startsWith(q + path.sep)));
+  return existing.filter((p, i) => !existing.slice(0, i).some((q) => inside(p, q)));
+}
+
+/** The protection a run gets: hidden paths win over read-only ones inside them. */
+function effectiveProtection(p: HostProtection): { readOnly: string[]; hidden: string[] } {
+  const hidden = outermost(p.hidden);
+  const readOnly = outermost(p.readOnly).filter((r) => !hidden.some((h) => inside(r, h)));
+  return { readOnly, hidden };
 }
 
 /**
- * The script the namespace's init runs before it becomes the command: join the run's cgroup(s), make
- * the ancestors of every protected path mount points (a mount point cannot be renamed), mount the
- * protected paths read-only, then exec the command without the capabilities that could undo it.
+ * bubblewrap's arguments for a run (a pure function of the plan): the namespaces, the file system view,
+ * the protected paths, the syscall filter on `seccompFd`, then the command.
  */
-/** An fstab field: whitespace and backslashes as octal escapes, as libmount reads them. */
-function fstabField(p: string): string {
-  return p.replace(/[\\\s]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
-}
-
-/** Mount points of capsule's own mount namespace (a bind entry on one of them would be skipped by mount -a). */
-function mountPoints(): Set<string> {
-  try {
-    const lines = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
-    return new Set(
-      lines
-        .map((l) => l.split(' ')[4])
-        .filter((m): m is string => m !== undefined)
-        .map((m) => m.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))),
-    );
-  } catch {
-    return new Set();
-  }
+function bwrapArgs(
+  protection: { readOnly: readonly string[]; hidden: readonly string[] },
+  seccompFd: number | undefined,
+  cwd: string,
+  command: readonly string[],
+): string[] {
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  const args = [
+    // A user namespace even for root: capabilities inside it are none over the host, and they are dropped.
+    '--unshare-user',
+    '--uid',
+    String(uid),
+    '--gid',
+    String(gid),
+    '--unshare-pid',
+    // The command is the namespace's init: capsule's bwrap waits for it and reaps it (bwrap's own init would
+    // exit unreaped, and hold the run's cgroup until the host's init reaps it).
+    '--as-pid-1',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--die-with-parent',
+    '--cap-drop',
+    'ALL',
+    // The user's files, as the user (submounts included; device nodes on them do not open).
+    '--bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--proc',
+    '/proc',
+    '--ro-bind',
+    '/proc/sys',
+    '/proc/sys',
+    '--ro-bind-try',
+    '/proc/sysrq-trigger',
+    '/proc/sysrq-trigger',
+    '--ro-bind',
+    '/sys',
+    '/sys',
+  ];
+  const all = [...protection.readOnly, ...protection.hidden];
+  // Every ancestor a mount point: a folder holding capsule's state cannot be renamed away and replaced.
+  for (const dir of [...new Set(all.flatMap((p) => ancestors(p)))].filter((d) => d !== '/').sort())
+    args.push('--bind', dir, dir);
+  for (const p of protection.readOnly) args.push('--ro-bind', p, p);
+  for (const p of protection.hidden) args.push('--perms', '0500', '--tmpfs', p, '--remount-ro', p);
+  if (seccompFd !== undefined) args.push('--seccomp', String(seccompFd));
+  args.push('--chdir', cwd, '--', ...command);
+  return args;
 }
 
 /**
- * The mounts of a run as one fstab, so the init mounts them with a single `mount -a` (one exec instead
- * of one per path): the ancestors of every protected path become mount points (a mount point cannot be
- * renamed), then each protected path is bound read-only onto itself.
+ * The argv of a confined run: bwrap, behind a short `sh` that first joins the run's cgroup(s) when it has
+ * them, so every process of the run, bwrap included, is counted and can be frozen.
  */
-function mountTable(
-  readOnly: readonly string[],
-  mounted: ReadonlySet<string>,
-): { fstab: string; explicit: string[] } {
-  const roots = [...new Set(readOnly.flatMap((p) => ancestors(p)))].filter(
-    (d) => d !== '/' && !mounted.has(d),
-  );
-  const lines = roots.map((d) => `${fstabField(d)} ${fstabField(d)} none rbind 0 0`);
-  const explicit: string[] = [];
-  for (const p of readOnly) {
-    if (mounted.has(p)) explicit.push(p);
-    else lines.push(`${fstabField(p)} ${fstabField(p)} none bind,ro 0 0`);
-  }
-  return { fstab: lines.length > 0 ? `${lines.join('\n')}\n` : '', explicit };
-}
-
-/**
- * The script the namespace's init runs before it becomes the command: join the run's cgroup(s), mount
- * the table (ancestors as mount points, protected paths read-only), then exec the command without the
- * capabilities that could undo it.
- */
-function initScript(
+function confinedArgv(
   tools: NonNullable<HostConfinement['tools']>,
-  cgroupProcs: readonly string[],
-  mounts: { fstabFile?: string | undefined; explicit: readonly string[] },
-  cwd: string | 'prestarted',
-): string {
-  const lines = ['set -e'];
-  for (const procs of cgroupProcs) lines.push(`echo 0 > ${singleQuoted(procs)}`);
-  if (mounts.fstabFile !== undefined) lines.push(`${tools.mount} -a -T ${singleQuoted(mounts.fstabFile)}`);
-  for (const p of mounts.explicit)
-    lines.push(`${tools.mount} --bind -o ro ${singleQuoted(p)} ${singleQuoted(p)}`);
-  const drop = DROPPED_CAPS.map((c) => `-${c}`).join(',');
-  if (cwd === 'prestarted') {
-    // Confined, without the capabilities, and waiting: the call's own script (see callScript) arrives
-    // on fd 3, whole, at call time, so the call costs one exec, its command's. `read` keeps every byte
-    // of a line (IFS empty, -r); the loop ends when capsule closes the pipe.
-    const wait = ['s=', 'while IFS= read -r l <&3; do s="$s$l', '"; done', 'exec 3<&-', 'eval "$s"'];
-    lines.push(
-      `exec ${tools.setpriv} --bounding-set ${drop} -- ${tools.sh} -c ${singleQuoted(wait.join('\n'))}`,
-    );
-    return lines.join('\n');
-  }
-  // The inherited cwd still points into the mounts as they were; enter it again through the new ones.
-  // (`cd` would export OLDPWD into the command's environment, which must be exactly what was given.)
-  if (mounts.fstabFile !== undefined || mounts.explicit.length > 0)
-    lines.push(`cd ${singleQuoted(cwd)}`, 'unset OLDPWD');
-  lines.push(`exec ${tools.setpriv} --bounding-set ${drop} -- "$@"`);
-  return lines.join('\n');
-}
-
-/**
- * Where mount tables live: one folder per user, itself mounted read-only in every run, so no confined
- * process can rewrite the table a later run mounts from.
- */
-function mountTableDir(): string {
-  return path.join(tmpdir(), `capsule-mounts-${process.getuid?.() ?? 'user'}`);
-}
-
-/** The file holding `fstab` in mountTableDir, named by content, so runs share them. */
-function mountTableFile(fstab: string): string {
-  const dir = mountTableDir();
-  try {
-    mkdirSync(dir, { mode: 0o700 });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-  }
-  const st = lstatSync(dir);
-  if (!isPrivateFolder(st, process.getuid?.())) {
-    throw new Error(`${dir} is not a private folder of this user`);
-  }
-  const file = path.join(dir, `${createHash('sha256').update(fstab).digest('hex').slice(0, 32)}.fstab`);
-  let current: string | undefined;
-  try {
-    current = readFileSync(file, 'utf8');
-  } catch {
-    current = undefined;
-  }
-  if (current !== fstab) {
-    const temp = `${file}.${randomBytes(6).toString('hex')}`;
-    writeFileSync(temp, fstab, { mode: 0o600 });
-    renameSync(temp, file);
-  }
-  return file;
-}
-
-function runMounts(
-  readOnly: readonly string[],
-  hideCgroups: boolean,
-): { fstabFile?: string | undefined; explicit: string[] } {
-  if (readOnly.length === 0 && !hideCgroups) return { explicit: [] };
-  const dir = mountTableDir();
-  const table = mountTable([dir, ...readOnly], mountPoints());
-  // Root may write cgroupfs: the run would leave its cgroup or raise its own limits. An empty read-only
-  // tmpfs hides every hierarchy once the init has joined (its own name, or mount -a takes it as mounted).
-  const fstab = hideCgroups
-    ? `${table.fstab}capsule-no-cgroups /sys/fs/cgroup tmpfs ro,size=4k,mode=555 0 0\n`
-    : table.fstab;
-  const { explicit } = table;
-  return { fstabFile: fstab === '' ? undefined : mountTableFile(fstab), explicit };
+  group: RunCgroup | undefined,
+  bwrap: string[],
+): { file: string; args: string[] } {
+  if (group === undefined) return { file: tools.bwrap, args: bwrap };
+  const join = group.procsFiles.map((f) => `echo 0 > ${singleQuoted(f)}`);
+  return {
+    file: tools.sh,
+    args: ['-c', ['set -e', ...join, 'exec "$@"'].join('\n'), 'capsule-join', tools.bwrap, ...bwrap],
+  };
 }
 
 /** A variable name `export` takes as is (anything else is started the fresh way, never rewritten). */
 const PLAIN_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
+ * What a prestarted init runs: confined and waiting, it reads the call's whole script from fd 3 (`read`
+ * keeps every byte of a line: IFS empty, -r); the loop ends when capsule closes the pipe.
+ */
+const WAIT_FOR_CALL = [
+  's=',
+  'while IFS= read -r l <&3; do s="$s$l',
+  '"; done',
+  'exec 3<&-',
+  'eval "$s"',
+].join('\n');
+
+/**
  * What a prestarted init evaluates when its call comes: exactly the call's environment (the init itself
- * started with none), its cwd entered through the run's mounts, stdin /dev/null when no input is given,
- * then the command.
+ * started with none), its cwd, stdin /dev/null when no input is given, then the command.
  */
 function callScript(options: Pick<HostProcessOptions, 'file' | 'args' | 'cwd' | 'env' | 'input'>): string {
   const lines = Object.entries(options.env).map(([k, v]) => `export ${singleQuoted(`${k}=${v}`)}`);
   lines.push(`cd ${singleQuoted(options.cwd)}`, 'unset OLDPWD');
   if (options.input === undefined) lines.push('exec </dev/null');
-  // The init already runs without the dropped capabilities (initScript): the command is exec'd as is.
   lines.push(`exec ${[options.file, ...options.args].map(singleQuoted).join(' ')}`);
   return `${lines.join('\n')}\n`;
 }
 
-function confinedArgv(
-  tools: NonNullable<HostConfinement['tools']>,
-  userNamespace: boolean,
-  script: string,
-  file: string,
-  args: readonly string[],
-): { file: string; args: string[] } {
-  return {
-    file: tools.setpriv,
-    args: [
-      // setpriv fails rather than run without it, so a started run always dies with capsule.
-      '--pdeathsig',
-      'KILL',
-      '--',
-      tools.unshare,
-      // Without root: an unprivileged user namespace owns the new pid and mount namespaces.
-      ...(userNamespace ? ['--user', '--map-root-user'] : []),
-      '--fork',
-      '--pid',
-      '--mount-proc',
-      '--kill-child',
-      '--',
-      tools.sh,
-      '-c',
-      script,
-      'capsule-init',
-      file,
-      ...args,
-    ],
-  };
+/** The check a probe runs inside the confinement; each line it prints names a guarantee that failed. */
+function probeScript(file: string, hiddenDir: string): string {
+  const f = singleQuoted(file);
+  return [
+    // The command is the init of its own pid namespace, alone in it.
+    'test "$$" = 1 || echo not-alone',
+    'n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; [ "$n" -le 4 ] || echo host-proc',
+    'while read -r k v; do case "$k" in',
+    '  CapInh:|CapPrm:|CapEff:|CapBnd:|CapAmb:) [ "$v" = 0000000000000000 ] || echo caps-left;;',
+    '  NoNewPrivs:) [ "$v" = 1 ] || echo caps-left;;',
+    '  Seccomp:) [ "$v" = 2 ] || echo no-filter;;',
+    'esac; done < /proc/self/status',
+    'for d in /dev/* /dev/.[!.]*; do [ -e "$d" ] || [ -L "$d" ] || continue; case "${d#/dev/}" in',
+    '  null|zero|full|random|urandom|tty|pts|ptmx|shm|fd|stdin|stdout|stderr|core) ;;',
+    '  *) echo dev-extra;; esac; done',
+    'for d in /dev/pts/*; do [ "$d" = /dev/pts/ptmx ] || [ ! -e "$d" ] || echo dev-extra; done',
+    // The last mount on a path is the one in force (a shadowed rw one below it does not count).
+    's=; ps=; while read -r _ _ _ _ mp opts _; do case "$mp" in',
+    '  /sys) s=$opts;; /proc/sys) ps=$opts;; esac; done < /proc/self/mountinfo',
+    'for o in "$s" "$ps"; do case "$o" in ro|ro,*) ;; *) echo kernel-writable;; esac; done',
+    `( echo y > ${f} ) 2>/dev/null && echo state-written`,
+    `[ -z "$(ls -A ${singleQuoted(hiddenDir)} 2>/dev/null)" ] || echo hidden-visible`,
+    '[ -w /sys/fs/cgroup ] && echo cgroups-writable',
+    'echo probe-ran',
+  ].join('\n');
 }
 
 /**
- * Measure what confinement works here by running it: a pid namespace whose init is pid 1 and sees no
- * other process, a read-only mount the process cannot write or remount, and a cgroup that takes limits.
- * Synchronous (one short process, a few ms) so the isolation report can be built from it.
+ * Measure what confinement works here by running it: the namespaces, what the process holds (capabilities,
+ * devices, kernel tunables, the filter), a read-only path it cannot write, a hidden one it cannot read, and a
+ * cgroup that takes limits. Synchronous (one short process, a few ms) so the isolation report can be built
+ * from it.
  */
 export function probeHostConfinement(options: { toolDirs?: readonly string[] } = {}): HostConfinement {
   const missing: string[] = [];
@@ -360,7 +351,13 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
     userNamespace: false,
     pidNamespace: false,
     diesWithCapsule: false,
+    noCapabilities: false,
+    minimalDev: false,
+    kernelReadOnly: false,
+    syscallFilter: false,
     readOnlyPaths: false,
+    hiddenPaths: false,
+    stop: 'group-kill',
     memoryLimit: false,
     pidsLimit: false,
     missing,
@@ -370,17 +367,13 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
     return result;
   }
   const dirs = options.toolDirs ?? SYSTEM_DIRS;
-  const tools = {
-    setpriv: findTool('setpriv', dirs),
-    unshare: findTool('unshare', dirs),
-    mount: findTool('mount', dirs),
-    sh: findTool('sh', dirs),
-  };
-  const absent = Object.entries(tools)
-    .filter(([, v]) => v === undefined)
-    .map(([k]) => k);
-  if (absent.length > 0) {
-    missing.push(`${absent.join(', ')} not installed (util-linux)`);
+  const tools = { bwrap: findTool('bwrap', dirs), sh: findTool('sh', dirs) };
+  if (tools.bwrap === undefined || tools.sh === undefined) {
+    missing.push(
+      tools.bwrap === undefined
+        ? 'bubblewrap (bwrap) is not installed: apt-get install bubblewrap'
+        : 'no sh in the system folders',
+    );
     return result;
   }
   const found = tools as NonNullable<HostConfinement['tools']>;
@@ -388,91 +381,101 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
   sweepStaleCgroups(layout);
   const scratch = mkdtempSync(path.join(tmpdir(), 'capsule-probe-'));
   let group: RunCgroup | undefined;
+  let filterFd: number | undefined;
   try {
     const file = path.join(scratch, 'protected');
+    const hidden = path.join(scratch, 'hidden');
     writeFileSync(file, 'x');
+    mkdirSync(hidden);
+    writeFileSync(path.join(hidden, 'secret'), 'k');
     try {
       if (layout !== undefined) group = createCgroup(layout, { memoryBytes: 64 * 1024 * 1024, pids: 16 });
     } catch {
       group = undefined;
     }
-    // Inside: am I pid 1 alone, is the file read-only even for root, can I remount it (I must not)?
-    const f = singleQuoted(file);
-    const check = [
-      'test "$$" = 1 || echo not-pid-1',
-      // A fresh /proc lists only this namespace: a handful of pids, not the machine's.
-      'n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; [ "$n" -le 4 ] || echo host-proc',
-      // Undo the read-only mount every way a process would try, then write.
-      `${found.mount} -o remount,bind,rw ${f} 2>/dev/null; ${found.mount} --make-private ${f} 2>/dev/null`,
-      `umount ${f} 2>/dev/null; ( echo y > ${f} ) 2>/dev/null && echo writable`,
-      // With limits, the cgroup hierarchies must be out of reach (a run could leave or raise its own).
-      '[ -z "$(ls -A /sys/fs/cgroup 2>/dev/null)" ] || echo cgroups-visible',
-      'echo probe-ran',
-    ].join('\n');
-    const attempt = (userNs: boolean): SpawnSyncReturns<string> => {
+    const program = seccompProgram();
+    if (program !== undefined) {
+      writeFileSync(path.join(scratch, 'filter'), program);
+      filterFd = openSync(path.join(scratch, 'filter'), 'r');
+    }
+    const attempt = (withGroup: boolean): SpawnSyncReturns<string> => {
       const argv = confinedArgv(
         found,
-        userNs,
-        initScript(
-          found,
-          userNs ? [] : (group?.procsFiles ?? []),
-          runMounts([file], group !== undefined && !userNs),
-          scratch,
-        ),
-        found.sh,
-        ['-c', check],
+        withGroup ? group : undefined,
+        bwrapArgs({ readOnly: [file], hidden: [hidden] }, filterFd === undefined ? undefined : 3, scratch, [
+          found.sh,
+          '-c',
+          probeScript(file, hidden),
+        ]),
       );
       return spawnSync(argv.file, argv.args, {
         encoding: 'utf8',
         env: { PATH: '/usr/bin:/bin' },
         timeout: 5000,
+        stdio: ['ignore', 'pipe', 'pipe', ...(filterFd === undefined ? [] : [filterFd])],
       });
     };
-    let r = attempt(false);
-    if (!(r.stdout ?? '').includes('probe-ran')) {
-      // Not root: an unprivileged user namespace may still give the pid and mount namespaces.
-      const viaUser = attempt(true);
-      if ((viaUser.stdout ?? '').includes('probe-ran')) {
-        r = viaUser;
-        result.userNamespace = true;
-        if (group !== undefined) removeCgroup(group);
-        group = undefined;
-      }
+    let r = attempt(group !== undefined);
+    if (!(r.stdout ?? '').includes('probe-ran') && group !== undefined) {
+      // Not allowed to join the cgroup (another user's, a read-only cgroupfs): confined without limits.
+      removeCgroup(group);
+      group = undefined;
+      r = attempt(false);
     }
     const out = r.stdout ?? '';
     if (!out.includes('probe-ran')) {
       const why = (r.stderr ?? '').trim().split('\n').pop() ?? '';
       missing.push(
-        `no pid/mount namespaces here (${why || r.error?.message || `exit ${r.status}`}; needs root or user namespaces)`,
+        `bubblewrap could not confine a process here (${why || r.error?.message || `exit ${r.status}`}; needs root or unprivileged user namespaces)`,
       );
       return result;
     }
-    result.pidNamespace = !out.includes('not-pid-1') && !out.includes('host-proc');
-    if (!result.pidNamespace) missing.push('the namespace init is not pid 1 or /proc shows the host');
+    const held = (flag: string, what: string): boolean => {
+      if (out.includes(flag)) missing.push(what);
+      return !out.includes(flag);
+    };
+    result.pidNamespace = held('not-alone', 'the command is not alone in its pid namespace');
+    result.pidNamespace = held('host-proc', '/proc shows the host') && result.pidNamespace;
+    result.userNamespace = result.pidNamespace;
     result.diesWithCapsule = result.pidNamespace;
+    result.noCapabilities = held('caps-left', 'capabilities or no_new_privs not in force');
+    result.minimalDev = held('dev-extra', '/dev holds more than the minimal devices');
+    result.kernelReadOnly = held('kernel-writable', '/proc/sys or /sys is writable');
+    result.syscallFilter = program !== undefined && held('no-filter', 'the syscall filter is not in force');
+    if (program === undefined) missing.push(`no syscall filter for ${process.arch}`);
     result.readOnlyPaths =
-      result.pidNamespace && !out.includes('writable') && readFileSync(file, 'utf8') === 'x';
-    if (!result.readOnlyPaths) missing.push('protected paths could not be made read-only');
-    if (group !== undefined && result.pidNamespace && !out.includes('cgroups-visible')) {
+      held('state-written', 'protected paths could not be made read-only') &&
+      readFileSync(file, 'utf8') === 'x';
+    result.hiddenPaths = held('hidden-visible', 'hidden paths stay visible');
+    if (group !== undefined && held('cgroups-writable', 'the cgroup hierarchies are writable')) {
       result.memoryLimit = true;
       result.pidsLimit = true;
       result.cgroup = layout;
+      result.stop = 'freeze-then-kill';
     } else {
+      result.stop = 'namespace-kill';
       missing.push(
         layout === undefined
           ? 'no cgroup with memory and pids controllers capsule may create'
           : 'cgroup limits could not be set',
       );
     }
+    if (result.stop === 'freeze-then-kill' && layout?.version === 1 && layout.freezerParent === undefined)
+      result.stop = 'namespace-kill';
     result.tools = found;
     return result;
   } finally {
+    if (filterFd !== undefined) closeSync(filterFd);
     if (group !== undefined) removeCgroup(group);
     rmSync(scratch, { recursive: true, force: true });
   }
 }
 
 interface RunCgroup {
+  memoryDir: string;
+  pidsDir: string;
+  /** v1 freezer folder, or the v2 folder (cgroup.freeze / cgroup.kill live there). */
+  freezerDir?: string | undefined;
   dirs: string[];
   procsFiles: string[];
   layout: CgroupLayout;
@@ -485,10 +488,27 @@ function createCgroup(
   const name = `capsule-${process.pid}-${randomBytes(6).toString('hex')}`;
   const memoryDir = path.join(layout.memoryParent, name);
   const pidsDir = path.join(layout.pidsParent, name);
-  const dirs = [...new Set([memoryDir, pidsDir])];
-  for (const d of dirs) mkdirSync(d);
-  const group: RunCgroup = { dirs, procsFiles: dirs.map((d) => path.join(d, 'cgroup.procs')), layout };
+  const freezerDir =
+    layout.version === 2
+      ? memoryDir
+      : layout.freezerParent === undefined
+        ? undefined
+        : path.join(layout.freezerParent, name);
+  const dirs = [...new Set([memoryDir, pidsDir, ...(freezerDir === undefined ? [] : [freezerDir])])];
+  const group: RunCgroup = {
+    memoryDir,
+    pidsDir,
+    freezerDir,
+    dirs: [],
+    procsFiles: [],
+    layout,
+  };
   try {
+    for (const d of dirs) {
+      mkdirSync(d);
+      group.dirs.push(d);
+    }
+    group.procsFiles = group.dirs.map((d) => path.join(d, 'cgroup.procs'));
     setCgroupLimits(group, limits);
   } catch (err) {
     removeCgroup(group);
@@ -502,8 +522,7 @@ function setCgroupLimits(
   group: RunCgroup,
   limits: { memoryBytes?: number | undefined; pids?: number | undefined },
 ): void {
-  const { layout } = group;
-  const [memoryDir, pidsDir] = [group.dirs[0] as string, group.dirs[group.dirs.length - 1] as string];
+  const { layout, memoryDir, pidsDir } = group;
   if (limits.memoryBytes !== undefined) {
     if (layout.version === 1) {
       writeFileSync(path.join(memoryDir, 'memory.limit_in_bytes'), String(limits.memoryBytes));
@@ -518,22 +537,84 @@ function setCgroupLimits(
   if (limits.pids !== undefined) writeFileSync(path.join(pidsDir, 'pids.max'), String(limits.pids));
 }
 
+function readOr(file: string, fallback = ''): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return fallback;
+  }
+}
+
 /** Counters of limit hits so far. */
 function limitHits(group: RunCgroup): { memory: boolean; pids: boolean } {
-  const read = (f: string): string => {
-    try {
-      return readFileSync(f, 'utf8');
-    } catch {
-      return '';
-    }
-  };
-  const [memoryDir, pidsDir] = [group.dirs[0] as string, group.dirs[group.dirs.length - 1] as string];
+  const { memoryDir, pidsDir } = group;
   const memory =
     group.layout.version === 1
-      ? /\boom_kill [1-9]/.test(read(path.join(memoryDir, 'memory.oom_control')))
-      : /\boom_kill [1-9]/.test(read(path.join(memoryDir, 'memory.events')));
-  const pids = /\bmax [1-9]/.test(read(path.join(pidsDir, 'pids.events')));
+      ? /\boom_kill [1-9]/.test(readOr(path.join(memoryDir, 'memory.oom_control')))
+      : /\boom_kill [1-9]/.test(readOr(path.join(memoryDir, 'memory.events')));
+  const pids = /\bmax [1-9]/.test(readOr(path.join(pidsDir, 'pids.events')));
   return { memory, pids };
+}
+
+/**
+ * End every process of a run's cgroup but `spare` at once: freeze the group, so no process of it runs another
+ * instruction, SIGKILL each, thaw (a frozen process dies when it thaws, before it runs anything). `spare` is
+ * capsule's own bwrap outside the namespace: it sees its init die, reaps it and exits, so nothing is left
+ * for the host's init to reap. Returns false when the group could not be frozen or held no process of the
+ * run yet (a wrapper that has not joined it).
+ */
+function killCgroup(group: RunCgroup, spare: number | undefined): boolean {
+  const dir = group.freezerDir;
+  if (dir === undefined) return false;
+  const v2 = group.layout.version === 2;
+  const control = path.join(dir, v2 ? 'cgroup.freeze' : 'freezer.state');
+  try {
+    writeFileSync(control, v2 ? '1' : 'FROZEN');
+  } catch {
+    return false;
+  }
+  const frozen = (): boolean =>
+    v2 ? /\bfrozen 1\b/.test(readOr(path.join(dir, 'cgroup.events'))) : readOr(control).trim() === 'FROZEN';
+  for (let i = 0; i < FREEZE_READS && !frozen(); i++) {
+    // Freezing is asynchronous: wait (briefly) until every task is held.
+  }
+  let killed = 0;
+  for (const pid of readOr(path.join(dir, 'cgroup.procs')).split('\n')) {
+    const n = Number(pid);
+    if (!Number.isInteger(n) || n <= 0 || n === spare) continue;
+    try {
+      process.kill(n, 'SIGKILL');
+      killed++;
+    } catch {
+      // already gone
+    }
+  }
+  try {
+    writeFileSync(control, v2 ? '0' : 'THAWED');
+  } catch {
+    // the group is gone with its tasks
+  }
+  return killed > 0;
+}
+
+/** The init of a confined run's namespace: the one child of capsule's bwrap. */
+function namespaceInits(wrapper: number): number[] {
+  return readOr(`/proc/${wrapper}/task/${wrapper}/children`)
+    .split(' ')
+    .map(Number)
+    .filter((n) => Number.isInteger(n) && n > 0);
+}
+
+/**
+ * Resolves once no process is left in the run's cgroup (the namespace's processes die a moment after the
+ * bwrap that capsule waited for), so a run's result means the run is gone; bounded, for a task stuck in
+ * the kernel.
+ */
+async function drained(group: RunCgroup): Promise<void> {
+  const procs = path.join(group.pidsDir, 'cgroup.procs');
+  for (let i = 0; i < DRAIN_TRIES && readOr(procs).trim() !== ''; i++) {
+    await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+  }
 }
 
 function removeCgroup(group: RunCgroup): boolean {
@@ -557,7 +638,8 @@ function removeLater(group: RunCgroup, tries: number): void {
 /** Empty cgroups left by a capsule that was killed before it could remove them. */
 function sweepStaleCgroups(layout: CgroupLayout | undefined): void {
   if (layout === undefined) return;
-  for (const parent of new Set([layout.memoryParent, layout.pidsParent])) {
+  const parents = [layout.memoryParent, layout.pidsParent, layout.freezerParent];
+  for (const parent of new Set(parents.filter((p): p is string => p !== undefined))) {
     let names: string[] = [];
     try {
       names = readdirSync(parent).filter((n) => n.startsWith('capsule-'));
@@ -599,11 +681,9 @@ export interface HostProcessOptions {
   outputBytes: number;
   /** Wall-clock limit; none when omitted (a person at a terminal stops it). */
   timeoutMs?: number | undefined;
-  /** SIGTERM first, SIGKILL this long after (a stop always ends in SIGKILL). */
-  killGraceMs: number;
   signal?: AbortSignal | undefined;
-  /** Paths the process must not change (capsule's own state); mounted read-only where possible. */
-  readOnlyPaths?: readonly string[] | undefined;
+  /** capsule's own state: read-only or hidden for the process, where the machine allows it. */
+  protection?: HostProtection | undefined;
   memoryBytes?: number | undefined;
   pids?: number | undefined;
 }
@@ -612,7 +692,7 @@ export interface HostProcessOptions {
 export interface HostProcessResult extends Omit<RunResult, 'environment' | 'pidsLimited'> {
   /** The pids limit refused a fork; the run was stopped. */
   pidsLimited: boolean;
-  /** Whether this run had the pid namespace (see HostConfinement). */
+  /** Whether this run had the namespaces (see HostConfinement). */
   confined: boolean;
   /** The process could not be started at all (missing program, EACCES): not a run result. */
   startError?: string | undefined;
@@ -639,7 +719,7 @@ interface Child extends PromiseLike<{
 }
 
 /**
- * A confined init started before its call: its namespace, cgroup and mounts set up, waiting on fd 3 for
+ * A confined init started before its call: its namespaces, cgroup and mounts set up, waiting on fd 3 for
  * the call's script. Used by exactly one call, then gone with it; killed when unused at close.
  */
 interface Prestarted {
@@ -651,8 +731,7 @@ interface Prestarted {
 /** What a call's confinement is built from; a prestarted init serves only a call with the same key. */
 interface ConfinedPlan {
   key: string;
-  readOnly: string[];
-  limited: boolean;
+  protection: { readOnly: string[]; hidden: string[] };
 }
 
 /** Whether a child (and its pipes) keeps capsule's event loop alive: a waiting init does not. */
@@ -663,6 +742,36 @@ function hold(child: Child, keep: boolean): void {
   }
 }
 
+/** Hand bwrap its syscall filter on a pipe (it reads to the end, then closes its side). */
+function sendFilter(child: Child, fd: number, program: Buffer | undefined): void {
+  const pipe = child.stdio[fd] as Writable | undefined;
+  if (pipe === undefined || program === undefined) return;
+  pipe.on('error', () => {});
+  pipe.end(program);
+}
+
+/**
+ * Stop a run now, never with a grace period: its cgroup frozen and every process in it killed; without one,
+ * the namespace's init killed (the kernel then kills every process of the namespace). capsule's bwrap then
+ * exits by itself; `confined` false: the process group is killed.
+ */
+function stopRun(child: Child, group: RunCgroup | undefined, confined: boolean): void {
+  const wrapper = child.pid;
+  if (confined && wrapper !== undefined) {
+    if (group !== undefined && killCgroup(group, wrapper)) return;
+    const inits = namespaceInits(wrapper);
+    for (const pid of inits) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+    if (inits.length > 0) return;
+  }
+  killGroup(wrapper, 'SIGKILL');
+}
+
 /** Starts host processes with the confinement measured once per instance (explicitly constructed). */
 export class HostProcesses {
   private measured: HostConfinement | undefined;
@@ -670,6 +779,7 @@ export class HostProcesses {
   private readonly starting = new Map<string, number>();
   private filling: Promise<void> = Promise.resolve();
   private closed = false;
+  private filter: Buffer | undefined | null = null;
   /** Calls that ran in a prestarted init (the isolation is the same; this says which start ran). */
   prestartedRuns = 0;
 
@@ -689,6 +799,12 @@ export class HostProcesses {
   confinement(): HostConfinement {
     this.measured ??= probeHostConfinement();
     return this.measured;
+  }
+
+  /** The syscall filter's bytes, when the probe found it in force here. */
+  private program(): Buffer | undefined {
+    if (this.filter === null) this.filter = this.confinement().syscallFilter ? seccompProgram() : undefined;
+    return this.filter;
   }
 
   /** Kill every prestarted init (nothing of them is left) and start no more. */
@@ -726,10 +842,9 @@ export class HostProcesses {
     let group: RunCgroup | undefined;
     let child: Child | undefined;
     let plan: ConfinedPlan | undefined;
+    let filterFd: number | undefined;
     if (conf.pidNamespace && conf.tools !== undefined) {
-      const wantsLimits = options.memoryBytes !== undefined || options.pids !== undefined;
-      const readOnly = conf.readOnlyPaths ? mountTargets(options.readOnlyPaths ?? []) : [];
-      const limited = wantsLimits && conf.cgroup !== undefined;
+      const protection = effectiveProtection(options.protection ?? NO_PROTECTION);
       // Only captured output can be prestarted (an inherited terminal is the caller's, given at spawn).
       if (
         this.prestartNext &&
@@ -737,7 +852,7 @@ export class HostProcesses {
         !options.file.startsWith('-') && // sh's exec takes no `--`
         Object.keys(options.env).every((k) => PLAIN_NAME.test(k))
       ) {
-        plan = { key: JSON.stringify([readOnly, limited]), readOnly, limited };
+        plan = { key: JSON.stringify(protection), protection };
         const ready = this.take(plan.key);
         if (ready !== undefined) {
           try {
@@ -753,27 +868,25 @@ export class HostProcesses {
         }
       }
       if (child === undefined) {
-        if (limited && conf.cgroup !== undefined) {
+        // Every confined run gets a cgroup where the machine has one: limits, and a stop that freezes.
+        if (conf.cgroup !== undefined) {
           group = createCgroup(conf.cgroup, { memoryBytes: options.memoryBytes, pids: options.pids });
         }
+        filterFd = this.program() === undefined ? undefined : 3;
         argv = confinedArgv(
           conf.tools,
-          conf.userNamespace,
-          initScript(
-            conf.tools,
-            group?.procsFiles ?? [],
-            runMounts(readOnly, group !== undefined),
-            options.cwd,
-          ),
-          options.file,
-          options.args,
+          group,
+          bwrapArgs(protection, filterFd, options.cwd, [options.file, ...options.args]),
         );
       }
       result.confined = true;
     }
 
     try {
-      child ??= (await this.start(argv, options)).child;
+      if (child === undefined) {
+        child = (await this.start(argv, options, filterFd !== undefined)).child;
+        if (filterFd !== undefined) sendFilter(child, filterFd, this.program());
+      }
       await this.watch(child, options, result, group);
     } finally {
       // The namespace is gone once its init is; exiting tasks may take a moment to leave the cgroup,
@@ -836,20 +949,18 @@ export class HostProcesses {
     const conf = this.confinement();
     if (conf.tools === undefined) return;
     // Limits are written when the call comes; until then the init only waits, inside capsule's own.
-    const group = plan.limited && conf.cgroup !== undefined ? createCgroup(conf.cgroup, {}) : undefined;
+    const group = conf.cgroup !== undefined ? createCgroup(conf.cgroup, {}) : undefined;
+    const program = this.program();
     let child: Child;
     try {
       const argv = confinedArgv(
         conf.tools,
-        conf.userNamespace,
-        initScript(
-          conf.tools,
-          group?.procsFiles ?? [],
-          runMounts(plan.readOnly, group !== undefined),
-          'prestarted',
-        ),
-        'prestarted',
-        [],
+        group,
+        bwrapArgs(plan.protection, program === undefined ? undefined : 4, '/', [
+          conf.tools.sh,
+          '-c',
+          WAIT_FOR_CALL,
+        ]),
       );
       const { execa } = await import('execa');
       child = execa(argv.file, argv.args, {
@@ -857,12 +968,13 @@ export class HostProcesses {
         env: {},
         extendEnv: false,
         detached: true,
-        stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+        stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
         buffer: false,
         reject: false,
         stripFinalNewline: false,
         windowsHide: true,
       }) as unknown as Child;
+      sendFilter(child, 4, program);
     } catch (err) {
       if (group !== undefined) removeCgroup(group);
       throw err;
@@ -883,16 +995,24 @@ export class HostProcesses {
 
   /** Kill a prestarted init that no call used, and remove its cgroup. */
   private async discard(ready: Prestarted): Promise<void> {
-    killGroup(ready.child.pid, 'SIGKILL');
+    stopRun(ready.child, ready.group, true);
+    const wrapperKill = setTimeout(() => killGroup(ready.child.pid, 'SIGKILL'), WRAPPER_EXIT_MS);
     hold(ready.child, true); // awaited: its exit must keep the loop alive until it is gone
     await ready.child;
-    if (ready.group !== undefined && !removeCgroup(ready.group)) removeLater(ready.group, 40);
+    clearTimeout(wrapperKill);
+    if (ready.group === undefined) return;
+    await drained(ready.group);
+    // Exited tasks hold the cgroup until they are reaped (by the host's init, for a namespace's orphans).
+    for (let i = 0; i < DRAIN_TRIES && !removeCgroup(ready.group); i++) {
+      await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+    }
   }
 
   /** The child is wrapped: an async function returning it bare would wait for its exit (it is a thenable). */
   private async start(
     argv: { file: string; args: string[] },
     options: HostProcessOptions,
+    filterPipe: boolean,
   ): Promise<{ child: Child }> {
     const capture = options.output === 'capture';
     // Loaded on the first host run: a process that starts none never pays for execa.
@@ -902,9 +1022,12 @@ export class HostProcesses {
       env: options.env,
       extendEnv: false,
       detached: true, // own process group: one kill reaches every process that did not leave it
-      stdin: options.input === undefined ? 'ignore' : 'pipe',
-      stdout: capture ? 'pipe' : 'inherit',
-      stderr: capture ? 'pipe' : 'inherit',
+      stdio: [
+        options.input === undefined ? 'ignore' : 'pipe',
+        capture ? 'pipe' : 'inherit',
+        capture ? 'pipe' : 'inherit',
+        ...(filterPipe ? ['pipe' as const] : []),
+      ],
       buffer: false,
       reject: false,
       stripFinalNewline: false,
@@ -919,15 +1042,19 @@ export class HostProcesses {
     result: HostProcessResult,
     group: RunCgroup | undefined,
   ): Promise<void> {
-    let escalation: NodeJS.Timeout | undefined;
-    const kill = (): void => killGroup(child.pid, 'SIGKILL');
+    let stopped = false;
+    let wrapperKill: NodeJS.Timeout | undefined;
+    // Once capsule decides the run is over, nothing of it runs another instruction (stopRun).
     const stop = (): void => {
-      killGroup(child.pid, 'SIGTERM');
-      escalation ??= setTimeout(kill, options.killGraceMs);
+      if (stopped) return;
+      stopped = true;
+      stopRun(child, group, result.confined);
+      // capsule's own bwrap exits once its init is gone; should it not, it is killed too.
+      wrapperKill = setTimeout(() => killGroup(child.pid, 'SIGKILL'), WRAPPER_EXIT_MS);
     };
     const onOverflow = (): void => {
       result.truncated = true;
-      kill();
+      stop();
     };
     const stdout = new CappedOutput(options.outputBytes, onOverflow);
     const stderr = new CappedOutput(options.outputBytes, onOverflow);
@@ -954,26 +1081,28 @@ export class HostProcesses {
     };
     options.signal?.addEventListener('abort', onAbort, { once: true });
     // A limit hit stops the run, like an output overflow: the cgroup counters are polled.
+    const limited = options.memoryBytes !== undefined || options.pids !== undefined;
     const poll =
-      group === undefined
+      group === undefined || !limited
         ? undefined
         : setInterval(() => {
             const hits = limitHits(group);
             if (hits.memory || hits.pids) {
               result.oomKilled ||= hits.memory;
               result.pidsLimited ||= hits.pids;
-              kill();
+              stop();
             }
           }, LIMIT_POLL_MS);
     // When the child exits, whatever is left in its group dies too (and releases the pipes).
-    child.on('exit', kill);
+    child.on('exit', () => killGroup(child.pid, 'SIGKILL'));
 
     const done = await child;
+    clearTimeout(wrapperKill);
+    if (group !== undefined) await drained(group);
     clearTimeout(timer);
-    if (escalation) clearTimeout(escalation);
     if (poll) clearInterval(poll);
     options.signal?.removeEventListener('abort', onAbort);
-    if (group !== undefined) {
+    if (group !== undefined && limited) {
       const hits = limitHits(group);
       result.oomKilled ||= hits.memory;
       result.pidsLimited ||= hits.pids;
@@ -988,8 +1117,9 @@ export class HostProcesses {
       result.startError = done.shortMessage ?? done.message;
       return;
     }
-    result.exitCode = done.exitCode ?? null;
-    result.signal = done.signal ?? null;
+    // A run capsule stopped died of capsule's SIGKILL (bwrap would report it as 137, the init's status).
+    result.exitCode = stopped ? null : (done.exitCode ?? null);
+    result.signal = stopped ? 'SIGKILL' : (done.signal ?? null);
     result.stdout = stdout.text();
     result.stderr = stderr.text();
   }

@@ -1,13 +1,12 @@
 import { access, constants } from 'node:fs/promises';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from '../manifest/types.js';
-import { protectedPaths } from '../permissions/protected-state.js';
+import { protectedPaths, type HostProtection } from '../permissions/protected-state.js';
 import { HostProcesses, type HostConfinement } from './host-process.js';
 import { emptyResult, type RunRequest, type RunResult, type Runner } from './types.js';
 
 /** PATH given to shell capabilities: a fixed system path, never the caller's (which may hold user dirs). */
 export const SHELL_PATH = '/usr/local/bin:/usr/bin:/bin';
-const KILL_GRACE_MS = 200;
 
 export interface ShellRunnerOptions {
   /**
@@ -17,8 +16,8 @@ export interface ShellRunnerOptions {
   hostEnv?: NodeJS.ProcessEnv;
   /** The project whose state (capsule.json, .capsule/) the capability must not change. */
   projectRoot?: string | undefined;
-  /** Paths mounted read-only for the capability (default: the project's protected paths). */
-  readOnlyPaths?: readonly string[] | undefined;
+  /** What the capability may not change or see (default: the project's protected paths read-only). */
+  protection?: HostProtection | undefined;
   /** How host processes are started (default: a new one, probing this machine on first use). */
   hostProcesses?: HostProcesses | undefined;
 }
@@ -49,14 +48,15 @@ export function commandLine(capability: Capability): { file: string; args: strin
 export class ShellRunner implements Runner {
   readonly environment = 'shell' as const;
   private readonly hostEnv: NodeJS.ProcessEnv;
-  private readonly readOnlyPaths: readonly string[];
+  private readonly protection: HostProtection;
   private readonly processes: HostProcesses;
 
   constructor(options: ShellRunnerOptions = {}) {
     this.hostEnv = options.hostEnv ?? {};
-    this.readOnlyPaths =
-      options.readOnlyPaths ??
-      (options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : []);
+    this.protection = options.protection ?? {
+      readOnly: options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : [],
+      hidden: [],
+    };
     this.processes = options.hostProcesses ?? new HostProcesses(undefined, { prestart: true });
   }
 
@@ -98,9 +98,8 @@ export class ShellRunner implements Runner {
       output: 'capture',
       outputBytes: limits.outputBytes,
       timeoutMs: limits.timeoutMs,
-      killGraceMs: KILL_GRACE_MS,
       signal,
-      readOnlyPaths: this.readOnlyPaths,
+      protection: this.protection,
       memoryBytes: limits.memoryMb * 1024 * 1024,
       pids: limits.pids,
     });

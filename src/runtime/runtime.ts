@@ -29,7 +29,13 @@ import { PermissionEngine } from '../permissions/engine.js';
 import { parseKey, RUN_COMMAND } from '../permissions/keys.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { confinedPaths, protectedPaths, type ProtectedPaths } from '../permissions/protected-state.js';
+import {
+  confinedPaths,
+  hostProtection,
+  protectedPaths,
+  type HostProtection,
+  type ProtectedPaths,
+} from '../permissions/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import { ScanIndex, scanIndexPath } from '../registry/scan-index.js';
@@ -116,8 +122,8 @@ export interface Runtime {
   readonly stateKey: StateKey;
   /** Where executors stage approved capabilities (under the per-user cache). */
   readonly stageDir: string;
-  /** What a confined host process (shell capability, run_command, exec) sees read-only. */
-  readonly hostReadOnly: readonly string[];
+  /** What a confined host process (shell capability, run_command, exec) sees read-only, and does not see. */
+  readonly hostProtection: HostProtection;
   /** This process's `--grant` keys, canonical. */
   readonly grants: readonly string[];
   readonly registry: Registry;
@@ -226,7 +232,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
   const cacheDir = options.cacheDir ?? userCacheDir(env);
-  // They exist before the first host run, so the confinement can bind them read-only (and hide the key's).
+  // They exist before the first host run, so the confinement can bind (or hide) them.
   await Promise.all(
     [cacheDir, stateDir, secretDir(stateDir)].map((d) => mkdir(d, { recursive: true, mode: 0o700 })),
   );
@@ -234,7 +240,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
   const stageDir = path.join(cacheDir, 'stage');
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
-  const hostReadOnly = confinedPaths(root, cacheDir, stateDir).map((p) => p.path);
+  const hostProtected = hostProtection(confinedPaths(root, cacheDir, stateDir));
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
     projectRegistry(root, roots, {
       inputValidator,
@@ -249,7 +255,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       env,
       cacheDir,
       stateDir,
-      readOnlyPaths: hostReadOnly,
+      protection: hostProtected,
       onProgress: options.onRunnerProgress,
       engines: selectEngines(
         resolveEngines(starting.config.engines ?? {}, env),
@@ -269,7 +275,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     stateDir,
     stateKey,
     stageDir,
-    hostReadOnly,
+    hostProtection: hostProtected,
     grants,
     registry,
     runners,

@@ -2,6 +2,7 @@ import { lstat, mkdir, open, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
+import { LinearRegexEngine } from '../linear-regex.js';
 import { GlobCache } from '../permissions/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, noCheck, type AgentTool } from './define.js';
@@ -174,7 +175,13 @@ export function createGlobTool(): AgentTool {
 }
 
 const grepParameters = z.strictObject({
-  pattern: z.string().min(1).max(1024).describe('JavaScript regular expression searched line by line.'),
+  pattern: z
+    .string()
+    .min(1)
+    .max(1024)
+    .describe(
+      'Regular expression (JavaScript syntax, as with the u flag; no backreferences or lookaround) searched line by line.',
+    ),
   path: pathArg('File or folder to search')
     .optional()
     .describe('File or folder to search (default: the project root).'),
@@ -188,6 +195,7 @@ const grepParameters = z.strictObject({
 });
 
 export function createGrepTool(): AgentTool {
+  const regex = new LinearRegexEngine();
   return defineTool({
     name: 'grep',
     description:
@@ -200,19 +208,12 @@ export function createGrepTool(): AgentTool {
       return noCheck(base.relative);
     },
     async execute(args, ctx) {
-      let re: RegExp;
-      try {
-        re = new RegExp(args.pattern, args.ignoreCase ? 'i' : '');
-      } catch (err) {
-        throw new CapsuleError(
-          'USAGE',
-          `pattern: not a valid regular expression (${(err as Error).message}).`,
-          {
-            field: 'pattern',
-          },
-          { cause: err },
-        );
-      }
+      // The agent's pattern meets the project's files: linear-time matching, so no pair of them can
+      // stall capsule (a backtracking engine takes years on `(a+)+$` and a line of a's).
+      await regex.load();
+      const compiled = regex.compile(args.pattern, { ignoreCase: args.ignoreCase });
+      if (!compiled.ok) throw new CapsuleError('USAGE', `pattern: ${compiled.reason}.`, { field: 'pattern' });
+      const re = compiled.regex;
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
       if (!base.exists)
         throw new CapsuleError('NOT_FOUND', `path: ${base.relative} does not exist.`, { field: 'path' });

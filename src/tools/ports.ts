@@ -49,7 +49,7 @@ export interface CapabilityContext extends ToolContext {
   /** Resolve a capability afresh and stage its bytes (once per call and name): what the gate judges is what runs. */
   prepareCapability(name: string): Promise<Capability>;
   isolation(capability: Capability): IsolationReport;
-  validateInput(capability: Capability, inputText: string): string;
+  validateInput(capability: Capability, inputText: string): Promise<string>;
   /** Runs a capability prepared in this call, with the permit the executor issued once the gate allowed. */
   runApproved(
     permit: RunPermit | undefined,

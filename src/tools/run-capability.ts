@@ -51,7 +51,7 @@ export function createRunCapabilityTool(): Tool<
     async execute(args, ctx) {
       // The same staged object permission() judged (one preparation per call and name).
       const capability = await ctx.prepareCapability(args.name);
-      const inputText = ctx.validateInput(capability, inputDocumentText(args.input ?? {}));
+      const inputText = await ctx.validateInput(capability, inputDocumentText(args.input ?? {}));
       return ctx.runApproved(ctx.permit, capability, inputText, ctx.signal);
     },
   };

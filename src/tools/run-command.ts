@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { CapsuleError } from '../errors.js';
 import { commandCheck } from '../permissions/command-check.js';
 import type { CommandParser } from '../permissions/command-parser.js';
+import type { HostProtection } from '../permissions/protected-state.js';
 import { HostProcesses } from '../runners/host-process.js';
 import type { RunResult } from '../runners/types.js';
 import type { CapabilityContext } from './ports.js';
@@ -14,7 +15,6 @@ export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
 export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;
 /** Captured output per stream for an agent; past it the command is stopped. */
 export const RUN_COMMAND_OUTPUT_BYTES = 1024 * 1024;
-const KILL_GRACE_MS = 500;
 
 /** The runners' result shape, for a command (no memory limit, so no oomKilled). */
 export interface CommandResult extends Omit<RunResult, 'environment' | 'oomKilled' | 'pidsLimited'> {
@@ -80,8 +80,8 @@ export interface RunCommandToolOptions {
   env: NodeJS.ProcessEnv;
   /** How host processes start (default: a new one, probing this machine on first use). */
   hostProcesses?: HostProcesses | undefined;
-  /** Paths mounted read-only for the command (default: the workspace's, see Workspace.hostReadOnly). */
-  readOnlyPaths?: ((workspace: Workspace) => readonly string[]) | undefined;
+  /** What the command may not change or see (default: the workspace's, see Workspace.hostProtection). */
+  protection?: ((workspace: Workspace) => HostProtection) | undefined;
   /** stdout/stderr pass through to capsule's own (`capsule exec`), not captured and not capped. */
   passThrough?: boolean | undefined;
   /**
@@ -139,9 +139,8 @@ export function createRunCommandTool(
         output: options.passThrough === true ? 'inherit' : 'capture',
         outputBytes: options.outputBytes ?? RUN_COMMAND_OUTPUT_BYTES,
         timeoutMs: options.timeLimit === false ? undefined : args.timeoutMs,
-        killGraceMs: KILL_GRACE_MS,
         signal: ctx.signal,
-        readOnlyPaths: (options.readOnlyPaths ?? ((w: Workspace) => w.hostReadOnly))(ctx.workspace),
+        protection: (options.protection ?? ((w: Workspace) => w.hostProtection))(ctx.workspace),
       });
       if (r.startError !== undefined) {
         throw new CapsuleError('RUNNER_FAILED', `run_command could not start bash: ${r.startError}`);

@@ -3,7 +3,12 @@ import path from 'node:path';
 import { writeFileAtomic } from '../config/config-store.js';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
-import { describeHit, findProtectedState, protectedPaths } from '../permissions/protected-state.js';
+import {
+  describeHit,
+  findProtectedState,
+  protectedPaths,
+  type HostProtection,
+} from '../permissions/protected-state.js';
 
 /** A path inside the project, resolved: what file tools read and write. */
 export interface ResolvedPath {
@@ -20,6 +25,8 @@ export interface WorkspaceOptions {
   projectRoot: string;
   /** Protected paths besides the project's own state (the per-user cache and state dirs). */
   alsoProtected?: readonly string[] | undefined;
+  /** Folders no tool may write that a confined host process does not see either (the per-user state). */
+  alsoHidden?: readonly string[] | undefined;
 }
 
 /**
@@ -29,16 +36,32 @@ export interface WorkspaceOptions {
 export class Workspace {
   private constructor(
     readonly root: string,
-    private readonly alsoProtected: readonly string[],
+    private readonly alsoReadOnly: readonly string[],
+    private readonly alsoHidden: readonly string[],
   ) {}
 
   static async open(options: WorkspaceOptions): Promise<Workspace> {
-    return new Workspace(await realpath(options.projectRoot), options.alsoProtected ?? []);
+    return new Workspace(
+      await realpath(options.projectRoot),
+      options.alsoProtected ?? [],
+      options.alsoHidden ?? [],
+    );
   }
 
-  /** What a confined host process (run_command) sees read-only: the project's state and the extra paths. */
-  get hostReadOnly(): string[] {
-    return [...protectedPaths(this.root).all, ...this.alsoProtected.map((p) => path.resolve(p))];
+  /** Every extra path no tool may write (read-only and hidden alike). */
+  private get alsoProtected(): readonly string[] {
+    return [...this.alsoReadOnly, ...this.alsoHidden];
+  }
+
+  /**
+   * What a confined host process (run_command) may not change: the project's state and the extra paths
+   * read-only, the hidden ones (capsule's per-user state) not visible at all.
+   */
+  get hostProtection(): HostProtection {
+    return {
+      readOnly: [...protectedPaths(this.root).all, ...this.alsoReadOnly.map((p) => path.resolve(p))],
+      hidden: this.alsoHidden.map((p) => path.resolve(p)),
+    };
   }
 
   /**

@@ -59,7 +59,7 @@ export function registerExec(program: Command, io: CliIO): void {
           passThrough: opts.json !== true,
           timeLimit: timeoutMs !== undefined,
           outputBytes: EXEC_CAPTURE_BYTES,
-          readOnlyPaths: () => session.hostReadOnly,
+          protection: () => session.hostProtection,
         });
         const workspace = await Workspace.open({ projectRoot: session.project.root });
         const { decision, result } = await session.executor.call(

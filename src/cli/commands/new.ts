@@ -177,7 +177,7 @@ export function registerNew(program: Command, io: CliIO): void {
           import('../../tools/capability-install.js'),
           import('../../executor/isolation.js'),
           import('../../runners/wasm/componentize.js'),
-          Workspace.open({ projectRoot: project.root, alsoProtected: [cacheDir, stateDir] }),
+          Workspace.open({ projectRoot: project.root, alsoProtected: [cacheDir], alsoHidden: [stateDir] }),
         ]);
         const progress = (message: string): void => void io.stderr.write(`capsule new: ${message}\n`);
         // Ctrl-C: the build step finishes (componentizing cannot be interrupted), then the install

@@ -82,7 +82,8 @@ export function registerRun(program: Command, io: CliIO): void {
           mode: opts.mode,
           engine: opts.engine,
         });
-        const cancel = cancelOnSignals(io.signals, ['SIGINT']);
+        // Ctrl-C or SIGTERM stops the run at once (every runner), and capsule exits 130.
+        const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);
         try {
           // The capability that was judged and run: no second read of its folder.
           const {

@@ -197,6 +197,39 @@ describe('CLI start-up loads only what the command uses', () => {
     expect(HEAVY.filter((p) => r.packages.has(p))).toEqual([]);
   });
 
+  it('the pattern engine (re2js) loads only for a schema that holds a pattern, from the bundle', async () => {
+    for (const args of [
+      ['--version'],
+      ['--help'],
+      ['list', '--json'],
+      ['key', '--', 'git status'],
+      ['run', 'greet', '--grant', 'run_capability:greet', '--no-prompt'],
+    ]) {
+      const r = await loaded(args);
+      expect(r.code, args.join(' ')).toBe(0);
+      expect(r.packages.has('re2js'), args.join(' ')).toBe(false);
+    }
+    const { root, capRoot } = await tempProject('capsule-startup-');
+    await writeFile(path.join(root, 'capsule.json'), '{}\n');
+    await writeCapability(
+      capRoot,
+      'picky',
+      { inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^(a+)+$' } } } },
+      { 'run.sh': 'cat >/dev/null; echo ok\n' },
+    );
+    try {
+      const r = await loaded(
+        ['run', 'picky', '--grant', 'run_capability:picky', '--no-prompt', '--input', '{"s":"aaa"}'],
+        root,
+      );
+      expect({ code: r.code, out: r.stdout }).toEqual({ code: 0, out: 'ok' });
+      expect(r.modules.some((m) => m.endsWith('/dist/cli/vendor/re2js.js'))).toBe(true);
+      expect(r.modules.filter((m) => m.includes('/node_modules/re2js/'))).toEqual([]);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
   it('running a component loads neither docker, MCP nor the bash parser', async () => {
     const r = await loaded(['run', 'hello', '--grant', 'run_capability:hello', '--input', '{"name":"x"}']);
     expect(r.code).toBe(0);

@@ -1,126 +1,442 @@
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
-import { describe, expect, it } from 'vitest';
+import { XMLParser } from 'fast-xml-parser';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { CATASTROPHIC } from '../../helpers/catastrophic-regex.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { eventually, holdsWithin } from '../../helpers/eventually.js';
+import { killAll, processesWith } from '../../helpers/processes.js';
 import { choose, connectCapsule, textOf } from '../mcp/mcp-client.js';
 
 /**
- * A hostile schema pattern must not hang capsule: Ajv matches `pattern` with V8's backtracking
- * engine in capsule's own process, and `^(a+)+$` against 40 a's and a "!" takes longer than anyone
- * waits. Judged through the built binary by the command finishing (vitest's test timeout is the only
- * clock) and the manifest reported invalid, naming the field.
+ * No input makes capsule unresponsive. Each pattern of CATASTROPHIC keeps a backtracking engine busy
+ * for years on its input (test/unit/linear-regex.test.ts shows plain RegExp still matching after a
+ * second); in every place a schema holds a pattern — input and output, `pattern`, `patternProperties`,
+ * `propertyNames`, array items, and a `cases.json` input — capsule answers (a result or an error). A
+ * schema whose checks multiply without any pattern (nested anyOf over one $ref) is stopped at the
+ * check deadline. While a call is checked, the MCP server still answers and a signal still ends
+ * capsule. Judged by effect: exit codes, answers, the process gone; vitest's timeout only catches a hang.
  */
-const EVIL = '^(a+)+$';
-const HOSTILE_INPUT = JSON.stringify({ s: `${'a'.repeat(40)}!` });
 
-async function hostile(schemaFor: (pattern: string) => Record<string, unknown>, key = 'inputSchema') {
-  const { root, capRoot } = await tempProject('capsule-redos-');
-  await writeCapability(capRoot, 'evil', { [key]: schemaFor(EVIL) }, { 'run.sh': 'echo "{}"\n' });
-  return root;
+/** Where a schema holds a pattern, and the document that puts `text` there. */
+const PLACES: readonly (readonly [
+  place: string,
+  schemaFor: (pattern: string) => Record<string, unknown>,
+  docFor: (text: string) => unknown,
+  /** Whether the document matches (patternProperties only constrains keys that match). */
+  passes: boolean,
+])[] = [
+  [
+    'pattern',
+    (p) => ({ type: 'object', properties: { s: { type: 'string', pattern: p } } }),
+    (t) => ({ s: t }),
+    false,
+  ],
+  [
+    'patternProperties',
+    (p) => ({ type: 'object', patternProperties: { [p]: { type: 'number' } } }),
+    (t) => ({ [t]: 'x' }),
+    true,
+  ],
+  ['propertyNames', (p) => ({ type: 'object', propertyNames: { pattern: p } }), (t) => ({ [t]: 1 }), false],
+  [
+    'items',
+    (p) => ({ type: 'object', properties: { a: { type: 'array', items: { type: 'string', pattern: p } } } }),
+    (t) => ({ a: [t] }),
+    false,
+  ],
+];
+
+/** 2^40 checks of `x` when it is a number, which fails them all: no pattern, just structure. */
+function multiplyingSchema(): Record<string, unknown> {
+  const defs: Record<string, unknown> = {};
+  for (let i = 0; i < 40; i++)
+    defs[`l${i}`] = { anyOf: [{ $ref: `#/$defs/l${i + 1}` }, { $ref: `#/$defs/l${i + 1}` }] };
+  defs.l40 = { type: 'string' };
+  return { type: 'object', $defs: defs, properties: { x: { $ref: '#/$defs/l0' } } };
 }
 
+/** A shell script printing `text` exactly (single-quoted for sh). */
+const printing = (text: string): string => `cat >/dev/null; printf '%s' '${text.replace(/'/g, `'\\''`)}'\n`;
+
+let state: string;
+beforeAll(async () => {
+  state = await mkdtemp(path.join(tmpdir(), 'capsule-redos-state-'));
+});
+afterAll(() => killAll('capsule-redos-'));
+
 const run = (root: string, args: string[]) =>
-  execa('node', [BUILT_CLI, ...args], { cwd: root, reject: false, stdin: 'ignore' });
-
-describe('a hostile pattern in a schema cannot hang capsule', () => {
-  it('capsule run: the manifest is invalid (65) and the input is never matched', async () => {
-    const root = await hostile((pattern) => ({
-      type: 'object',
-      properties: { s: { type: 'string', pattern } },
-    }));
-    const r = await run(root, [
-      'run',
-      'evil',
-      '--grant',
-      'run_capability:evil',
-      '--no-prompt',
-      '--input',
-      HOSTILE_INPUT,
-    ]);
-    expect(r.exitCode).toBe(65);
-    expect(r.stderr).toMatch(/inputSchema/);
+  execa('node', [BUILT_CLI, ...args], {
+    cwd: root,
+    reject: false,
+    stdin: 'ignore',
+    env: { XDG_STATE_HOME: state },
   });
 
-  it('capsule validate names the field and the pattern', async () => {
-    const root = await hostile((pattern) => ({
-      type: 'object',
-      properties: { s: { type: 'string', pattern } },
-    }));
-    const r = await run(root, ['validate', '--json']);
-    expect(r.exitCode).toBe(1);
-    const out = JSON.parse(r.stdout) as { invalid: { issues: { field?: string; message: string }[] }[] };
-    const issue = out.invalid[0]?.issues.find((i) => i.field === 'inputSchema');
-    expect(issue?.message).toContain('inputSchema.properties.s.pattern');
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+describe('a hostile pattern and input get an answer from the CLI', () => {
+  it('capsule run: every pattern of the family, in every input place', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    const calls: { name: string; doc: string; passes: boolean }[] = [];
+    for (const [place, schemaFor, docFor, passes] of PLACES) {
+      for (const [i, [pattern, text]] of CATASTROPHIC.entries()) {
+        const name = `in-${place.toLowerCase()}-${i}`;
+        await writeCapability(
+          capRoot,
+          name,
+          { inputSchema: schemaFor(pattern) },
+          { 'run.sh': printing('ran') },
+        );
+        calls.push({ name, doc: JSON.stringify(docFor(text)), passes });
+      }
+    }
+    for (const c of calls) {
+      const r = await run(root, [
+        'run',
+        c.name,
+        '--grant',
+        `run_capability:${c.name}`,
+        '--no-prompt',
+        '--input',
+        c.doc,
+      ]);
+      if (c.passes) expect({ code: r.exitCode, out: r.stdout }, c.name).toEqual({ code: 0, out: 'ran' });
+      else {
+        expect(r.exitCode, `${c.name}: ${r.stderr}`).toBe(65);
+        expect(r.stderr, c.name).toMatch(/does not match the input schema/);
+        expect(r.stdout, c.name).toBe('');
+      }
+    }
   });
 
-  it('an outputSchema pattern is refused the same way: the run never validates its output', async () => {
-    const root = await hostile(
-      (pattern) => ({ type: 'object', properties: { s: { type: 'string', pattern } } }),
-      'outputSchema',
+  it('capsule run: a capability’s own output, against every place of its outputSchema', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    const calls: { name: string; out: string; passes: boolean }[] = [];
+    for (const [place, schemaFor, docFor, passes] of PLACES) {
+      for (const [i, [pattern, text]] of CATASTROPHIC.entries()) {
+        const name = `out-${place.toLowerCase()}-${i}`;
+        const out = JSON.stringify(docFor(text));
+        await writeCapability(
+          capRoot,
+          name,
+          { outputSchema: schemaFor(pattern) },
+          { 'run.sh': printing(out) },
+        );
+        calls.push({ name, out, passes });
+      }
+    }
+    for (const c of calls) {
+      const r = await run(root, ['run', c.name, '--grant', `run_capability:${c.name}`, '--no-prompt']);
+      if (c.passes) expect({ code: r.exitCode, out: r.stdout }, c.name).toEqual({ code: 0, out: c.out });
+      else {
+        // Exit 1: the output broke the outputSchema, and it is not printed (docs/cli.md).
+        expect(r.exitCode, `${c.name}: ${r.stderr}`).toBe(1);
+        expect(r.stderr, c.name).toMatch(/does not match its outputSchema/);
+        expect(r.stdout, c.name).toBe('');
+      }
+    }
+  });
+
+  it('capsule ci: the family as cases.json inputs; every case is judged and the report written', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    const properties = Object.fromEntries(
+      CATASTROPHIC.map(([pattern], i) => [`p${i}`, { type: 'string', pattern }]),
     );
-    const r = await run(root, ['run', 'evil', '--grant', 'run_capability:evil', '--no-prompt']);
-    expect(r.exitCode).toBe(65);
-    expect(r.stderr).toMatch(/outputSchema/);
+    await writeCapability(
+      capRoot,
+      'family',
+      { inputSchema: { type: 'object', properties } },
+      { 'run.sh': printing('ran') },
+    );
+    await writeFile(
+      path.join(capRoot, 'family', 'cases.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        cases: [
+          ...CATASTROPHIC.map(([, text], i) => ({
+            name: `hostile ${i}`,
+            input: { [`p${i}`]: text },
+            expect: { stdout: 'ran' },
+          })),
+          { name: 'benign', input: {}, expect: { stdout: 'ran' } },
+        ],
+      }),
+    );
+    const junit = path.join(root, 'report.xml');
+    const r = await run(root, ['ci', '--grant', 'run_capability:family', '--junit', junit]);
+    expect(r.exitCode, r.stderr).toBe(1);
+    expect(r.stdout).toContain(`1 passed, ${CATASTROPHIC.length} failed`);
+    const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(
+      await readFile(junit, 'utf8'),
+    );
+    expect(doc.testsuites.tests).toBe(String(CATASTROPHIC.length + 1));
   });
 
-  it('format: "regex" does not compile or match the input as a regular expression', async () => {
+  it('a schema whose checks multiply: run and ci refuse the call at the deadline (65), naming the schema', async () => {
     const { root, capRoot } = await tempProject('capsule-redos-');
     await writeCapability(
       capRoot,
-      'fmt',
-      { inputSchema: { type: 'object', properties: { s: { type: 'string', format: 'regex' } } } },
-      { 'run.sh': 'echo ok\n' },
+      'multiply',
+      { inputSchema: multiplyingSchema() },
+      { 'run.sh': printing('ran') },
     );
     const r = await run(root, [
       'run',
-      'fmt',
+      'multiply',
       '--grant',
-      'run_capability:fmt',
+      'run_capability:multiply',
       '--no-prompt',
       '--input',
-      JSON.stringify({ s: EVIL }),
+      '{"x":1}',
     ]);
-    expect(r.exitCode).toBe(0);
+    expect(r.exitCode, r.stderr).toBe(65);
+    expect(r.stderr).toMatch(/inputSchema of "multiply" did not finish checking the input within \d+ ms/);
+    expect(r.stdout).toBe('');
+    // The same schema against an output.
+    await writeCapability(
+      capRoot,
+      'multiply-out',
+      { outputSchema: multiplyingSchema() },
+      { 'run.sh': printing('{"x":1}') },
+    );
+    const o = await run(root, [
+      'run',
+      'multiply-out',
+      '--grant',
+      'run_capability:multiply-out',
+      '--no-prompt',
+    ]);
+    expect(o.exitCode, o.stderr).toBe(1);
+    expect(o.stderr).toMatch(/outputSchema of "multiply-out" did not finish checking the output/);
+  });
+});
+
+describe('a pattern the linear engine cannot run is refused when the manifest loads', () => {
+  const refused: readonly (readonly [string, Record<string, unknown>, string])[] = [
+    [
+      'backreference',
+      { inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^(a+)\\1$' } } } },
+      'inputSchema.properties.s.pattern',
+    ],
+    [
+      'lookahead',
+      { inputSchema: { type: 'object', patternProperties: { '^(?=x)': {} } } },
+      'inputSchema.patternProperties key',
+    ],
+    [
+      'lookbehind',
+      { inputSchema: { type: 'object', propertyNames: { pattern: '(?<=a)b' } } },
+      'inputSchema.propertyNames.pattern',
+    ],
+    [
+      'named backreference, output',
+      {
+        outputSchema: {
+          type: 'object',
+          properties: { q: { type: 'string', pattern: '^(?<q>["\'])x\\k<q>$' } },
+        },
+      },
+      'outputSchema.properties.q.pattern',
+    ],
+  ];
+
+  it('capsule validate: exit 1, naming the file, the field and the place', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    for (const [i, [, manifest]] of refused.entries())
+      await writeCapability(capRoot, `refused-${i}`, manifest, { 'run.sh': 'echo {}\n' });
+    const r = await run(root, ['validate', '--json']);
+    expect(r.exitCode).toBe(1);
+    const out = JSON.parse(r.stdout) as {
+      invalid: { name?: string; issues: { file: string; field?: string; message: string }[] }[];
+    };
+    for (const [i, [what, , where]] of refused.entries()) {
+      const issues = out.invalid.flatMap((c) => c.issues).filter((x) => x.file.includes(`/refused-${i}/`));
+      const field = where.split('.')[0];
+      expect(
+        issues.map((x) => x.field),
+        what,
+      ).toEqual([field]);
+      expect(issues[0]?.file, what).toBe(path.join(capRoot, `refused-${i}`, 'capability.json'));
+      expect(issues[0]?.message, what).toContain(where);
+      expect(issues[0]?.message, what).toMatch(/linear time/);
+    }
   });
 
-  it('an agent cannot install one: generate_shell_capability with a hostile pattern writes nothing', async () => {
+  it('capsule run of one: 65, and nothing runs', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    const marker = path.join(root, 'ran');
+    await writeCapability(capRoot, 'backref', refused[0]?.[1] ?? {}, {
+      'run.sh': `touch ${marker}; echo {}\n`,
+    });
+    const r = await run(root, [
+      'run',
+      'backref',
+      '--grant',
+      'run_capability:backref',
+      '--no-prompt',
+      '--input',
+      '{"s":"aa"}',
+    ]);
+    expect(r.exitCode).toBe(65);
+    expect(r.stderr).toContain('capability.json');
+    expect(r.stderr).toContain('inputSchema');
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('an agent cannot install one: generate_shell_capability with such a pattern writes nothing', async () => {
     const { root, capRoot } = await tempProject('capsule-redos-');
     await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
     const h = await connectCapsule({ cwd: root, answer: () => choose('Once') });
     try {
-      for (const [name, inputSchema] of [
-        ['nested', { type: 'object', properties: { s: { type: 'string', pattern: '^(a{1,}){1,}$' } } }],
-        ['keyed', { type: 'object', patternProperties: { '^(a|a)*$': { type: 'string' } } }],
-        ['named', { type: 'object', propertyNames: { pattern: '^(\\w+\\s?)*$' } }],
-        [
-          'defs',
-          { type: 'object', $defs: { s: { pattern: EVIL } }, properties: { s: { $ref: '#/$defs/s' } } },
-        ],
-      ] as const) {
-        const r = await h.client.callTool({
-          name: 'generate_shell_capability',
-          arguments: { name, description: 'hostile', script: 'echo {}\n', inputSchema },
-        });
-        expect(r.isError, `${name}: ${textOf(r)}`).toBe(true);
-        expect(existsSync(path.join(capRoot, name)), name).toBe(false);
-      }
-      // The same call with a safe pattern installs: the refusals above are the patterns'.
+      const bad = await h.client.callTool({
+        name: 'generate_shell_capability',
+        arguments: {
+          name: 'backref',
+          description: 'hostile',
+          script: 'echo {}\n',
+          inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^(a)\\1$' } } },
+        },
+      });
+      expect(bad.isError, textOf(bad)).toBe(true);
+      expect(textOf(bad)).toMatch(/inputSchema\.properties\.s\.pattern/);
+      expect(existsSync(path.join(capRoot, 'backref'))).toBe(false);
+      // A pattern a backtracking engine explodes on installs: capsule matches it in linear time.
       const ok = await h.client.callTool({
         name: 'generate_shell_capability',
         arguments: {
-          name: 'benign',
-          description: 'safe',
+          name: 'nested',
+          description: 'fine',
           script: 'echo {}\n',
-          inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^[a-z]+$' } } },
+          inputSchema: { type: 'object', properties: { s: { type: 'string', pattern: '^(a+)+$' } } },
         },
       });
       expect(ok.isError, textOf(ok)).toBeFalsy();
-      expect(existsSync(path.join(capRoot, 'benign'))).toBe(true);
+      expect(existsSync(path.join(capRoot, 'nested'))).toBe(true);
     } finally {
       await h.close();
     }
   });
+});
+
+describe('the MCP server stays responsive and a signal ends it', () => {
+  it('a hostile call gets an error, tools/list answers meanwhile, SIGTERM ends the server', async () => {
+    const { root, capRoot } = await tempProject('capsule-redos-');
+    await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
+    const [pattern, text] = CATASTROPHIC[0] as readonly [string, string];
+    await writeCapability(
+      capRoot,
+      'evil',
+      { inputSchema: { type: 'object', properties: { s: { type: 'string', pattern } } } },
+      { 'run.sh': printing('ran') },
+    );
+    await writeCapability(
+      capRoot,
+      'multiply',
+      { inputSchema: multiplyingSchema() },
+      { 'run.sh': printing('ran') },
+    );
+    const h = await connectCapsule({ cwd: root, answer: () => choose('AlwaysThisSession') });
+    const pid = h.pid as number;
+    try {
+      // Both calls start, then tools/list: it answers while they are checked.
+      const evil = h.client.callTool({ name: 'cap_evil', arguments: { s: text } });
+      const slow = h.client.callTool({ name: 'cap_multiply', arguments: { x: 1 } });
+      const listed = await h.client.listTools();
+      expect(listed.tools.map((t) => t.name)).toContain('cap_evil');
+      const e = await evil;
+      expect(e.isError, textOf(e)).toBe(true);
+      expect(textOf(e)).toMatch(/does not match the input schema/);
+      const s = await slow;
+      expect(s.isError, textOf(s)).toBe(true);
+      expect(textOf(s)).toMatch(/did not finish checking the input/);
+      // The server still answers after both.
+      expect((await h.client.listTools()).tools.length).toBeGreaterThan(0);
+      // SIGTERM while a multiplying check runs: the server is gone, not spinning.
+      void h.client.callTool({ name: 'cap_multiply', arguments: { x: 2 } }).catch(() => undefined);
+      process.kill(pid, 'SIGTERM');
+      expect(await holdsWithin(() => !alive(pid), 30_000)).toBe(true);
+    } finally {
+      if (alive(pid)) process.kill(pid, 'SIGKILL');
+      await h.close().catch(() => undefined);
+    }
+  });
+});
+
+describe('SIGTERM and SIGINT end capsule ci mid-work', () => {
+  const ci = (root: string, grant: string) =>
+    execa('node', [BUILT_CLI, 'ci', '--grant', grant], {
+      cwd: root,
+      reject: false,
+      stdin: 'ignore',
+      env: { XDG_STATE_HOME: state },
+    });
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`${signal} while a case runs: ci is gone`, async () => {
+      const { root, capRoot } = await tempProject('capsule-redos-');
+      // A unique duration: the sleep is found by its command line.
+      const seconds = `61.${process.pid}${Math.floor(Math.random() * 1e6)}`;
+      await writeCapability(capRoot, 'sleepy', {}, { 'run.sh': `cat >/dev/null; sleep ${seconds}\n` });
+      await writeFile(
+        path.join(capRoot, 'sleepy', 'cases.json'),
+        JSON.stringify({ schemaVersion: 1, cases: [{ name: 'sleeps', input: {}, expect: { stdout: 'x' } }] }),
+      );
+      const busy = ci(root, 'run_capability:sleepy');
+      try {
+        await eventually(() => processesWith(seconds).length > 0, 'the case runs');
+        busy.kill(signal);
+        expect(await holdsWithin(() => !alive(busy.pid as number), 30_000)).toBe(true);
+      } finally {
+        if (alive(busy.pid as number)) busy.kill('SIGKILL');
+        killAll(seconds);
+        await busy;
+      }
+    });
+
+    it(`${signal} while case inputs are checked against a schema whose checks multiply: ci is gone`, async () => {
+      const { root, capRoot } = await tempProject('capsule-redos-');
+      await writeCapability(
+        capRoot,
+        'multiply',
+        { inputSchema: multiplyingSchema() },
+        { 'run.sh': printing('ran') },
+      );
+      await writeFile(
+        path.join(capRoot, 'multiply', 'cases.json'),
+        JSON.stringify({
+          schemaVersion: 1,
+          cases: Array.from({ length: 50 }, (_, i) => ({
+            name: `c${i}`,
+            input: { x: i },
+            expect: { stdout: 'ran' },
+          })),
+        }),
+      );
+      const checking = ci(root, 'run_capability:multiply');
+      let err = '';
+      checking.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+      try {
+        // Started: the first case was judged; each next one is being checked until the deadline.
+        await eventually(() => err.includes('multiply / c0'), 'the first case is judged');
+        checking.kill(signal);
+        expect(await holdsWithin(() => !alive(checking.pid as number), 30_000)).toBe(true);
+      } finally {
+        if (alive(checking.pid as number)) checking.kill('SIGKILL');
+        await checking;
+      }
+      expect(err).not.toContain('multiply / c49');
+    });
+  }
 });

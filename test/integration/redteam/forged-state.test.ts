@@ -357,3 +357,33 @@ describe('red team: a forged scan-index entry', () => {
     expect(again.capabilities.find((c) => c.name === 'peek')?.contentHash).not.toBe(approved);
   }, 60_000);
 });
+
+describe('red team: from inside a confined command', () => {
+  it('the key cannot be read by any name and the snapshot cannot be replaced; the widening stays pending', async () => {
+    const a = await project();
+    await confirm(a);
+    const keyFile = path.join(a.state, 'secret', 'state.key');
+    const keyHex = (await readFile(keyFile)).toString('hex');
+    const snap = await snapshotFile(a.state);
+    const before = await readFile(snap, 'utf8');
+    await writeFile(path.join(a.root, 'capsule.json'), JSON.stringify(WIDE));
+    const policy = wideView();
+    const forged = JSON.stringify({ ...(JSON.parse(before) as object), policy, hash: policyHash(policy) });
+    await writeFile(path.join(a.root, 'data', 'forged.json'), forged);
+    const script = [
+      // Control: the same reading of a file it may read shows its bytes.
+      `od -An -tx1 -v ${path.join(a.root, 'data', 'canary')} | tr -d ' \\n'; echo`,
+      `od -An -tx1 -v ${keyFile} | tr -d ' \\n'; echo`,
+      `od -An -tx1 -v /proc/self/root${keyFile} | tr -d ' \\n'; echo`,
+      `find ${a.state} -type f -exec od -An -tx1 -v {} + | tr -d ' \\n'; echo`,
+      `cp ${path.join(a.root, 'data', 'forged.json')} ${snap}`,
+      `rm -f ${snap}`,
+      'true',
+    ].join('\n');
+    const r = await capsule(a, ['exec', '--mode', 'bypass', '--no-prompt', '--json', '--', script]);
+    expect(r.stdout, r.stderr).toContain(Buffer.from(CANARY).toString('hex'));
+    expect(r.stdout + r.stderr).not.toContain(keyHex.slice(0, 32));
+    expect(await readFile(snap, 'utf8')).toBe(before);
+    expect(await attempts(a)).toEqual({ marker: false, leaked: false });
+  }, 120_000);
+});

@@ -37,8 +37,7 @@ function call(root: string, state: string, script: string, env: Record<string, s
     output: 'capture' as const,
     outputBytes: 1 << 20,
     timeoutMs: 10_000,
-    killGraceMs: 100,
-    readOnlyPaths: [state],
+    protection: { readOnly: [state], hidden: [] },
     memoryBytes: 64 * 1024 * 1024,
     pids: 32,
   };

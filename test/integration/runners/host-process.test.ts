@@ -24,7 +24,6 @@ const base = {
   output: 'capture' as const,
   outputBytes: 1 << 20,
   timeoutMs: 10_000,
-  killGraceMs: 100,
 };
 
 async function scratch(): Promise<{ root: string; state: string; markers: string }> {
@@ -55,7 +54,7 @@ describe('host processes: the isolation report says what was measured', () => {
       file: 'sh',
       args: ['-c', ATTACK(state, markers)],
       cwd: root,
-      readOnlyPaths: [state],
+      protection: { readOnly: [state], hidden: [] },
     });
     expect(r.confined).toBe(confinement.pidNamespace);
     expect((await survivors(markers)).length === 0).toBe(confinement.pidNamespace);
@@ -74,7 +73,7 @@ describe('host processes: the isolation report says what was measured', () => {
       file: 'sh',
       args: ['-c', 'echo forged > capsule.json; echo ran'],
       cwd: odd,
-      readOnlyPaths: [state],
+      protection: { readOnly: [state], hidden: [] },
     });
     expect(r.stdout).toBe('ran\n');
     expect((await readFile(state, 'utf8')) === 'trusted\n').toBe(confinement.readOnlyPaths);
@@ -107,7 +106,7 @@ describe('host processes: the isolation report says what was measured', () => {
       script,
       `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
 const p = new HostProcesses();
-const r = await p.run({ file: 'sh', args: ['-c', ${JSON.stringify(ATTACK(state, markers))}], cwd: ${JSON.stringify(root)}, env: { PATH: '/usr/bin:/bin' }, output: 'capture', outputBytes: 65536, timeoutMs: 10000, killGraceMs: 100, readOnlyPaths: [${JSON.stringify(state)}] });
+const r = await p.run({ file: 'sh', args: ['-c', ${JSON.stringify(ATTACK(state, markers))}], cwd: ${JSON.stringify(root)}, env: { PATH: '/usr/bin:/bin' }, output: 'capture', outputBytes: 65536, timeoutMs: 10000, protection: { readOnly: [${JSON.stringify(state)}], hidden: [] } });
 console.log(JSON.stringify({ confinement: p.confinement(), confined: r.confined }));
 `,
     );

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
+import { CATASTROPHIC } from '../../helpers/catastrophic-regex.js';
 
 describe('file tools: confinement to the project root', () => {
   it('refuses traversal, absolute paths and symlink escapes in every path argument, before anyone is asked', async () => {
@@ -168,7 +169,31 @@ describe('file tools: behaviour', () => {
     await expect(f.session.call('read_file', { path: 3 })).rejects.toThrow(/path/);
     await expect(f.session.call('read_file', {})).rejects.toThrow(/Invalid arguments for read_file: path/);
     await expect(f.session.call('grep', { pattern: '(' })).rejects.toThrow(
-      /pattern: not a valid regular expression/,
+      /pattern: .*not a valid regular expression/,
     );
+  });
+});
+
+describe('grep: the agent’s pattern against the project’s files cannot stall capsule', () => {
+  it('every pattern of the catastrophic family gets an answer on the line that explodes a backtracking engine', async () => {
+    const f = await agentFixture();
+    for (const [i, [, line]] of CATASTROPHIC.entries())
+      await writeFile(path.join(f.root, `hostile-${i}.txt`), `${line.replace(/\n$/, '\r')}\nplain`);
+    for (const [i, [pattern]] of CATASTROPHIC.entries()) {
+      const r = (await f.session.call('grep', { pattern, path: `hostile-${i}.txt` })) as {
+        matches: unknown[];
+      };
+      expect(r.matches, pattern).toEqual([]);
+    }
+    // The same tool still finds what matches (the answers above are not a refusal).
+    const hit = (await f.session.call('grep', { pattern: '^(p|pl)+ain$' })) as { matches: unknown[] };
+    expect(hit.matches.length).toBe(CATASTROPHIC.length);
+  });
+
+  it('a pattern RE2 cannot run (backreference, lookaround) is a usage error naming the field', async () => {
+    const f = await agentFixture();
+    for (const pattern of ['(a)\\1', '(?=a)a', '(?<!a)b']) {
+      await expect(f.session.call('grep', { pattern }), pattern).rejects.toThrow(/pattern: .*linear time/);
+    }
   });
 });
