@@ -1,6 +1,6 @@
 // Permission engine throughput: command keying (a real bash parse per command) and gate decisions
 // (engine.check: rules → mode → allowlists), without and with the hash-chained audit log (and its head) on
-// disk. With the log, a decision returns only once its record is fsynced: one caller at a time pays a whole
+// disk (the head authenticated with the per-user key). With the log, a decision returns only once its record is fsynced: one caller at a time pays a whole
 // lock + write + fsync per decision; concurrent callers share them (group commit).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -51,6 +51,7 @@ export async function benchPermissions() {
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
   const { JsonlAuditLog, verifyAuditLog } = await import('../dist/permissions/audit-log.js');
+  const { StateKey } = await import('../dist/config/state-key.js');
   const parser = await createCommandParser();
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-perm-'));
   try {
@@ -89,15 +90,17 @@ export async function benchPermissions() {
     const decisions = await rate((i) => bare.check(request(i)));
     const bareConcurrent = await concurrentRate((i) => bare.check(request(i)), { callers: CALLERS });
     // With its head (count + last hash) in the state folder, as capsule runs it.
+    // The head carries an HMAC with the state folder's key (made on first use), as capsule writes it.
     const logFile = path.join(root, '.capsule', 'audit.jsonl');
-    const headFile = path.join(root, 'state', 'audit-heads', 'bench.json');
+    const stateDir = path.join(root, 'state');
+    const head = { file: path.join(stateDir, 'audit-heads', 'bench.json'), key: new StateKey({ stateDir }) };
     const audited = await PermissionEngine.create({
       ...options,
-      audit: new JsonlAuditLog(logFile, { now: () => Date.now() }, { headFile }),
+      audit: new JsonlAuditLog(logFile, { now: () => Date.now() }, { head }),
     });
     const auditedDecisions = await rate((i) => audited.check(request(i)), { seconds: 1 });
     const auditedConcurrent = await concurrentRate((i) => audited.check(request(i)), { callers: CALLERS });
-    const verdict = await verifyAuditLog(logFile, { headFile });
+    const verdict = await verifyAuditLog(logFile, { head });
     if (!verdict.ok) throw new Error(`the benchmark's audit log does not verify: ${verdict.problem}`);
     return [
       { name: 'permissions: command keying (bash parse)', ...keying },

@@ -11,6 +11,7 @@ import { stats } from './stats.mjs';
 export async function benchRegistry({ count = 1000, rounds = 5 } = {}) {
   const { Registry } = await import('../dist/registry/registry.js');
   const { ScanIndex } = await import('../dist/registry/scan-index.js');
+  const { StateKey } = await import('../dist/config/state-key.js');
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-registry-'));
   try {
     for (let i = 0; i < count; i++) {
@@ -32,6 +33,10 @@ export async function benchRegistry({ count = 1000, rounds = 5 } = {}) {
     // Files changed in the last 2 s are not remembered by the index (coarse timestamps): let them settle.
     await new Promise((r) => setTimeout(r, 2100));
     const indexFile = path.join(root, 'state', 'registry-index.json');
+    // Each index object gets its own key object, as a new process would (the key file is read once each):
+    // every entry's MAC is checked when an index is loaded and made when one is remembered.
+    const index = () =>
+      new ScanIndex(indexFile, { key: new StateKey({ stateDir: path.join(root, 'state') }) });
     const check = (scan) => {
       if (scan.capabilities.length !== count)
         throw new Error(`expected ${count} capabilities, got ${scan.capabilities.length}`);
@@ -53,13 +58,13 @@ export async function benchRegistry({ count = 1000, rounds = 5 } = {}) {
         await new Registry({
           roots: ['capabilities'],
           projectRoot: root,
-          index: new ScanIndex(indexFile),
+          index: index(),
         }).scan();
       }
       const indexed = new Registry({
         roots: ['capabilities'],
         projectRoot: root,
-        index: new ScanIndex(indexFile),
+        index: index(),
       });
       t = performance.now();
       check(await indexed.scan());

@@ -39,8 +39,9 @@ export { makeKey } from './permissions/keys.js';
 export { PermissionEngine } from './permissions/engine.js';
 export { createCommandParser } from './permissions/command-parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
-export { auditHeadPath, auditLogPath, verifyAuditLog } from './permissions/audit-log.js';
-export { userStateDir } from './config/user-state.js';
+export { auditHeadPath, auditLogPath, verifyAuditLog, type AuditHeadRef } from './permissions/audit-log.js';
+export { secretDir, userStateDir } from './config/user-state.js';
+export { StateKey } from './config/state-key.js';
 
 // Adding a tool: defineTool with a zod schema, permission() (noCheck or askHost with a makeKey key)
 // and execute(ctx); run it with executor.call(tool, args, context).

@@ -2,7 +2,9 @@ import type { PermissionMode } from '../config/modes.js';
 import type { LoadedProjectConfig } from '../config/project-config.js';
 import type { Executor } from '../executor/executor.js';
 import { homedir } from 'node:os';
+import { StateKey } from '../config/state-key.js';
 import { userStateDir } from '../config/user-state.js';
+import type { InputValidator } from '../manifest/input.js';
 import { userCacheDir } from '../config/cache-dir.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
@@ -39,21 +41,32 @@ export interface CliSession {
 /** The project of the current directory (real-path root) and its registry: for commands that run nothing. */
 export async function openProject(io: CliIO): Promise<{ project: LoadedProjectConfig; registry: Registry }> {
   const project = await openProjectAt(io.cwd);
-  return {
-    project,
-    registry: projectRegistry(
-      project.root,
-      project.config.roots,
-      undefined,
-      userCacheDir(io.env),
-      cliStateDir(io),
-    ),
-  };
+  return { project, registry: cliRegistry(io, project.root, project.config.roots) };
+}
+
+/** A registry over `roots` of a project, with this invocation's cache, state folder and key. */
+export function cliRegistry(
+  io: CliIO,
+  projectRoot: string,
+  roots: readonly string[],
+  inputValidator?: InputValidator,
+): Registry {
+  return projectRegistry(projectRoot, roots, {
+    inputValidator,
+    cacheDir: userCacheDir(io.env),
+    stateDir: cliStateDir(io),
+    stateKey: cliStateKey(io),
+  });
 }
 
 /** The per-user state directory of this invocation (from its environment). */
 export function cliStateDir(io: CliIO): string {
   return userStateDir(io.env, homedir());
+}
+
+/** The key of that folder, for commands that read or write capsule's state without a runtime. */
+export function cliStateKey(io: CliIO): StateKey {
+  return new StateKey({ stateDir: cliStateDir(io) });
 }
 
 /**

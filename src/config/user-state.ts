@@ -14,3 +14,11 @@ export function userStateDir(env: Readonly<Record<string, string | undefined>>, 
   const base = xdg !== undefined && path.isAbsolute(xdg) ? xdg : path.join(home, '.local', 'state');
   return path.join(base, 'capsule');
 }
+
+/**
+ * The folder of the per-user key (`<stateDir>/secret`, mode 0700): what authenticates the confirmed
+ * policies, audit heads and scan index beside it. Hidden from every confined process.
+ */
+export function secretDir(stateDir: string): string {
+  return path.join(stateDir, 'secret');
+}

@@ -1,4 +1,6 @@
+import { homedir } from 'node:os';
 import { userCacheDir } from '../config/cache-dir.js';
+import { userStateDir } from '../config/user-state.js';
 import type { DockerEngineConfig } from '../config/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
@@ -11,6 +13,11 @@ export interface DefaultRunnerOptions {
   env: NodeJS.ProcessEnv;
   /** capsule's per-user cache folder (default: `userCacheDir(env)`, never inside the project). */
   cacheDir?: string | undefined;
+  /**
+   * capsule's per-user state folder (default: `userStateDir(env)`): the wasm and docker runners refuse
+   * a grant of it again before each run, whoever built the capability.
+   */
+  stateDir?: string | undefined;
   /** What shell capabilities may not change or see (default: the project's protected paths read-only). */
   protection?: HostProtection | undefined;
   /** Progress of long runner work (docker image builds). */
@@ -29,6 +36,7 @@ export interface DefaultRunnerOptions {
 export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
   const { env } = options;
   const cacheDir = options.cacheDir ?? userCacheDir(env);
+  const stateDir = options.stateDir ?? userStateDir(env, homedir());
   const engines = options.engines ?? [];
   return [
     // capsule's own state (capsule.json, .capsule/, the per-user cache and state) is read-only to
@@ -40,7 +48,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
       'wasm',
       async () => {
         const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
-        return new WasmRunner({ cacheDir, projectRoot: options.projectRoot, hostEnv: env });
+        return new WasmRunner({ cacheDir, stateDir, projectRoot: options.projectRoot, hostEnv: env });
       },
       // Its first call waits for a worker: the executor's hint starts one while the call is staged and judged.
       { warms: true },
@@ -53,6 +61,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
             env,
             projectRoot: options.projectRoot,
             cacheDir,
+            stateDir,
             onProgress: options.onProgress,
           });
         })
@@ -63,7 +72,13 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
             const { openEnginePool } = await import('../runners/docker/engine-config.js');
             return openEnginePool(engines, {
               baseDir: options.projectRoot,
-              runner: { env, projectRoot: options.projectRoot, cacheDir, onProgress: options.onProgress },
+              runner: {
+                env,
+                projectRoot: options.projectRoot,
+                cacheDir,
+                stateDir,
+                onProgress: options.onProgress,
+              },
             });
           },
           { measures: true },

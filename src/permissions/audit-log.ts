@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { z } from 'zod';
 import { withFileLock } from '../config/file-lock.js';
 import { STATE_DIR, writeFileAtomic } from '../config/config-store.js';
+import type { StateKey } from '../config/state-key.js';
 import { parseStrictJson } from '../config/strict-json.js';
 import { CapsuleError, type DeniedBy } from '../errors.js';
 import type { Clock } from './session-allowlist.js';
@@ -118,9 +119,9 @@ const auditRecordSchema = z
 export type AuditRecord = z.infer<typeof auditRecordSchema>;
 type AuditBody = Omit<AuditRecord, 'hash'>;
 
-const auditHeadSchema = z
+const auditHeadBodySchema = z
   .strictObject({
-    schemaVersion: z.literal(1),
+    schemaVersion: z.literal(2),
     projectRoot: z.string().describe('For people: the project whose log this anchors.'),
     log: z.string().describe('For people: the log file.'),
     records: z.int().min(0).describe('How many records the log held after the last append.'),
@@ -140,7 +141,23 @@ const auditHeadSchema = z
   })
   .describe('The head of an audit log: kept outside the project so a cut, deleted or rewritten log shows.');
 
-export type AuditHead = z.infer<typeof auditHeadSchema>;
+const auditHeadSchema = auditHeadBodySchema.extend({
+  mac: z
+    .string()
+    .optional()
+    .describe("HMAC-SHA256 with the per-user key (StateKey) of every other field, for this file's name."),
+});
+
+export type AuditHead = z.infer<typeof auditHeadBodySchema>;
+
+/** A log's head file and the key that authenticates it. */
+export interface AuditHeadRef {
+  /** auditHeadPath(stateDir, projectRoot) */
+  file: string;
+  key: StateKey;
+}
+
+const HEAD_MAC_PURPOSE = 'audit-head';
 
 export interface AuditSink {
   append(event: AuditEvent): Promise<void>;
@@ -266,6 +283,10 @@ export type AuditProblemKind =
   | 'rewritten'
   /** A non-empty log with no head, or a head that cannot be read. */
   | 'unanchored'
+  /** A head whose MAC does not verify with this user's key: not written by capsule for this project. */
+  | 'forged'
+  /** A head written by an earlier capsule, before heads were authenticated. */
+  | 'unauthenticated'
   /** The chain was begun anew because the log its head named was missing or empty (deleted, emptied). */
   | 'restarted';
 
@@ -285,8 +306,8 @@ export type AuditVerification =
   | { ok: false; records: number; line: number; kind: AuditProblemKind; problem: string };
 
 export interface VerifyOptions {
-  /** The log's head (auditHeadPath); without it only the chain itself is checked. */
-  headFile?: string | undefined;
+  /** The log's head; without it only the chain itself is checked. */
+  head?: AuditHeadRef | undefined;
 }
 
 interface Walk {
@@ -428,20 +449,45 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number
   return { ok: true, records, lastHash, anchored: true, anchoredFrom: walk.anchoredFrom };
 }
 
-type HeadRead = { found: true; head: AuditHead } | { found: false } | { broken: string; found: false };
+type HeadRead =
+  | { found: true; head: AuditHead }
+  | { found: false }
+  | { found: false; broken: string; kind: AuditProblemKind };
 
-async function readHead(headFile: string): Promise<HeadRead> {
+/** A head is one only when capsule wrote it with this user's key for this file (never a copy). */
+async function readHead(ref: AuditHeadRef): Promise<HeadRead> {
   let text: string;
   try {
-    text = await readFile(headFile, 'utf8');
+    text = await readFile(ref.file, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { found: false };
-    return { found: false, broken: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})` };
+    return {
+      found: false,
+      kind: 'unanchored',
+      broken: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+    };
   }
   const json = parseStrictJson(text);
+  if (json.ok && (json.value as { schemaVersion?: unknown } | null)?.schemaVersion === 1) {
+    return {
+      found: false,
+      kind: 'unauthenticated',
+      broken:
+        'was written by an earlier capsule, before audit heads were authenticated, so it cannot be told from a forgery',
+    };
+  }
   const parsed = json.ok ? auditHeadSchema.safeParse(json.value) : undefined;
-  if (parsed?.success !== true) return { found: false, broken: 'is not a valid audit head' };
-  return { found: true, head: parsed.data };
+  if (parsed?.success !== true)
+    return { found: false, kind: 'unanchored', broken: 'is not a valid audit head' };
+  const { mac, ...head } = parsed.data;
+  if (!(await ref.key.verify(HEAD_MAC_PURPOSE, path.basename(ref.file), head, mac))) {
+    return {
+      found: false,
+      kind: 'forged',
+      broken: `was not written by capsule for this project: its MAC does not verify with this user's key (${ref.key.file}), so the head and the log it names may both be forged`,
+    };
+  }
+  return { found: true, head };
 }
 
 async function readLog(file: string): Promise<Buffer | undefined> {
@@ -460,17 +506,17 @@ async function readLog(file: string): Promise<Buffer | undefined> {
  */
 export async function verifyAuditLog(file: string, options: VerifyOptions = {}): Promise<AuditVerification> {
   const buf = (await readLog(file)) ?? Buffer.alloc(0);
-  const headFile = options.headFile;
+  const headFile = options.head?.file;
   let head: AuditHead | undefined;
-  if (headFile !== undefined) {
-    const read = await readHead(headFile);
+  if (options.head !== undefined) {
+    const read = await readHead(options.head);
     if ('broken' in read) {
       return {
         ok: false,
         records: 0,
         line: 0,
-        kind: 'unanchored',
-        problem: `the head ${headFile} ${read.broken}`,
+        kind: read.kind,
+        problem: `the head ${options.head.file} ${read.broken}`,
       };
     }
     if (read.found) head = read.head;
@@ -512,8 +558,8 @@ export function verifyAuditText(text: string): AuditVerification {
 }
 
 export interface JsonlAuditLogOptions {
-  /** The head file (auditHeadPath). Without one the log is only self-consistent: a cut tail goes unseen. */
-  headFile?: string | undefined;
+  /** The head and its key. Without one the log is only self-consistent: a cut tail goes unseen. */
+  head?: AuditHeadRef | undefined;
   /** The project, as written into the head for people. */
   projectRoot?: string | undefined;
 }
@@ -673,8 +719,9 @@ export class JsonlAuditLog implements AuditSink {
     size: number,
     notes: AuditEvent[],
   ): Promise<{ size: number; seq: number; hash: string }> {
-    const headFile = this.options.headFile;
-    const read = headFile !== undefined ? await readHead(headFile) : ({ found: false } as HeadRead);
+    const ref = this.options.head;
+    const headFile = ref?.file;
+    const read = ref !== undefined ? await readHead(ref) : ({ found: false } as HeadRead);
     if ('broken' in read) throw this.broken(`its head ${headFile ?? ''} ${read.broken}`);
     const head = read.found ? read.head : undefined;
     // Only the end of the log is read: its last record must be the one the head names. Whatever is
@@ -752,7 +799,7 @@ export class JsonlAuditLog implements AuditSink {
       return { size: offset, seq: tail.records - 1, hash: tail.lastHash };
     }
     // Broken: read it all once, to say precisely how.
-    const verdict = await verifyAuditLog(this.file, { headFile });
+    const verdict = await verifyAuditLog(this.file, { head: ref });
     throw this.broken(verdict.ok ? 'it changed while it was being read' : verdict.problem);
   }
 
@@ -764,14 +811,15 @@ export class JsonlAuditLog implements AuditSink {
   }
 
   private async writeHead(records: number, lastHash: string, pending?: AuditHead['pending']): Promise<void> {
-    const headFile = this.options.headFile;
-    if (headFile === undefined) return;
+    const ref = this.options.head;
+    if (ref === undefined) return;
+    const headFile = ref.file;
     if (!this.headDirReady) {
       await mkdir(path.dirname(headFile), { recursive: true, mode: 0o700 });
       this.headDirReady = true;
     }
     const head: AuditHead = {
-      schemaVersion: 1,
+      schemaVersion: 2,
       projectRoot: this.options.projectRoot ?? path.dirname(path.dirname(this.file)),
       log: this.file,
       records,
@@ -779,7 +827,8 @@ export class JsonlAuditLog implements AuditSink {
       updated: new Date(this.clock.now()).toISOString(),
       ...(pending !== undefined ? { pending } : {}),
     };
-    await writeHeadFile(headFile, JSON.stringify(head), !this.headSized);
+    const mac = await ref.key.sign(HEAD_MAC_PURPOSE, path.basename(headFile), head);
+    await writeHeadFile(headFile, JSON.stringify({ ...head, mac }), !this.headSized);
     this.headSized = true;
   }
 
@@ -800,12 +849,14 @@ export class JsonlAuditLog implements AuditSink {
         movedTo = path.join(path.dirname(this.file), `audit.${stamp}.jsonl`);
         await rename(this.file, movedTo);
       }
-      const headFile = this.options.headFile;
-      const before = headFile !== undefined ? await readHead(headFile) : undefined;
+      const ref = this.options.head;
+      const before = ref !== undefined ? await readHead(ref) : undefined;
       const was =
         before?.found === true
           ? `its head said ${before.head.records} record(s), last hash ${before.head.lastHash}`
-          : 'it had no head';
+          : before !== undefined && 'broken' in before
+            ? `its head ${before.broken}`
+            : 'it had no head';
       const { line, hash } = lineFor(
         this.body(
           auditNote(

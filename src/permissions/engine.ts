@@ -12,6 +12,7 @@ import {
 } from '../config/project-config.js';
 import { CapsuleError, isCapsuleError } from '../errors.js';
 import { userStateDir } from '../config/user-state.js';
+import { StateKey } from '../config/state-key.js';
 import { auditHeadPath, auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import {
@@ -94,6 +95,8 @@ export interface PermissionEngineOptions {
   confirmPolicy?: PolicyConfirmer | undefined;
   /** Where confirmed policies are recorded across processes (capsule's per-user state). */
   snapshots?: PolicySnapshotStore | undefined;
+  /** The per-user key of `userStateDir` (the audit head's MAC); made from it when not given. */
+  stateKey?: StateKey | undefined;
   /** Hashes of the project profiles the session loaded (the confirmed ones); default: read at create. */
   profiles?: ProfileHashes | undefined;
 }
@@ -239,7 +242,10 @@ export class PermissionEngine implements PermissionGate {
       const root = path.resolve(options.projectRoot);
       const stateDir = options.userStateDir ?? userStateDir({}, homedir());
       audit = new JsonlAuditLog(auditLogPath(root), options.clock ?? systemClock(), {
-        headFile: await auditHeadPath(stateDir, root),
+        head: {
+          file: await auditHeadPath(stateDir, root),
+          key: options.stateKey ?? new StateKey({ stateDir }),
+        },
         projectRoot: root,
       });
     }
@@ -471,7 +477,8 @@ export class PermissionEngine implements PermissionGate {
   private async recordConfirmed(by: string): Promise<void> {
     if (this.snapshots === undefined) return;
     try {
-      if ((await this.snapshots.read(this.projectRoot)) === undefined) return;
+      // Only a genuine confirmation is kept in step; an untrusted one waits for capsule reload.
+      if ((await this.snapshots.load(this.projectRoot)).state !== 'confirmed') return;
       await this.snapshots.write(this.projectRoot, this.confirmedPolicy(), by);
     } catch (err) {
       this.logger(

@@ -4,6 +4,8 @@ import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../config/config-store.js';
 import type { ProjectConfig } from '../config/project-config.js';
+import { parseStrictJson } from '../config/strict-json.js';
+import type { StateKey } from '../config/state-key.js';
 import { CapsuleError } from '../errors.js';
 import {
   configWithPolicy,
@@ -20,31 +22,62 @@ import {
   withoutEngines,
 } from './policy-diff.js';
 
-const snapshotSchema = z
-  .strictObject({
-    schemaVersion: z.literal(1),
-    root: z.string().describe('Real path of the project root the snapshot belongs to.'),
-    hash: z.string().describe('policyHash of `policy`.'),
-    policy: policyViewSchema.describe('The policy a person last confirmed for this project.'),
-    profileTexts: z
-      .record(z.string(), z.string())
-      .default({})
+const snapshotBodySchema = z.strictObject({
+  schemaVersion: z.literal(2),
+  root: z.string().describe('Real path of the project root the snapshot belongs to.'),
+  hash: z.string().describe('policyHash of `policy`.'),
+  policy: policyViewSchema.describe('The policy a person last confirmed for this project.'),
+  profileTexts: z
+    .record(z.string(), z.string())
+    .default({})
+    .describe(
+      'The confirmed project profiles themselves (file → text), so a changed or deleted one still loads as confirmed.',
+    ),
+  confirmedAt: z.string().describe('ISO time of the confirmation.'),
+  by: z.string().describe('Which human path confirmed it (capsule reload, a prompt answer, first use).'),
+});
+
+const snapshotSchema = snapshotBodySchema
+  .extend({
+    mac: z
+      .string()
+      .optional()
       .describe(
-        'The confirmed project profiles themselves (file → text), so a changed or deleted one still loads as confirmed.',
+        "HMAC-SHA256 with the per-user key (StateKey) of every other field, for this file's name: what makes it capsule's.",
       ),
-    confirmedAt: z.string().describe('ISO time of the confirmation.'),
-    by: z.string().describe('Which human path confirmed it (capsule reload, a prompt answer, first use).'),
   })
   .describe('A confirmed policy snapshot, one file per project under the per-user state folder.');
 
-export type PolicySnapshot = z.infer<typeof snapshotSchema>;
+export type PolicySnapshot = z.infer<typeof snapshotBodySchema>;
+
+/** Why a snapshot file on disk is not a confirmation. */
+export type UntrustedSnapshotKind =
+  /**
+   * Its MAC does not verify with this user's key for this file (written by something that does not
+   * hold the key, or copied from another project or another state folder), or it contradicts itself.
+   */
+  | 'forged'
+  /** Written by an earlier capsule, before snapshots were authenticated. */
+  | 'unauthenticated'
+  /** Not a snapshot at all (not JSON, unknown fields). */
+  | 'broken';
+
+/** What the snapshot file of a project says. */
+export type SnapshotRead =
+  | { state: 'none'; file: string }
+  | { state: 'confirmed'; file: string; snapshot: PolicySnapshot }
+  | { state: 'untrusted'; file: string; kind: UntrustedSnapshotKind; problem: string };
+
+const MAC_PURPOSE = 'policy-snapshot';
 
 /** The last confirmed policy of each project, kept in capsule's per-user state folder. */
 export class PolicySnapshotStore {
   readonly dir: string;
+  readonly #key: StateKey;
 
-  constructor(options: { stateDir: string }) {
+  constructor(options: { stateDir: string; key: StateKey }) {
     this.dir = path.join(options.stateDir, 'policy');
+    this.#key = options.key;
   }
 
   /** The snapshot file of a project: keyed by the sha256 of the root's real path. */
@@ -54,13 +87,18 @@ export class PolicySnapshotStore {
     return { root, file: path.join(this.dir, `${id}.json`) };
   }
 
-  async read(projectRoot: string): Promise<PolicySnapshot | undefined> {
+  /**
+   * The project's snapshot, judged: a confirmation only when capsule wrote it with this user's key
+   * for this project. Anything else there is `untrusted` — never taken for "no snapshot yet", which
+   * would let whoever deleted or replaced it have the files taken as they are.
+   */
+  async load(projectRoot: string): Promise<SnapshotRead> {
     const { root, file } = await this.fileFor(projectRoot);
     let text: string;
     try {
       text = await readFile(file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'none', file };
       throw new CapsuleError(
         'CONFIG_INVALID',
         `${file} cannot be read (${(err as NodeJS.ErrnoException).code}).`,
@@ -68,48 +106,58 @@ export class PolicySnapshotStore {
         { cause: err },
       );
     }
-    let parsed: PolicySnapshot;
-    try {
-      parsed = snapshotSchema.parse(JSON.parse(text));
-    } catch (err) {
-      throw new CapsuleError(
-        'CONFIG_INVALID',
-        `${file}: the confirmed policy snapshot of ${root} is broken; nothing was adopted.`,
-        { file, hint: `Delete ${file} and confirm the policy again with capsule reload.` },
-        { cause: err },
+    const untrusted = (kind: UntrustedSnapshotKind, problem: string): SnapshotRead => ({
+      state: 'untrusted',
+      file,
+      kind,
+      problem,
+    });
+    const json = parseStrictJson(text);
+    const version = json.ok ? (json.value as { schemaVersion?: unknown } | null)?.schemaVersion : undefined;
+    if (version === 1)
+      return untrusted(
+        'unauthenticated',
+        `${file} was written by an earlier capsule, before confirmations were authenticated, so it cannot be told from a forgery`,
       );
-    }
-    // A snapshot for another root (a copied file) or whose hashes do not match is not a confirmation.
-    const textsMatch = Object.entries(parsed.profileTexts).every(
-      ([f, text]) => parsed.policy.profiles[f] === profileTextHash(text),
+    const parsed = json.ok ? snapshotSchema.safeParse(json.value) : undefined;
+    if (parsed?.success !== true) return untrusted('broken', `${file} is not a confirmed policy snapshot`);
+    const { mac, ...body } = parsed.data;
+    if (!(await this.#key.verify(MAC_PURPOSE, path.basename(file), body, mac)))
+      return untrusted(
+        'forged',
+        `${file} was not written by capsule for this project: its MAC does not verify with this user's key (${this.#key.file}), so it is a forgery or a copy`,
+      );
+    const textsMatch = Object.entries(body.profileTexts).every(
+      ([f, t]) => body.policy.profiles[f] === profileTextHash(t),
     );
-    if (parsed.root !== root || parsed.hash !== policyHash(parsed.policy) || !textsMatch) {
-      throw new CapsuleError('CONFIG_INVALID', `${file} does not belong to ${root} or was altered.`, {
-        file,
-        hint: `Delete ${file} and confirm the policy again with capsule reload.`,
-      });
-    }
-    return parsed;
+    // Both follow from the MAC (it covers the file name, the root's id); checked anyway.
+    if (body.root !== root || body.hash !== policyHash(body.policy) || !textsMatch)
+      return untrusted(
+        'forged',
+        `${file} names another project (${body.root}) or does not match its own hashes`,
+      );
+    return { state: 'confirmed', file, snapshot: body };
   }
 
   /**
    * Record `policy` as confirmed. The text of each confirmed profile is kept too: from disk when it
-   * still has the confirmed hash, else from the previous snapshot.
+   * still has the confirmed hash, else from the previous (genuine) snapshot.
    */
   async write(projectRoot: string, policy: PolicyView, by: string): Promise<void> {
     const { root, file } = await this.fileFor(projectRoot);
-    const previous = await this.read(projectRoot).catch(() => undefined);
+    const previous = await this.load(projectRoot).catch(() => undefined);
+    const previousTexts = previous?.state === 'confirmed' ? previous.snapshot.profileTexts : {};
     const onDisk = await readProfileTexts(projectRoot);
     const profileTexts: Record<string, string> = {};
     for (const [f, hash] of Object.entries(policy.profiles)) {
-      const text = [onDisk[f], previous?.profileTexts[f]].find(
+      const text = [onDisk[f], previousTexts[f]].find(
         (t): t is string => t !== undefined && profileTextHash(t) === hash,
       );
       if (text !== undefined) profileTexts[f] = text;
     }
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const snapshot: PolicySnapshot = {
-      schemaVersion: 1,
+      schemaVersion: 2,
       root,
       hash: policyHash(policy),
       policy,
@@ -117,8 +165,28 @@ export class PolicySnapshotStore {
       confirmedAt: new Date().toISOString(),
       by,
     };
-    await writeFileAtomic(file, `${JSON.stringify(snapshot, null, 2)}\n`, 0o600);
+    const mac = await this.#key.sign(MAC_PURPOSE, path.basename(file), snapshot);
+    await writeFileAtomic(file, `${JSON.stringify({ ...snapshot, mac }, null, 2)}\n`, 0o600);
   }
+}
+
+/**
+ * A snapshot that is there and is not a confirmation stops every command that decides anything: the
+ * policy the person confirmed is unknown (its deny rules too), and taking the files as they are would
+ * hand whoever replaced it the project. Until a person confirms the policy again nothing runs.
+ */
+export function untrustedSnapshot(read: Extract<SnapshotRead, { state: 'untrusted' }>): CapsuleError {
+  return new CapsuleError(
+    'CONFIG_INVALID',
+    `The confirmed policy of this project is not trusted: ${read.problem}. Nothing is run on it.`,
+    {
+      file: read.file,
+      hint:
+        read.kind === 'unauthenticated'
+          ? 'Confirm the policy once with this version: run capsule reload in a terminal and review it.'
+          : 'Someone or something other than capsule wrote it. Review capsule.json and .capsule/profiles/ (they may have been changed too), then confirm the policy again with capsule reload in a terminal.',
+    },
+  );
 }
 
 /** The policy a session or command starts with, and what on disk is not (yet) confirmed. */
@@ -143,6 +211,7 @@ export interface StartingPolicy {
  * becomes the confirmed one (sessions do this, so what an agent changes in one session is not
  * adopted by the next). A snapshot that differs from disk: the snapshot wins, the difference is
  * reported, and `capsule reload` shows it to a person; what only tightens the policy applies at once.
+ * A snapshot capsule did not write (untrusted): CONFIG_INVALID naming it (see untrustedSnapshot).
  */
 export async function resolveStartingPolicy(options: {
   projectRoot: string;
@@ -160,8 +229,10 @@ export async function resolveStartingPolicy(options: {
   }
   const onDisk = policyViewOf(options.config, profiles);
   const asOnDisk = { config: options.config, view: onDisk, profiles, profileTexts: diskTexts };
-  const snapshot = options.store !== undefined ? await options.store.read(options.projectRoot) : undefined;
-  if (snapshot === undefined) {
+  const read: SnapshotRead =
+    options.store !== undefined ? await options.store.load(options.projectRoot) : { state: 'none', file: '' };
+  if (read.state === 'untrusted') throw untrustedSnapshot(read);
+  if (read.state === 'none') {
     // Never confirmed: the files as they are, except `engines`. An engine receives every docker call's
     // files and input, and no ceiling limits where a repository's file points them; the person's own
     // engines (CAPSULE_ENGINES, --engine, DOCKER_HOST) need no confirmation.
@@ -180,6 +251,7 @@ export async function resolveStartingPolicy(options: {
         `(${pending.lines.join('; ')}). Review and confirm them with: capsule reload`,
     };
   }
+  const { snapshot } = read;
   if (policyChange(options.file, snapshot.policy, onDisk) === undefined) return asOnDisk;
   const view = tightenOnly(snapshot.policy, onDisk);
   const pending = policyChange(options.file, view, onDisk);

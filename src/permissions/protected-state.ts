@@ -2,6 +2,7 @@ import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { STATE_DIR } from '../config/config-store.js';
 import { PROJECT_CONFIG_FILE } from '../config/project-config.js';
+import { secretDir } from '../config/user-state.js';
 import { CapsuleError } from '../errors.js';
 import { auditLogPath } from './audit-log.js';
 
@@ -337,7 +338,7 @@ export async function assertGrantsUnprotected(
   }
 }
 
-/** What a confined host process must not change. */
+/** What a confined host process must not change, or not even read. */
 export interface ConfinedPath {
   path: string;
   /**
@@ -363,10 +364,11 @@ export function hostProtection(paths: readonly ConfinedPath[]): HostProtection {
 }
 
 /**
- * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only:
- * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) and the
- * per-user state (confirmed policies, audit heads). Absolute and not resolved: the confinement
- * resolves them and skips the ones that do not exist. Nothing here is secret, so reading stays allowed.
+ * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only —
+ * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) — or not at
+ * all: the per-user state (confirmed policies, audit heads) and the folder of the per-user key that
+ * authenticates it. Absolute and not resolved: the confinement resolves them and skips the ones that
+ * do not exist.
  */
 export function confinedPaths(
   projectRoot: string,
@@ -380,12 +382,21 @@ export function confinedPaths(
     { path: path.resolve(cacheDir), access: 'read-only', what: 'per-user cache (transpiled components)' },
   ];
   if (stateDir !== undefined)
-    out.push({
-      path: path.resolve(stateDir),
-      // Nothing a host command does needs capsule's confirmations or its key: it does not see them.
-      access: 'hidden',
-      what: 'per-user state (confirmed policies, audit heads)',
-    });
+    out.push(
+      {
+        path: path.resolve(stateDir),
+        // Nothing a host command does needs capsule's confirmations or its key: it does not see them.
+        access: 'hidden',
+        what: 'per-user state (confirmed policies, audit heads)',
+      },
+      {
+        // Inside the folder above (the confinement mounts the outermost), listed on its own so the key
+        // stays hidden whatever becomes of the folder's access: whoever reads it can forge a confirmation.
+        path: path.resolve(secretDir(stateDir)),
+        access: 'hidden',
+        what: 'per-user key that authenticates confirmed policies, audit heads and the scan index',
+      },
+    );
   return out;
 }
 

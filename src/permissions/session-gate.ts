@@ -1,4 +1,5 @@
 import { PERMISSION_MODES, type LoadedProjectConfig, type PermissionMode } from '../config/project-config.js';
+import type { StateKey } from '../config/state-key.js';
 import { CapsuleError } from '../errors.js';
 import type { CommandParser } from './command-parser.js';
 import { PermissionEngine } from './engine.js';
@@ -26,6 +27,8 @@ export interface SessionGateOptions {
   audit?: AuditSink | false | undefined;
   /** The per-user state directory (the audit log's head); see userStateDir. */
   userStateDir?: string | undefined;
+  /** Its key (made from userStateDir when not given). */
+  stateKey?: StateKey | undefined;
   logger?: ((message: string) => void) | undefined;
   /** Confirmed policies across processes; human-side grants and revokes keep it in step. */
   snapshots?: PolicySnapshotStore | undefined;
@@ -94,6 +97,7 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     profileRules: options.profileRules,
     audit: options.audit,
     userStateDir: options.userStateDir,
+    stateKey: options.stateKey,
     logger,
     snapshots: options.snapshots,
   });

@@ -5,6 +5,7 @@ import { writeFileAtomic } from '../config/config-store.js';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseStrictJson } from '../config/strict-json.js';
+import type { StateKey } from '../config/state-key.js';
 import { hashFiles } from '../manifest/hash.js';
 
 /**
@@ -18,12 +19,17 @@ const folderEntrySchema = z
     files: z.array(z.string()).describe('The hashed files, in hash order (relative paths).'),
     stamps: z.array(z.string()).describe('size:mtime:ctime:inode:mode of each file, in the same order.'),
     contentHash: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+    mac: z
+      .string()
+      .describe(
+        'HMAC-SHA256 with the per-user key (StateKey) of the other fields, for the folder it is keyed by.',
+      ),
   })
   .describe('One capability folder: its content hash when every file still has these stamps.');
 
 const scanIndexSchema = z
   .strictObject({
-    schemaVersion: z.literal(1),
+    schemaVersion: z.literal(2),
     folders: z.record(z.string(), folderEntrySchema).describe('Keyed by the real path of the folder.'),
   })
   .describe(
@@ -42,9 +48,13 @@ export function scanIndexPath(userStateDir: string, projectRoot: string, roots: 
 }
 
 export interface ScanIndexOptions {
+  /** The per-user key: an entry is used only when its MAC verifies with it. */
+  key: StateKey;
   /** Don't remember a folder a file of which changed this recently (default 2 s). */
   settleMs?: number | undefined;
 }
+
+const MAC_PURPOSE = 'scan-index';
 
 // ctime is in the stamp because no writer can set it back: any write, chmod or rename moves it.
 const stampOf = (st: { size: bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigint; mode: bigint }): string =>
@@ -56,25 +66,34 @@ const stampOf = (st: { size: bigint; mtimeNs: bigint; ctimeNs: bigint; ino: bigi
  *
  * Trust: none for a run. A scan's contentHash is for listing and validation; `registry.get()` (what
  * the executor and the gate use) always hashes the bytes, and the executor stages the bytes it ran
- * and checks them against that hash. An index that cannot be read, or lies, costs a re-hash or a
- * wrong line in a listing, never a run.
+ * and checks them against that hash. Each entry carries a MAC with the per-user key, so an entry
+ * capsule did not write (a changed folder recorded under its old hash) is not used: the folder is
+ * hashed afresh. An index that cannot be read costs a re-hash, never a run.
  */
 export class ScanIndex {
   readonly file: string;
   readonly #settleMs: number;
+  readonly #key: StateKey;
+  #usable: boolean | undefined;
   #loaded: Map<string, FolderEntry> | undefined;
   /** Entries found or made by the current scan: what is kept. */
   #next = new Map<string, FolderEntry>();
   #dirty = false;
 
-  constructor(file: string, options: ScanIndexOptions = {}) {
+  constructor(file: string, options: ScanIndexOptions) {
     this.file = file;
     this.#settleMs = options.settleMs ?? DEFAULT_SETTLE_MS;
+    this.#key = options.key;
   }
 
   /** Start a scan: entries not used by it are dropped when it is saved. */
   async begin(): Promise<void> {
-    this.#loaded ??= await this.#read();
+    // Without a usable key (a broken key file is reported where it matters) the index is not used.
+    this.#usable ??= await this.#key.load().then(
+      () => true,
+      () => false,
+    );
+    this.#loaded ??= this.#usable ? await this.#read() : new Map();
     this.#next = new Map();
     this.#dirty = false;
   }
@@ -97,8 +116,9 @@ export class ScanIndex {
     // Stamps first, bytes after: a write during the read moves a stamp, so it is not hidden next time.
     const contentHash = await hashFiles(dir, files);
     const newest = stats.reduce((m, s) => (s.ctimeNs > m ? s.ctimeNs : m), 0n);
-    if (Number(newest / 1_000_000n) < before - this.#settleMs) {
-      this.#next.set(dir, { files: [...files], stamps, contentHash });
+    if (this.#usable === true && Number(newest / 1_000_000n) < before - this.#settleMs) {
+      const body = { files: [...files], stamps, contentHash };
+      this.#next.set(dir, { ...body, mac: await this.#key.sign(MAC_PURPOSE, dir, body) });
       this.#dirty = true;
     }
     return contentHash;
@@ -108,8 +128,8 @@ export class ScanIndex {
   async save(): Promise<void> {
     const dropped = this.#loaded !== undefined && this.#loaded.size !== this.#next.size;
     this.#loaded = this.#next;
-    if (!this.#dirty && !dropped) return;
-    const doc = { schemaVersion: 1 as const, folders: Object.fromEntries(this.#next) };
+    if ((!this.#dirty && !dropped) || this.#usable !== true) return;
+    const doc = { schemaVersion: 2 as const, folders: Object.fromEntries(this.#next) };
     // A reader sees the old index or the new one, never half of one; a failed write only costs speed.
     await mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 })
       .then(() => writeFileAtomic(this.file, JSON.stringify(doc), 0o600))
@@ -125,9 +145,15 @@ export class ScanIndex {
     }
     const json = parseStrictJson(text);
     const parsed = json.ok ? scanIndexSchema.safeParse(json.value) : undefined;
-    // Unreadable or not an index: start over (it only ever saves work).
+    // Unreadable or not an index (or one of an earlier capsule, without MACs): start over.
     if (parsed?.success !== true) return new Map();
-    return new Map(Object.entries(parsed.data.folders));
+    const entries = new Map<string, FolderEntry>();
+    for (const [dir, entry] of Object.entries(parsed.data.folders)) {
+      const { mac, ...body } = entry;
+      // Not capsule's (another key, or edited): as if absent, so that folder is hashed again.
+      if (await this.#key.verify(MAC_PURPOSE, dir, body, mac)) entries.set(dir, entry);
+    }
+    return entries;
   }
 }
 

@@ -7,7 +7,8 @@ import {
   type PermissionMode,
 } from '../config/project-config.js';
 import { userCacheDir } from '../config/cache-dir.js';
-import { userStateDir } from '../config/user-state.js';
+import { StateKey } from '../config/state-key.js';
+import { secretDir, userStateDir } from '../config/user-state.js';
 import { ENGINE_ENV, resolveEngines, selectEngines } from '../config/engines.js';
 import { CapsuleError } from '../errors.js';
 import { Executor } from '../executor/executor.js';
@@ -118,6 +119,8 @@ export interface Runtime {
   readonly cacheDir: string;
   /** The per-user state folder (confirmed policies, audit heads). */
   readonly stateDir: string;
+  /** The key that authenticates what capsule keeps in `stateDir`. */
+  readonly stateKey: StateKey;
   /** Where executors stage approved capabilities (under the per-user cache). */
   readonly stageDir: string;
   /** What a confined host process (shell capability, run_command, exec) sees read-only, and does not see. */
@@ -159,6 +162,19 @@ export async function openProjectAt(cwd: string): Promise<LoadedProjectConfig> {
   return { ...project, root: await realpath(project.root) };
 }
 
+export interface ProjectRegistryOptions {
+  inputValidator?: InputValidator | undefined;
+  /** The per-user cache (protected like capsule's state). */
+  cacheDir?: string | undefined;
+  /** The per-user state folder (protected; the scan index lives there). */
+  stateDir?: string | undefined;
+  /**
+   * The key of `stateDir`: with both, a scan index is kept there (listing and validation only), its
+   * entries used only when their MAC verifies.
+   */
+  stateKey?: StateKey | undefined;
+}
+
 /**
  * A registry over `roots` of a project. No capability may be granted write access to capsule's own
  * files (the protected set of the root).
@@ -166,21 +182,18 @@ export async function openProjectAt(cwd: string): Promise<LoadedProjectConfig> {
 export function projectRegistry(
   projectRoot: string,
   roots: readonly string[],
-  inputValidator?: InputValidator,
-  cacheDir?: string,
-  stateDir?: string,
-  /** Keep a scan index in the state folder (listing and validation only). */
-  useIndex = stateDir !== undefined,
+  options: ProjectRegistryOptions = {},
 ): Registry {
+  const { stateDir, stateKey } = options;
   return new Registry({
     roots,
     projectRoot,
-    protectedPaths: protectedPaths(projectRoot, cacheDir, stateDir).all,
-    inputValidator,
+    protectedPaths: protectedPaths(projectRoot, options.cacheDir, stateDir).all,
+    inputValidator: options.inputValidator,
     // Listing and validation only: a run resolves with registry.get(), which hashes the bytes.
     index:
-      useIndex && stateDir !== undefined
-        ? new ScanIndex(scanIndexPath(stateDir, projectRoot, roots))
+      stateDir !== undefined && stateKey !== undefined
+        ? new ScanIndex(scanIndexPath(stateDir, projectRoot, roots), { key: stateKey })
         : undefined,
   });
 }
@@ -231,9 +244,12 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const project = await openProjectAt(options.cwd);
   const root = project.root;
   const env = options.env ?? process.env;
-  // One per-user state folder for this process: confirmed policies and the audit log's head.
+  // One per-user state folder for this process: confirmed policies and the audit log's head, and the
+  // one key that authenticates them (read on first use).
   const stateDir = typeof options.stateDir === 'string' ? options.stateDir : userStateDir(env, homedir());
-  const snapshots = options.stateDir === false ? undefined : new PolicySnapshotStore({ stateDir });
+  const stateKey = new StateKey({ stateDir });
+  const snapshots =
+    options.stateDir === false ? undefined : new PolicySnapshotStore({ stateDir, key: stateKey });
   const starting = await resolveStartingPolicy({
     projectRoot: root,
     file: project.file,
@@ -246,21 +262,29 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
   const cacheDir = options.cacheDir ?? userCacheDir(env);
-  // Both exist before the first host run, so the confinement can bind them read-only.
-  await Promise.all([cacheDir, stateDir].map((d) => mkdir(d, { recursive: true, mode: 0o700 })));
+  // They exist before the first host run, so the confinement can bind (or hide) them.
+  await Promise.all(
+    [cacheDir, stateDir, secretDir(stateDir)].map((d) => mkdir(d, { recursive: true, mode: 0o700 })),
+  );
   // Staged copies of approved capabilities live under the per-user cache: outside every grantable root
   // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
   const stageDir = path.join(cacheDir, 'stage');
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
   const hostProtected = hostProtection(confinedPaths(root, cacheDir, stateDir));
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
-    projectRegistry(root, roots, inputValidator, cacheDir, stateDir, options.stateDir !== false);
+    projectRegistry(root, roots, {
+      inputValidator,
+      cacheDir,
+      stateDir,
+      stateKey: options.stateDir !== false ? stateKey : undefined,
+    });
   const runners =
     options.runners ??
     createDefaultRunners({
       projectRoot: root,
       env,
       cacheDir,
+      stateDir,
       protection: hostProtected,
       onProgress: options.onRunnerProgress,
       engines: selectEngines(
@@ -280,6 +304,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     env,
     cacheDir,
     stateDir,
+    stateKey,
     stageDir,
     hostProtection: hostProtected,
     grants,
@@ -297,6 +322,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         profiles: starting.profiles,
         snapshots,
         userStateDir: stateDir,
+        stateKey,
         confirmPolicy: gate.confirmPolicy,
         mode: gate.mode,
         modeSource: gate.modeSource,

@@ -28,6 +28,7 @@ describe('the public API (src/index.ts)', () => {
     expect(exportedNames()).toEqual(
       [
         'AgentSession',
+        'AuditHeadRef',
         'AgentTool',
         'AgentToolContext',
         'CapabilityContext',
@@ -67,6 +68,7 @@ describe('the public API (src/index.ts)', () => {
         'RuntimeOptions',
         'ScanResult',
         'ShellRunner',
+        'StateKey',
         'Telemetry',
         'Tool',
         'ToolCatalogOptions',
@@ -99,6 +101,7 @@ describe('the public API (src/index.ts)', () => {
         'parseManifest',
         'protectedPaths',
         'runChecks',
+        'secretDir',
         'userCacheDir',
         'userStateDir',
         'verifyAuditLog',

@@ -2,6 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
+import type { AuditHeadRef } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -20,12 +21,13 @@ async function realpathOr(p: string): Promise<string> {
 async function logAndHead(
   io: CliIO,
   file?: string,
-): Promise<{ file: string; headFile?: string | undefined }> {
-  const [{ cliStateDir, openProject }, { auditHeadPath, auditLogPath }, { isInside }] = await Promise.all([
-    import('../session.js'),
-    import('../../permissions/audit-log.js'),
-    import('../../manifest/paths.js'),
-  ]);
+): Promise<{ file: string; head?: AuditHeadRef | undefined }> {
+  const [{ cliStateDir, cliStateKey, openProject }, { auditHeadPath, auditLogPath }, { isInside }] =
+    await Promise.all([
+      import('../session.js'),
+      import('../../permissions/audit-log.js'),
+      import('../../manifest/paths.js'),
+    ]);
   const { project } = await openProject(io);
   const projectLog = auditLogPath(project.root);
   const chosen = file !== undefined ? path.resolve(io.cwd, file) : projectLog;
@@ -47,7 +49,10 @@ async function logAndHead(
       `capsule: warning: the audit head ${headFile} lies inside the project ${project.root}: a grant there can reach it (set XDG_STATE_HOME outside the project).\n`,
     );
   }
-  return { file: chosen, headFile };
+  return {
+    file: chosen,
+    head: headFile !== undefined ? { file: headFile, key: cliStateKey(io) } : undefined,
+  };
 }
 
 export function registerAudit(program: Command, io: CliIO): void {
@@ -65,9 +70,10 @@ export function registerAudit(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {file, head, ok, records, anchored?, lastHash?, line?, kind?, problem?}')
     .action(
       action(io, async (opts: { file?: string; json?: boolean }) => {
-        const { file, headFile } = await logAndHead(io, opts.file);
+        const { file, head } = await logAndHead(io, opts.file);
+        const headFile = head?.file;
         const { verifyAuditLog } = await import('../../permissions/audit-log.js');
-        const result = await verifyAuditLog(file, { headFile });
+        const result = await verifyAuditLog(file, { head });
         if (opts.json) {
           await write(io.stdout, json({ file, head: headFile ?? null, ...result }));
         } else if (result.ok) {
@@ -81,7 +87,11 @@ export function registerAudit(program: Command, io: CliIO): void {
             `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}; ${anchor}\n`,
           );
         } else {
-          await write(io.stderr, `${file}: BROKEN (${result.kind}): ${result.problem}\n`);
+          const next =
+            result.kind === 'forged' || result.kind === 'unauthenticated'
+              ? '\ncapsule: nothing is recorded onto this log until a person looks at it (keep a copy) and starts a new chain with an authenticated head: capsule audit reset'
+              : '';
+          await write(io.stderr, `${file}: BROKEN (${result.kind}): ${result.problem}${next}\n`);
         }
         return result.ok ? EXIT.OK : EXIT.FAILURE;
       }),
@@ -95,13 +105,13 @@ export function registerAudit(program: Command, io: CliIO): void {
     .option('--json', 'print JSON: {file, movedTo}')
     .action(
       action(io, async (opts: { json?: boolean }) => {
-        const { file, headFile } = await logAndHead(io);
+        const { file, head } = await logAndHead(io);
         const [{ JsonlAuditLog, verifyAuditLog }, { systemClock }] = await Promise.all([
           import('../../permissions/audit-log.js'),
           import('../../permissions/session-allowlist.js'),
         ]);
-        const log = new JsonlAuditLog(file, systemClock(), { headFile });
-        const before = await verifyAuditLog(file, { headFile });
+        const log = new JsonlAuditLog(file, systemClock(), { head });
+        const before = await verifyAuditLog(file, { head });
         const why = before.ok ? 'the log verified' : `verify said: ${before.problem}`;
         const { movedTo } = await log.reset(`capsule audit reset; ${why}`);
         await write(

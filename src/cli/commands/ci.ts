@@ -54,18 +54,13 @@ export function registerCi(program: Command, io: CliIO): void {
     action(io, async (target: string | undefined, opts: CiOptions) => {
       const environments = opts.env === undefined ? undefined : parseEnvs(opts.env);
       const junitFile = await reportTarget(io.cwd, opts.junit, '--junit', opts.force === true);
-      const [
-        { renderJunit },
-        { runChecks },
-        { writeFileAtomic },
-        { openSession, projectRegistry, cliStateDir },
-      ] = await Promise.all([
-        import('../../ci/junit.js'),
-        import('../../ci/run-checks.js'),
-        import('../../config/config-store.js'),
-        import('../session.js'),
-      ]);
-      const { userCacheDir } = await import('../../config/cache-dir.js');
+      const [{ renderJunit }, { runChecks }, { writeFileAtomic }, { openSession, cliRegistry }] =
+        await Promise.all([
+          import('../../ci/junit.js'),
+          import('../../ci/run-checks.js'),
+          import('../../config/config-store.js'),
+          import('../session.js'),
+        ]);
       const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(
@@ -76,13 +71,7 @@ export function registerCi(program: Command, io: CliIO): void {
         const registry =
           target === undefined
             ? session.registry
-            : projectRegistry(
-                session.project.root,
-                [path.resolve(io.cwd, target)],
-                undefined,
-                userCacheDir(io.env),
-                cliStateDir(io),
-              );
+            : cliRegistry(io, session.project.root, [path.resolve(io.cwd, target)]);
         const scan = await registry.scan();
         if (target !== undefined && scan.missingRoots.length > 0) {
           throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);

@@ -33,7 +33,7 @@ export function registerEngines(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { engine?: string; json?: boolean }) => {
         const [
-          { openProject, cliStateDir },
+          { openProject, cliStateDir, cliStateKey },
           { resolveEngines, selectEngines, ENGINE_ENV },
           engineConfig,
           posture,
@@ -54,7 +54,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           projectRoot: project.root,
           file: project.file,
           config: project.config,
-          store: new PolicySnapshotStore({ stateDir: cliStateDir(io) }),
+          store: new PolicySnapshotStore({ stateDir: cliStateDir(io), key: cliStateKey(io) }),
           recordFirstUse: false,
         });
         if (starting.warning !== undefined) await write(io.stderr, `capsule: ${starting.warning}\n`);

@@ -10,6 +10,7 @@ import { EXIT } from '../exit-codes.js';
 
 /** PATH may be a capability folder, its capability.json, or a root holding capability folders. */
 async function validatePath(
+  io: CliIO,
   target: string,
   projectRoot: string,
   registry: Registry,
@@ -36,8 +37,8 @@ async function validatePath(
       await stat(path.join(target, MANIFEST_FILE));
     } catch {
       // No manifest here: treat it as a root of capability folders.
-      const { projectRegistry } = await import('../session.js');
-      return projectRegistry(projectRoot, [target], registry.inputValidator, cacheDir, stateDir).scan();
+      const { cliRegistry } = await import('../session.js');
+      return cliRegistry(io, projectRoot, [target], registry.inputValidator).scan();
     }
   }
   const [{ loadCapability }, { protectedPaths }] = await Promise.all([
@@ -78,6 +79,7 @@ export function registerValidate(program: Command, io: CliIO): void {
           target === undefined
             ? await registry.scan()
             : await validatePath(
+                io,
                 path.resolve(io.cwd, target),
                 project.root,
                 registry,

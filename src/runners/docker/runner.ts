@@ -71,6 +71,8 @@ export interface DockerRunnerOptions {
   projectRoot?: string | undefined;
   /** capsule's per-user cache folder, never mounted either. */
   cacheDir?: string | undefined;
+  /** capsule's per-user state folder (confirmed policies, audit heads, the key): never mounted. */
+  stateDir?: string | undefined;
   /** Image build progress (a missing capsule image is built on demand). */
   onProgress?: ImageProgress | undefined;
   /** Remove this runner's containers when the process gets SIGINT/SIGTERM, then re-raise it. Default false. */
@@ -96,7 +98,11 @@ export class DockerRunner implements Runner {
   private readonly parkedIdleMs: number;
   private readonly hostEnv: NodeJS.ProcessEnv;
   private readonly engineHost: string;
-  private readonly protectedScope: { projectRoot: string | undefined; cacheDir: string | undefined };
+  private readonly protectedScope: {
+    projectRoot: string | undefined;
+    cacheDir: string | undefined;
+    stateDir: string | undefined;
+  };
   private readonly onProgress: ImageProgress;
   private readonly engineTimeoutMs: number;
   private readonly egressResolver: Resolver | undefined;
@@ -124,7 +130,11 @@ export class DockerRunner implements Runner {
     this.parkedIdleMs = options.parkedIdleMs ?? 300_000;
     this.hostEnv = options.env;
     this.engineHost = options.engineHost ?? options.env['DOCKER_HOST'] ?? '/var/run/docker.sock';
-    this.protectedScope = { projectRoot: options.projectRoot, cacheDir: options.cacheDir };
+    this.protectedScope = {
+      projectRoot: options.projectRoot,
+      cacheDir: options.cacheDir,
+      stateDir: options.stateDir,
+    };
     this.onProgress = options.onProgress ?? (() => {});
     this.engineTimeoutMs = options.engineTimeoutMs ?? 5000;
     this.egressResolver = options.egressResolver;
@@ -362,7 +372,7 @@ export class DockerRunner implements Runner {
     // A bind mount writes straight to the host: capsule's own state is never one of them.
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.protectedScope.projectRoot,
-      also: [this.protectedScope.cacheDir],
+      also: [this.protectedScope.cacheDir, this.protectedScope.stateDir],
       capabilityRoots: [capability.root],
       file: capability.manifestPath,
       deep: true,

@@ -24,6 +24,8 @@ export interface WasmRunnerOptions {
   cacheDir?: string | undefined;
   /** Project root, so fs grants are checked against capsule's own state again before each run. */
   projectRoot?: string | undefined;
+  /** capsule's per-user state folder (confirmed policies, audit heads, the key): never granted. */
+  stateDir?: string | undefined;
   /** Pooled workers (default: min(2, available cores)). */
   poolSize?: number | undefined;
   /** Host environment that granted variable names are read from (default: none; openRuntime passes it). */
@@ -112,7 +114,7 @@ export class WasmRunner implements Runner {
     const { limits, grants } = capability.manifest;
     await assertGrantsUnprotected(capability.fsGrants, {
       projectRoot: this.#options.projectRoot,
-      also: [this.#options.cacheDir],
+      also: [this.#options.cacheDir, this.#options.stateDir],
       capabilityRoots: [capability.root],
       file: capability.manifestPath,
     });

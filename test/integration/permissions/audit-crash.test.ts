@@ -7,8 +7,16 @@ import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../helpers/cli.js';
 import type * as AuditLogModule from '../../../src/permissions/audit-log.js';
+import type * as StateKeyModule from '../../../src/config/state-key.js';
+
+/** The state folder's key, from the built module the acting processes use too. */
+async function keyOf(stateDir: string): Promise<StateKeyModule.StateKey> {
+  const { StateKey } = (await import(pathToFileURL(KEY_MODULE).href)) as typeof StateKeyModule;
+  return new StateKey({ stateDir });
+}
 
 const DIST = path.join(REPO_ROOT, 'dist', 'permissions');
+const KEY_MODULE = path.join(REPO_ROOT, 'dist', 'config', 'state-key.js');
 
 /**
  * The acting process: many concurrent callers, each asks the gate (with the hash-chained audit log and
@@ -21,14 +29,15 @@ import path from 'node:path';
 const { PermissionEngine } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'engine.js')).href)});
 const { createNonInteractivePrompter } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'prompter.js')).href)});
 const { JsonlAuditLog } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'audit-log.js')).href)});
-const [root, headFile, markers, prefix] = process.argv.slice(2);
+const { StateKey } = await import(${JSON.stringify(pathToFileURL(path.join(KEY_MODULE)).href)});
+const [root, headFile, markers, prefix, stateDir] = process.argv.slice(2);
 await mkdir(markers, { recursive: true });
 const engine = await PermissionEngine.create({
   projectRoot: root,
   config: { schemaVersion: 1, mode: 'default', roots: ['capabilities'], allowlist: {}, permissions: { allow: [], deny: [] } },
   sessionGrants: ['run_capability:*'],
   prompter: createNonInteractivePrompter(),
-  audit: new JsonlAuditLog(path.join(root, '.capsule', 'audit.jsonl'), { now: () => Date.now() }, { headFile, projectRoot: root }),
+  audit: new JsonlAuditLog(path.join(root, '.capsule', 'audit.jsonl'), { now: () => Date.now() }, { head: { file: headFile, key: new StateKey({ stateDir }) }, projectRoot: root }),
 });
 let next = 0;
 async function caller() {
@@ -107,19 +116,20 @@ describe('audit log under a kill (write before acting)', () => {
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
       )) as typeof AuditLogModule;
       const headFile = await auditHeadPath(state, root);
+      const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');
       let acted = 0;
       // Several kills, each at a random point, each followed by a new process on the same log
       // (which repairs what the kill left, if anything, before it appends).
       for (let round = 0; round < 8; round++) {
         const markers = path.join(root, `markers-${round}`);
-        await actAndKill(script, [root, headFile, markers, `r${round}`], markers);
+        await actAndKill(script, [root, headFile, markers, `r${round}`, state], markers);
         const done = await readdir(markers);
         acted += done.length;
         const keys = await recordedKeys(log);
         const missing = done.filter((name) => !keys.has(`run_capability:${name}`));
         expect(missing).toEqual([]);
-        const verdict = await verifyAuditLog(log, { headFile });
+        const verdict = await verifyAuditLog(log, { head });
         expect(verdict.ok || verdict.kind === 'torn', verdict.ok ? '' : verdict.problem).toBe(true);
       }
       expect(acted).toBeGreaterThan(0);
@@ -127,7 +137,7 @@ describe('audit log under a kill (write before acting)', () => {
       const { JsonlAuditLog } = (await import(
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
       )) as typeof AuditLogModule;
-      await new JsonlAuditLog(log, { now: () => Date.now() }, { headFile }).append({
+      await new JsonlAuditLog(log, { now: () => Date.now() }, { head }).append({
         tool: 'run_capability',
         key: 'run_capability:after',
         decision: 'deny',
@@ -135,7 +145,7 @@ describe('audit log under a kill (write before acting)', () => {
         reason: 'after the kills',
         mode: 'default',
       });
-      expect(await verifyAuditLog(log, { headFile })).toMatchObject({ ok: true, anchored: true });
+      expect(await verifyAuditLog(log, { head })).toMatchObject({ ok: true, anchored: true });
     } finally {
       await rm(root, { recursive: true, force: true });
       await rm(state, { recursive: true, force: true });
@@ -153,12 +163,13 @@ describe('audit log under a kill (write before acting)', () => {
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
       )) as typeof AuditLogModule;
       const headFile = await auditHeadPath(state, root);
+      const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');
       for (let round = 0; round < 3; round++) {
         const markersA = path.join(root, `a-${round}`);
         const markersB = path.join(root, `b-${round}`);
-        const a = await startActing(script, [root, headFile, markersA, `a${round}`]);
-        const b = await startActing(script, [root, headFile, markersB, `b${round}`]);
+        const a = await startActing(script, [root, headFile, markersA, `a${round}`, state]);
+        const b = await startActing(script, [root, headFile, markersB, `b${round}`, state]);
         await new Promise((r) => setTimeout(r, randomBetween(50, 400)));
         await a.kill();
         // The survivor takes the lock the dead one may have held and repairs what it left.
@@ -167,7 +178,7 @@ describe('audit log under a kill (write before acting)', () => {
         const done = [...(await readdir(markersA)), ...(await readdir(markersB))];
         const keys = await recordedKeys(log);
         expect(done.filter((name) => !keys.has(`run_capability:${name}`))).toEqual([]);
-        const verdict = await verifyAuditLog(log, { headFile });
+        const verdict = await verifyAuditLog(log, { head });
         expect(verdict.ok || verdict.kind === 'torn', verdict.ok ? '' : verdict.problem).toBe(true);
       }
     } finally {

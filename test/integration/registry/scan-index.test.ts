@@ -10,6 +10,7 @@ import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import { Registry } from '../../../src/registry/registry.js';
+import { StateKey } from '../../../src/config/state-key.js';
 import { ScanIndex } from '../../../src/registry/scan-index.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
@@ -19,30 +20,39 @@ async function indexed(): Promise<{
   root: string;
   capRoot: string;
   indexFile: string;
+  key: StateKey;
   registry: () => Registry;
 }> {
   const { root, capRoot } = await tempProject('capsule-scan-index-');
   const state = await mkdtemp(path.join(tmpdir(), 'capsule-scan-index-state-'));
   const indexFile = path.join(state, 'registry-index', 'p.json');
+  const key = new StateKey({ stateDir: state });
   // settleMs 0: remember folders at once (the default waits for files to stop changing).
   const registry = (): Registry =>
     new Registry({
       roots: ['capabilities'],
       projectRoot: root,
       protectedPaths: [path.join(root, 'capsule.json'), path.join(root, '.capsule')],
-      index: new ScanIndex(indexFile, { settleMs: 0 }),
+      index: new ScanIndex(indexFile, { key, settleMs: 0 }),
     });
-  return { root, capRoot, indexFile, registry };
+  return { root, capRoot, indexFile, key, registry };
 }
 
-/** What someone who can write the per-user state does: record a hash of their choice for a folder. */
-async function tamper(indexFile: string, dir: string, contentHash: string): Promise<void> {
+/**
+ * What someone who can write the per-user state does: record a hash of their choice for a folder
+ * (its MAC kept; with `key`, signed as capsule would: the control that shows the MAC is what refuses it).
+ */
+async function tamper(indexFile: string, dir: string, contentHash: string, key?: StateKey): Promise<void> {
   const doc = JSON.parse(await readFile(indexFile, 'utf8')) as {
-    folders: Record<string, { contentHash: string }>;
+    folders: Record<string, { files: string[]; stamps: string[]; contentHash: string; mac: string }>;
   };
   const entry = doc.folders[dir];
   if (entry === undefined) throw new Error(`no entry for ${dir}`);
   entry.contentHash = contentHash;
+  if (key !== undefined) {
+    const { mac: _old, ...body } = entry;
+    entry.mac = await key.sign('scan-index', dir, body);
+  }
   await writeFile(indexFile, JSON.stringify(doc));
 }
 
@@ -55,6 +65,27 @@ describe('registry scan index (per-user state)', () => {
     const second = (await registry().scan()).capabilities[0]?.contentHash;
     expect(second).not.toBe(first);
     expect(second).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));
+  });
+
+  it('a tampered index entry is not used: a scan hashes the folder again', async () => {
+    const { capRoot, indexFile, key, registry } = await indexed();
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });
+    const real = (await registry().scan()).capabilities[0]?.contentHash;
+    const other = `sha256:${'e'.repeat(64)}`;
+    await tamper(indexFile, dir, other);
+    expect((await registry().scan()).capabilities[0]?.contentHash).toBe(real);
+    // Control: the same entry signed with the key is taken at its word (the MAC is what refused it).
+    await tamper(indexFile, dir, other, key);
+    expect((await registry().scan()).capabilities[0]?.contentHash).toBe(other);
+  });
+
+  it('an index written with another key is not used', async () => {
+    const { capRoot, indexFile, registry } = await indexed();
+    const dir = await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo one\n' });
+    const real = (await registry().scan()).capabilities[0]?.contentHash;
+    const stranger = new StateKey({ stateDir: await mkdtemp(path.join(tmpdir(), 'capsule-scan-other-')) });
+    await tamper(indexFile, dir, `sha256:${'e'.repeat(64)}`, stranger);
+    expect((await registry().scan()).capabilities[0]?.contentHash).toBe(real);
   });
 
   it('a tampered index never makes changed content run under the grant of what was approved', async () => {
@@ -106,7 +137,7 @@ describe('registry scan index (per-user state)', () => {
     const registry = new Registry({
       roots: ['capabilities'],
       projectRoot: root,
-      index: new ScanIndex(indexFile),
+      index: new ScanIndex(indexFile, { key: new StateKey({ stateDir: state }) }),
     });
     const scan = await registry.scan();
     expect(scan.capabilities[0]?.contentHash).toBe(await hashFiles(dir, ['capability.json', 'run.sh']));

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { userStateDir } from '../../../src/config/user-state.js';
 import { auditHeadPath, auditLogPath, JsonlAuditLog } from '../../../src/permissions/audit-log.js';
+import { StateKey } from '../../../src/config/state-key.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter, createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import type { Prompter } from '../../../src/permissions/prompter.js';
@@ -85,7 +86,7 @@ describe('the audit log records who denied', () => {
   it('a log written before the field (a deny line without denied_by) still verifies', async () => {
     const s = await setup(base);
     const old = new JsonlAuditLog(auditLogPath(s.root), fakeClock(), {
-      headFile: await auditHeadPath(s.stateDir, s.root),
+      head: { file: await auditHeadPath(s.stateDir, s.root), key: new StateKey({ stateDir: s.stateDir }) },
       projectRoot: s.root,
     });
     await old.append({

@@ -1,11 +1,21 @@
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { projectConfigSchema } from '../../../src/config/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
-import { policyChange, policyViewOf, tightenOnly } from '../../../src/permissions/policy-diff.js';
+import { policyChange, policyHash, policyViewOf, tightenOnly } from '../../../src/permissions/policy-diff.js';
 import { PolicySnapshotStore, resolveStartingPolicy } from '../../../src/permissions/policy-snapshot.js';
+import { StateKey } from '../../../src/config/state-key.js';
+
+function storeAt(stateDir: string): PolicySnapshotStore {
+  return new PolicySnapshotStore({ stateDir, key: new StateKey({ stateDir }) });
+}
+
+async function confirmedOf(store: PolicySnapshotStore, root: string) {
+  const read = await store.load(root);
+  return read.state === 'confirmed' ? read.snapshot : undefined;
+}
 import { createScriptedPrompter, parseAnswer } from '../../../src/permissions/prompter.js';
 import { capabilityRequest, commandReq, HASH_A, tempProject } from './helpers.js';
 
@@ -108,7 +118,7 @@ describe('engines in the policy', () => {
   it('a never-confirmed project starts without the engines its file names, and a first-use snapshot leaves them pending', async () => {
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
     const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-eng-'));
-    const store = new PolicySnapshotStore({ stateDir: state });
+    const store = storeAt(state);
     const config = projectConfigSchema.parse({ schemaVersion: 1, engines: { evil } });
     for (const s of [undefined, store]) {
       const starting = await resolveStartingPolicy({
@@ -122,7 +132,7 @@ describe('engines in the policy', () => {
       expect(starting.pending?.lines).toEqual(['+ engine evil: docker unix:///tmp/evil.sock']);
       expect(starting.warning).toMatch(/capsule reload/);
     }
-    expect((await store.read(root))?.policy.engines).toBeUndefined();
+    expect((await confirmedOf(store, root))?.policy.engines).toBeUndefined();
     // Once a person confirms them, they are in effect.
     await store.write(root, policyViewOf(config), 'capsule reload');
     const confirmed = await resolveStartingPolicy({
@@ -139,7 +149,7 @@ describe('engines in the policy', () => {
   it("a person's project grant at a prompt does not carry an unconfirmed engine into the snapshot", async () => {
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
     const { root, file } = await tempProject({ schemaVersion: 1 });
-    const store = new PolicySnapshotStore({ stateDir: state });
+    const store = storeAt(state);
     await store.write(root, view({ schemaVersion: 1 }), 'capsule reload');
     await writeFile(file, JSON.stringify({ schemaVersion: 1, engines: { evil } }));
     const config = projectConfigSchema.parse({ schemaVersion: 1, engines: { evil } });
@@ -159,7 +169,7 @@ describe('engines in the policy', () => {
       audit: false,
     });
     await e.check(capabilityRequest('w', { sandboxed: true }));
-    const after = await store.read(root);
+    const after = await confirmedOf(store, root);
     expect(Object.keys(after?.policy.allowlist ?? {})).toEqual(['run_capability:w']);
     expect(after?.policy.engines).toBeUndefined();
   });
@@ -167,7 +177,7 @@ describe('engines in the policy', () => {
   it('a snapshot with engines edited to point elsewhere is refused', async () => {
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
     const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-eng-'));
-    const store = new PolicySnapshotStore({ stateDir: state });
+    const store = storeAt(state);
     await store.write(root, view({ engines: { a } }), 'test');
     const { file } = await store.fileFor(root);
     const doc = JSON.parse(await readFile(file, 'utf8')) as {
@@ -175,7 +185,7 @@ describe('engines in the policy', () => {
     };
     (doc.policy.engines['a'] as { host: string }).host = evil.host;
     await writeFile(file, JSON.stringify(doc));
-    await expect(store.read(root)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect(await store.load(root)).toMatchObject({ state: 'untrusted', kind: 'forged' });
   });
 });
 
@@ -184,17 +194,78 @@ describe('confirmed policy snapshots', () => {
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
     const a = await mkdtemp(path.join(tmpdir(), 'capsule-snap-a-'));
     const b = await mkdtemp(path.join(tmpdir(), 'capsule-snap-b-'));
-    const store = new PolicySnapshotStore({ stateDir: state });
+    const store = storeAt(state);
     await store.write(a, view({}), 'test');
-    expect((await store.read(a))?.policy.mode).toBe('default');
+    expect((await confirmedOf(store, a))?.policy.mode).toBe('default');
     const { file } = await store.fileFor(a);
     const doc = JSON.parse(await readFile(file, 'utf8')) as { policy: { mode: string } };
     doc.policy.mode = 'bypass';
     await writeFile(file, JSON.stringify(doc));
-    await expect(store.read(a)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect(await store.load(a)).toMatchObject({ state: 'untrusted', kind: 'forged' });
     await store.write(a, view({}), 'test');
     await writeFile((await store.fileFor(b)).file, await readFile(file, 'utf8'));
-    await expect(store.read(b)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect(await store.load(b)).toMatchObject({ state: 'untrusted', kind: 'forged' });
+    // Rewriting the root to b's does not help: the MAC covers it.
+    const copy = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+    await writeFile(
+      (await store.fileFor(b)).file,
+      JSON.stringify({ ...copy, root: (await store.fileFor(b)).root }),
+    );
+    expect(await store.load(b)).toMatchObject({ state: 'untrusted', kind: 'forged' });
+    expect(await store.load(a)).toMatchObject({ state: 'confirmed' });
+  });
+
+  it("a genuine snapshot read with another state folder's key is forged; one of an earlier capsule is unauthenticated", async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const other = await mkdtemp(path.join(tmpdir(), 'capsule-snap-other-'));
+    const root = await mkdtemp(path.join(tmpdir(), 'capsule-snap-a-'));
+    await storeAt(other).write(root, view({ mode: 'bypass' }), 'test');
+    const theirs = await readFile((await storeAt(other).fileFor(root)).file, 'utf8');
+    const store = storeAt(state);
+    const { file } = await store.fileFor(root);
+    await mkdir(path.dirname(file), { recursive: true });
+    await writeFile(file, theirs);
+    expect(await store.load(root)).toMatchObject({ state: 'untrusted', kind: 'forged' });
+    const { mac: _mac, ...legacy } = JSON.parse(theirs) as Record<string, unknown>;
+    await writeFile(file, JSON.stringify({ ...legacy, schemaVersion: 1 }));
+    expect(await store.load(root)).toMatchObject({ state: 'untrusted', kind: 'unauthenticated' });
+    await writeFile(file, 'not json');
+    expect(await store.load(root)).toMatchObject({ state: 'untrusted', kind: 'broken' });
+  });
+
+  it('an untrusted snapshot is no confirmation, and not "never confirmed" either: nothing starts on it', async () => {
+    const state = await mkdtemp(path.join(tmpdir(), 'capsule-snap-'));
+    const { root, file } = await tempProject({ schemaVersion: 1 });
+    const store = storeAt(state);
+    await store.write(
+      root,
+      view({ schemaVersion: 1, permissions: { deny: ['run_capability(x)'] } }),
+      'capsule reload',
+    );
+    const wide = { schemaVersion: 1, mode: 'bypass', permissions: { allow: ['run_capability(*)'] } };
+    await writeFile(file, JSON.stringify(wide));
+    const { file: snap } = await store.fileFor(root);
+    const doc = JSON.parse(await readFile(snap, 'utf8')) as Record<string, unknown>;
+    const policy = view(wide);
+    await writeFile(snap, JSON.stringify({ ...doc, policy, hash: policyHash(policy) }));
+    const start = () =>
+      resolveStartingPolicy({
+        projectRoot: root,
+        file,
+        config: projectConfigSchema.parse(wide),
+        store,
+        recordFirstUse: true,
+      });
+    await expect(start()).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringMatching(/not trusted: .*MAC does not verify/),
+      details: { file: snap, hint: expect.stringContaining('capsule reload') },
+    });
+    // Not replaced by a first-use record: it waits for a person.
+    expect(await store.load(root)).toMatchObject({ state: 'untrusted', kind: 'forged' });
+    // A person's confirmation (what capsule reload writes) is trusted again.
+    await store.write(root, policy, 'capsule reload');
+    expect((await start()).config.mode).toBe('bypass');
   });
 });
 

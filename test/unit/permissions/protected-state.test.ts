@@ -185,12 +185,17 @@ describe('protected state: after realpath', () => {
 });
 
 describe('confinedPaths and the per-user cache dir', () => {
-  it('lists the project config and state and the cache read-only, the per-user state hidden', () => {
+  it('lists the project config and state and the cache read-only, the per-user state and its key hidden', () => {
     expect(confinedPaths('/proj', '/home/u/.cache/capsule', '/home/u/.local/state/capsule')).toEqual([
       expect.objectContaining({ path: '/proj/capsule.json', access: 'read-only' }),
       expect.objectContaining({ path: '/proj/.capsule', access: 'read-only' }),
       expect.objectContaining({ path: '/home/u/.cache/capsule', access: 'read-only' }),
       expect.objectContaining({ path: '/home/u/.local/state/capsule', access: 'hidden' }),
+      expect.objectContaining({
+        path: '/home/u/.local/state/capsule/secret',
+        access: 'hidden',
+        what: 'per-user key that authenticates confirmed policies, audit heads and the scan index',
+      }),
     ]);
   });
 

@@ -7,6 +7,7 @@ import { execa } from 'execa';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { projectConfigSchema } from '../../../../src/config/project-config.js';
 import { policyViewOf } from '../../../../src/permissions/policy-diff.js';
+import { StateKey } from '../../../../src/config/state-key.js';
 import { PolicySnapshotStore } from '../../../../src/permissions/policy-snapshot.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { BUILT_CLI, cli } from '../../../helpers/cli.js';
@@ -110,7 +111,7 @@ describe('engines are part of the confirmed policy', () => {
     const confirmed = { a: { type: 'docker', host: hosts['pool-a'] } };
     const { root, env, state, write } = await project('changed-evil', confirmed);
     // A person confirmed `a` on pool-a earlier (what capsule reload records on a yes).
-    await new PolicySnapshotStore({ stateDir: state }).write(
+    await new PolicySnapshotStore({ stateDir: state, key: new StateKey({ stateDir: state }) }).write(
       root,
       policyViewOf(projectConfigSchema.parse({ schemaVersion: 1, engines: confirmed })),
       'capsule reload',
@@ -148,7 +149,7 @@ describe('engines are part of the confirmed policy', () => {
       b: { type: 'docker', host: hosts['pool-b'] },
     };
     const { root, env, state, write } = await project('removed-b', both);
-    await new PolicySnapshotStore({ stateDir: state }).write(
+    await new PolicySnapshotStore({ stateDir: state, key: new StateKey({ stateDir: state }) }).write(
       root,
       policyViewOf(projectConfigSchema.parse({ schemaVersion: 1, engines: both })),
       'capsule reload',
@@ -188,7 +189,7 @@ describe('engines are part of the confirmed policy', () => {
     const a = { type: 'docker', host: hosts['pool-a'] };
     const b = { type: 'docker', host: hosts['pool-b'] };
     const { root, env, state, write } = await project('reordered', { a, b });
-    await new PolicySnapshotStore({ stateDir: state }).write(
+    await new PolicySnapshotStore({ stateDir: state, key: new StateKey({ stateDir: state }) }).write(
       root,
       policyViewOf(projectConfigSchema.parse({ schemaVersion: 1, engines: { a, b } })),
       'capsule reload',
