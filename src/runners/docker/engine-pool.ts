@@ -74,6 +74,8 @@ interface Member {
   calls: number;
   /** Set when a call or a health check found the engine gone; it is checked again before it is used. */
   downSince: number | undefined;
+  /** Why it was last found not answering (for the error that says no engine answers). */
+  downWhy: string | undefined;
 }
 
 export interface EnginePoolOptions {
@@ -123,6 +125,7 @@ export class EnginePool implements Runner {
       inFlight: 0,
       calls: 0,
       downSince: undefined,
+      downWhy: undefined,
     }));
   }
 
@@ -270,7 +273,7 @@ export class EnginePool implements Runner {
     if (candidates.length === 0) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
-        `no engine of the pool answers (${this.members.map((m) => m.name).join(', ')})`,
+        `no engine of the pool answers (${this.members.map((m) => this.describeDown(m)).join('; ')})`,
         {
           file: request.capability.manifestPath,
           hint: 'check the engines (capsule engines) or pick one with --engine NAME',
@@ -284,7 +287,7 @@ export class EnginePool implements Runner {
     if (measured.length === 0) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
-        `no engine answers (${candidates.map((m) => m.name).join(', ')})`,
+        `no engine answers (${candidates.map((m) => this.describeDown(m)).join('; ')})`,
         { file: request.capability.manifestPath, hint: 'check the engines (capsule engines)' },
       );
     }
@@ -324,10 +327,12 @@ export class EnginePool implements Runner {
           // A new connection: the old one's pin is lost and refuses every request.
           await this.reach(m).ping(this.healthTimeoutMs);
           m.downSince = undefined;
+          m.downWhy = undefined;
           // A restarted engine may be another daemon behind the same address: measured again before it is used.
           if (m.epoch !== undefined) this.retire(m, m.epoch, `engine ${m.name} was down`);
           return m;
-        } catch {
+        } catch (err) {
+          m.downWhy = engineMessage(err);
           return undefined;
         }
       }),
@@ -378,7 +383,16 @@ export class EnginePool implements Runner {
     return (m.engine.another?.() ?? m.engine)
       .ping(this.healthTimeoutMs)
       .then(() => true)
-      .catch(() => false);
+      .catch((err: unknown) => {
+        m.downWhy = engineMessage(err);
+        return false;
+      });
+  }
+
+  /** `engine NAME at HOST: why` for an engine that does not answer. */
+  private describeDown(m: Member): string {
+    const at = m.host === undefined ? '' : ` at ${m.host}`;
+    return `engine ${m.name}${at}${m.downWhy === undefined ? '' : `: ${m.downWhy}`}`;
   }
 
   /** The member's epoch, opened (a new connection, measured before first use) when it has none. */
