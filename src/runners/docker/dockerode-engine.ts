@@ -121,6 +121,10 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     return new DockerodeEngine(this.options);
   }
 
+  disconnect(): void {
+    this.connections?.agent.destroy();
+  }
+
   pin(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin> {
     this.pinned ??= this.makePin(canary.name, canary.labels);
     return this.pinned;

@@ -59,6 +59,10 @@ export function pinnedConnections(options: { tls: boolean; where: string }): Pin
             return;
           }
           verified.add(socket);
+          // A connection error is a reconnect: whatever answers next is measured again first.
+          socket.on('error', (err: NodeJS.ErrnoException) =>
+            lose(`the connection to ${options.where} failed (${err.code ?? err.message})`),
+          );
           done(null, socket);
         },
         (err: unknown) => {
@@ -129,13 +133,25 @@ function showsCanary(socket: Duplex, canary: string): Promise<void> {
       if (end < 0) return;
       const head = buffered.subarray(0, end).toString('latin1').split('\r\n');
       const status = /^HTTP\/1\.[01] (\d{3})/.exec(head[0] ?? '')?.[1];
-      const lengthLine = head.find((h) => /^content-length:/i.test(h));
-      const length = lengthLine === undefined ? NaN : Number(lengthLine.slice(lengthLine.indexOf(':') + 1));
-      if (status === undefined || !Number.isInteger(length))
-        return finish(new Error('not an Engine API answer'));
-      const body = buffered.subarray(end + 4);
-      if (body.length < length) return;
-      if (body.length > length) return finish(new Error('more than one answer'));
+      const header = (name: string): string | undefined => {
+        const line = head.find((h) => h.toLowerCase().startsWith(`${name}:`));
+        return line?.slice(line.indexOf(':') + 1).trim();
+      };
+      if (status === undefined) return finish(new Error('not an Engine API answer'));
+      const raw = buffered.subarray(end + 4);
+      let body: Buffer;
+      if (header('transfer-encoding')?.toLowerCase() === 'chunked') {
+        const decoded = dechunk(raw);
+        if (decoded === undefined) return;
+        if (decoded === 'bad') return finish(new Error('not an Engine API answer'));
+        body = decoded;
+      } else {
+        const length = Number(header('content-length'));
+        if (!Number.isInteger(length)) return finish(new Error('not an Engine API answer'));
+        if (raw.length < length) return;
+        if (raw.length > length) return finish(new Error('more than one answer'));
+        body = raw;
+      }
       if (status === '404') return finish(new CanaryMissing());
       let name: unknown;
       try {
@@ -155,4 +171,29 @@ function showsCanary(socket: Duplex, canary: string): Promise<void> {
     socket.once('close', onClose);
     socket.write(`GET /volumes/${canary} HTTP/1.1\r\nHost: docker\r\nUser-Agent: capsule\r\n\r\n`);
   });
+}
+
+/**
+ * A chunked body, complete and nothing after it: the bytes, undefined while more must arrive, 'bad' when it is
+ * not chunked encoding (or something follows it).
+ */
+function dechunk(raw: Buffer): Buffer | undefined | 'bad' {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (;;) {
+    const eol = raw.indexOf('\r\n', at);
+    if (eol < 0) return undefined;
+    const size = parseInt(raw.subarray(at, eol).toString('latin1').split(';')[0] ?? '', 16);
+    if (!Number.isInteger(size) || size < 0) return 'bad';
+    if (size === 0) {
+      // No trailers from the Engine API: the last chunk is followed by one empty line.
+      if (raw.length < eol + 4) return undefined;
+      return raw.length === eol + 4 && raw.subarray(eol + 2, eol + 4).toString('latin1') === '\r\n'
+        ? Buffer.concat(parts)
+        : 'bad';
+    }
+    if (raw.length < eol + 2 + size + 2) return undefined;
+    parts.push(raw.subarray(eol + 2, eol + 2 + size));
+    at = eol + 2 + size + 2;
+  }
 }

@@ -143,12 +143,7 @@ export class EnginePool implements Runner {
     const results = await Promise.all(
       this.members.map(async (m) => ({
         m,
-        r: await this.reach(m)
-          .ping(this.healthTimeoutMs)
-          .then(
-            () => ({ ok: true }) as const,
-            (err: unknown) => ({ ok: false, reason: `does not answer (${engineMessage(err)})` }) as const,
-          ),
+        r: await (m.epoch?.runner.available() ?? this.reachable(m)),
       })),
     );
     if (results.some(({ r }) => r.ok)) return { ok: true };
@@ -323,9 +318,10 @@ export class EnginePool implements Runner {
     const checked = await Promise.all(
       this.members.map(async (m) => {
         if (m.downSince === undefined) return m;
+        const engine = this.reach(m);
         try {
           // A new connection: the old one's pin is lost and refuses every request.
-          await this.reach(m).ping(this.healthTimeoutMs);
+          await engine.ping(this.healthTimeoutMs);
           m.downSince = undefined;
           m.downWhy = undefined;
           // A restarted engine may be another daemon behind the same address: measured again before it is used.
@@ -334,6 +330,8 @@ export class EnginePool implements Runner {
         } catch (err) {
           m.downWhy = engineMessage(err);
           return undefined;
+        } finally {
+          if (engine !== m.engine && engine !== m.epoch?.engine) engine.disconnect?.();
         }
       }),
     );
@@ -372,6 +370,24 @@ export class EnginePool implements Runner {
     }
   }
 
+  /** Whether a member not measured yet answers (a swarm: and has a ready node), without measuring it. */
+  private async reachable(m: Member): Promise<{ ok: true } | { ok: false; reason: string }> {
+    const engine = this.reach(m);
+    try {
+      await engine.ping(this.healthTimeoutMs);
+      if (m.kind === 'swarm') {
+        const nodes = await (engine as DockerEngine & SwarmApi).nodes();
+        if (!nodes.some((n) => n.state === 'ready'))
+          return { ok: false, reason: 'no node of the swarm is ready' };
+      }
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, reason: `does not answer (${engineMessage(err)})` };
+    } finally {
+      if (engine !== m.engine) engine.disconnect?.();
+    }
+  }
+
   /** An engine object to ask the member's address without a call: its epoch's, or a new connection. */
   private reach(m: Member): DockerEngine {
     if (m.epoch !== undefined) return m.epoch.engine;
@@ -379,14 +395,17 @@ export class EnginePool implements Runner {
   }
 
   /** Whether something answers at the member's address now (a new connection, no call). */
-  private answers(m: Member): Promise<boolean> {
-    return (m.engine.another?.() ?? m.engine)
-      .ping(this.healthTimeoutMs)
-      .then(() => true)
-      .catch((err: unknown) => {
-        m.downWhy = engineMessage(err);
-        return false;
-      });
+  private async answers(m: Member): Promise<boolean> {
+    const engine = m.engine.another?.() ?? m.engine;
+    try {
+      await engine.ping(this.healthTimeoutMs);
+      return true;
+    } catch (err) {
+      m.downWhy = engineMessage(err);
+      return false;
+    } finally {
+      if (engine !== m.engine) engine.disconnect?.();
+    }
   }
 
   /** `engine NAME at HOST: why` for an engine that does not answer. */
@@ -503,6 +522,7 @@ export class EnginePool implements Runner {
       if (why === undefined && !now) await Promise.allSettled([...epoch.calls]);
       await epoch.runner.close().catch(() => {});
       await epoch.pin?.release().catch(() => {});
+      epoch.engine.disconnect?.();
     })().finally(() => this.retiring.delete(done));
     this.retiring.add(done);
   }

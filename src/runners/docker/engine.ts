@@ -119,6 +119,8 @@ export interface DockerEngine {
   pin?(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin>;
   /** A new, unpinned engine object for the same address (its own connections), to measure it again. */
   another?(): DockerEngine;
+  /** Close the connections this engine object keeps open (it may still open new ones). */
+  disconnect?(): void;
 
   createContainer(spec: ContainerSpec): Promise<string>;
   /** Attach stdin/stdout/stderr before start so no output is lost. The stream carries multiplexed frames. */

@@ -89,6 +89,11 @@ export class SwarmRunner implements Runner {
         file: request.capability.manifestPath,
         hint: 'run it again: the swarm is measured again first',
       });
+    if (measured.length === 0)
+      throw new CapsuleError('RUNNER_UNAVAILABLE', 'no node of the swarm was ready when it was measured', {
+        file: request.capability.manifestPath,
+        hint: 'check the swarm (docker node ls on a manager) and run it again',
+      });
     const eligible = measured.filter((n) => request.requireSandboxed !== true || n.verdict.sandboxed);
     const node = eligible[this.seq % Math.max(1, eligible.length)];
     if (node === undefined) {
