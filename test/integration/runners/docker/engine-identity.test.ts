@@ -258,6 +258,29 @@ describe('the pool, judged by effect (library)', () => {
     }
   }
 
+  it('the daemon reloads its configuration (SIGHUP: runtimes can change without a restart): the next call is measured again first', async () => {
+    const pool = new EnginePool([
+      { name: 'e', engine: new DockerodeEngine({ host: `unix://${strong.socket}` }) },
+    ]);
+    try {
+      expect((await pool.measurement('e')).generation).toBe(1);
+      const cap = await capability();
+      await pool.run({ capability: cap, input: '{}', requireSandboxed: true });
+      expect((await pool.measurement('e')).generation).toBe(1);
+      const t1 = nowSec();
+      process.kill(strong.pid(), 'SIGHUP');
+      // The reload event reaches the watch; the next call is preceded by a new probe.
+      for (let i = 0; i < 100 && (await pool.measurement('e')).generation === 1; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true });
+      expect(r.stdout).toBe('ran\n');
+      expect((await pool.measurement('e')).generation).toBe(2);
+      expect((await strong.createdSince(t1 - 1, PROBE_LABEL)).length).toBeGreaterThan(0);
+    } finally {
+      await pool.close();
+    }
+  });
+
   it('a failed health check (the daemon hung mid-call), then recovery: the next call is measured again before it runs', async () => {
     const gate = path.join(root, `gate-${process.pid}`);
     await writeCapability(
