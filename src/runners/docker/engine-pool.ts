@@ -408,6 +408,18 @@ export class EnginePool implements Runner {
     }
   }
 
+  /** Cleanup that waits for an engine at most a health check's time (a hung daemon never holds up close()). */
+  private async bounded(work: Promise<unknown>): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      work.catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.healthTimeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
   /** `engine NAME at HOST: why` for an engine that does not answer. */
   private describeDown(m: Member): string {
     const at = m.host === undefined ? '' : ` at ${m.host}`;
@@ -521,8 +533,17 @@ export class EnginePool implements Runner {
       await epoch.measured;
       if (why === undefined && !now) await Promise.allSettled([...epoch.calls]);
       await epoch.runner.close().catch(() => {});
-      await epoch.pin?.release().catch(() => {});
+      const pin = epoch.pin;
+      const lost = pin === undefined ? undefined : await pin.check().catch(() => 'not checked');
+      if (pin !== undefined) await this.bounded(pin.release());
       epoch.engine.disconnect?.();
+      if (pin !== undefined && lost !== undefined) {
+        // A lost pin sends nothing: the canary goes over a new connection, from the daemon there if it has it
+        // (the measured one back at its address); another daemon answers 404. No call data is sent.
+        const fresh = m.engine.another?.();
+        if (fresh !== undefined) await this.bounded(fresh.removeVolume(pin.identity.canary));
+        fresh?.disconnect?.();
+      }
     })().finally(() => this.retiring.delete(done));
     this.retiring.add(done);
   }

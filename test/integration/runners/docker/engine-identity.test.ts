@@ -321,6 +321,12 @@ describe('the pool, judged by effect (library)', () => {
       await pool.close();
       await rm(gate, { force: true });
     }
+    // The first measurement's canary went with the second one (the same daemon, back), the second's with close().
+    const pins = await new DockerodeEngine({ host: `unix://${strong.socket}` }).listVolumes([
+      'capsule.role=pin',
+      `capsule.pid=${process.pid}`,
+    ]);
+    expect(pins).toEqual([]);
   });
 
   it('control: without the binding, a call judged on the strong daemon lands on the weaker one that replaced it', async () => {
