@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
 import { benchLimits } from './limits.mjs';
 import { benchEgress } from './egress.mjs';
+import { benchEnginePin } from './engine-pin.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchPool } from './pool.mjs';
 import { benchProcess } from './process.mjs';
@@ -27,6 +28,7 @@ const suites = [
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
   ['pool', () => benchPool({ root })],
+  ['engine-pin', () => benchEnginePin({ root })],
   ['registry', () => benchRegistry()],
   ['schema', () => benchSchema()],
   ['stage', () => benchStage({ root })],

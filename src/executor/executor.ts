@@ -76,7 +76,8 @@ export class Executor {
   readonly #spans = new WeakMap<RunPermit, ToolCallSpan>();
   /** Per environment: why its runner measured it is not a sandbox here (see Runner.measureIsolation). */
   readonly #measured = new Map<Environment, string>();
-  readonly #measuredOnce = new Set<Environment>();
+  /** Live permits the gate issued for a call it judged sandboxed: their runs must still be sandboxed. */
+  readonly #judgedSandboxed = new WeakSet<RunPermit>();
 
   constructor(options: ExecutorOptions) {
     this.registry = options.registry;
@@ -99,9 +100,11 @@ export class Executor {
     return { ...report, sandboxed: false, summary: `${report.summary}, but ${weaker} — not sandboxed` };
   }
 
-  /** Ask the runner of `environment` what it measured (once per session) before its capabilities are judged. */
+  /**
+   * Ask the runner of `environment` what it measures before each call of it is judged: the runner answers from
+   * its measurement while the daemon measured is still the one a call reaches, and measures again otherwise.
+   */
   async #measure(environment: Environment): Promise<void> {
-    if (this.#measuredOnce.has(environment)) return;
     const runner = this.#runners.get(environment);
     if (runner?.measureIsolation === undefined) return;
     let weaker: string | undefined;
@@ -110,8 +113,8 @@ export class Executor {
     } catch (err) {
       weaker = `its isolation could not be measured (${(err as Error).message})`;
     }
-    this.#measuredOnce.add(environment);
     if (weaker !== undefined) this.#measured.set(environment, weaker);
+    else this.#measured.delete(environment);
   }
 
   /**
@@ -202,6 +205,8 @@ export class Executor {
           input: inputText,
           signal,
           engine: options.engine,
+          // Judged sandboxed: the runner re-checks that against what it measures where the call lands.
+          requireSandboxed: this.#judgedSandboxed.has(permit as RunPermit),
           egressAudit:
             gate.recordNetwork !== undefined
               ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()
@@ -446,6 +451,7 @@ export class Executor {
       key: request.key.raw,
     });
     this.#permits.set(permit, new Set(capabilities));
+    if (request.sandboxed === true) this.#judgedSandboxed.add(permit);
     return permit;
   }
 

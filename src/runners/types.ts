@@ -48,6 +48,12 @@ export interface RunRequest {
    * one place to run ignore it.
    */
   engine?: string | undefined;
+  /**
+   * The gate judged this call sandboxed (a project-level grant may rest on that). A runner whose isolation is
+   * measured where it runs (Runner.measureIsolation) runs it only on a daemon whose current measurement is a
+   * sandbox, and refuses it (PERMISSION_DENIED) when the measurement changed to a weaker one since.
+   */
+  requireSandboxed?: boolean | undefined;
 }
 
 /** One interface per runner; implementations live beside it (shell, wasm, docker). */
@@ -66,7 +72,8 @@ export interface Runner {
   /**
    * Runners whose isolation depends on what is measured where they run (several Docker engines): why their
    * capabilities are not a sandbox there, or undefined when the measurement found nothing missing. The executor
-   * asks before a capability of this environment is judged.
+   * asks before each call of this environment is judged: cheap while what was measured still answers (the same
+   * daemon, checked without a request), a new measurement otherwise.
    */
   measureIsolation?(): Promise<string | undefined>;
   /** Release pooled workers / containers. Safe to call twice. */

@@ -10,10 +10,15 @@ interface EngineRow {
   error?: string | undefined;
   version?: string | undefined;
   runtimes?: string[] | undefined;
+  /** The daemon measured: what the measurement is bound to (absent when it does not answer). */
+  identity?: Record<string, unknown> | undefined;
   /** What a hardened call container measured on this engine (absent when it does not answer). */
   posture?: Record<string, unknown> | undefined;
+  /** A swarm: each ready node as its own probe measured it. */
+  nodes?: Array<Record<string, unknown>> | undefined;
   sandboxed?: boolean | undefined;
   missing?: string[] | undefined;
+  measuredAt?: string | undefined;
 }
 
 /** `capsule engines`: the Docker engines docker capabilities may run on, each asked and measured now. */
@@ -28,7 +33,7 @@ export function registerEngines(program: Command, io: CliIO): void {
     .option('--engine <names>', 'only these engines (comma list)')
     .option(
       '--json',
-      'print JSON: [{name, type, host, healthy, error?, version, runtimes, posture (docker), sandboxed, missing}]',
+      'print JSON: [{name, type, host, healthy, error?, version, runtimes, identity, posture (docker), nodes (swarm), sandboxed, missing, measuredAt}]',
     )
     .action(
       action(io, async (opts: { engine?: string; json?: boolean }) => {
@@ -36,14 +41,14 @@ export function registerEngines(program: Command, io: CliIO): void {
           { openProject, cliStateDir, cliStateKey },
           { resolveEngines, selectEngines, ENGINE_ENV },
           engineConfig,
-          posture,
+          { EnginePool },
           dockerode,
           { PolicySnapshotStore, resolveStartingPolicy },
         ] = await Promise.all([
           import('../session.js'),
           import('../../config/engines.js'),
           import('../../runners/docker/engine-config.js'),
-          import('../../runners/docker/posture.js'),
+          import('../../runners/docker/engine-pool.js'),
           import('../../runners/docker/dockerode-engine.js'),
           import('../../permissions/policy-snapshot.js'),
         ]);
@@ -62,9 +67,6 @@ export function registerEngines(program: Command, io: CliIO): void {
           resolveEngines(starting.config.engines ?? {}, io.env),
           opts.engine ?? io.env[ENGINE_ENV],
         );
-        const { ImageBuilder } = await import('../../runners/docker/images.js');
-        const { ownerLabels, processOwner } = await import('../../runners/docker/labels.js');
-        const owner = processOwner('engines');
         const targets =
           selected.length > 0
             ? await Promise.all(
@@ -86,41 +88,38 @@ export function registerEngines(program: Command, io: CliIO): void {
             try {
               await t.engine.ping(5000);
               const info = await t.engine.info();
-              if (t.kind === 'swarm') {
-                // Every ready node, by a probe service pinned to it (images must be on every node).
-                const { SwarmRunner } = await import('../../runners/docker/swarm-runner.js');
-                const why = await new SwarmRunner({ manager: t.engine }).measureIsolation();
+              // Measured as a call would be: bound to the daemon that answers (its canary checked on every
+              // connection), the probe run through that binding (a swarm: one probe placed on each ready node).
+              const pool = new EnginePool([t], {
+                runner: { env: {}, onProgress: (m) => void io.stderr.write(`${m}\n`) },
+              });
+              try {
+                const measured = await pool.measurement(t.name);
+                const { canary: _canary, ...identity } = measured.identity ?? { canary: '' };
                 return {
                   name: t.name,
-                  type: 'swarm',
+                  type: t.kind === 'swarm' ? 'swarm' : 'docker',
                   host: t.host,
                   healthy: true,
                   version: info.serverVersion,
                   runtimes: info.runtimes,
-                  sandboxed: why === undefined,
-                  missing: why === undefined ? [] : [why],
+                  identity: measured.identity === undefined ? undefined : identity,
+                  posture: measured.posture === undefined ? undefined : { ...measured.posture },
+                  nodes: measured.nodes?.map((n) => ({
+                    id: n.id,
+                    hostname: n.hostname,
+                    version: n.version,
+                    sandboxed: n.verdict.sandboxed,
+                    missing: n.verdict.missing,
+                    posture: n.posture,
+                  })),
+                  sandboxed: measured.verdict.sandboxed,
+                  missing: measured.verdict.missing,
+                  measuredAt: measured.measuredAt,
                 };
+              } finally {
+                await pool.close();
               }
-              await new ImageBuilder({ engine: t.engine }).ensure(
-                'capsule/busybox:1',
-                (m) => void io.stderr.write(`${t.name}: ${m}\n`),
-              );
-              const measured = await posture.probePosture(t.engine, {
-                runtime: 'runc',
-                labels: ownerLabels(owner),
-              });
-              const verdict = posture.judgePosture(measured);
-              return {
-                name: t.name,
-                type: 'docker',
-                host: t.host,
-                healthy: true,
-                version: info.serverVersion,
-                runtimes: info.runtimes,
-                posture: { ...measured },
-                sandboxed: verdict.sandboxed,
-                missing: verdict.missing,
-              };
             } catch (err) {
               return { name: t.name, host: t.host, healthy: false, error: dockerode.engineMessage(err) };
             }

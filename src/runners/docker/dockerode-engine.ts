@@ -1,12 +1,18 @@
 import Docker from 'dockerode';
+import { realpath, stat } from 'node:fs/promises';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';
+import { pinnedConnections } from './engine-pin.js';
+import type { PinnedConnections } from './engine-pin.js';
 import type {
   BuildProgress,
   ContainerSpec,
   ContainerState,
   ContainerSummary,
   DockerEngine,
+  EngineIdentity,
   EngineInfo,
+  EnginePin,
   SwarmApi,
   SwarmServiceSpec,
   SwarmTask,
@@ -79,17 +85,130 @@ function connectionOptions(
 export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly docker: Docker;
   private readonly remote: boolean;
+  private readonly options: DockerodeEngineOptions;
+  private readonly where: string;
+  private readonly socketPath: string | undefined;
+  private readonly connections: PinnedConnections | undefined;
+  private pinned: Promise<EnginePin> | undefined;
 
   constructor(options: DockerodeEngineOptions) {
+    this.options = options;
     const host = options.host ?? options.env?.['DOCKER_HOST'];
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
     const connection = connectionOptions(options.socketPath, host);
+    this.socketPath = connection?.socketPath;
+    this.where =
+      this.socketPath !== undefined
+        ? `unix://${this.socketPath}`
+        : host === undefined
+          ? 'the default engine'
+          : host;
+    const tls = options.tls !== undefined && connection !== undefined;
+    // Every request goes through connections that can be bound to one daemon (pin()).
+    this.connections = connection === undefined ? undefined : pinnedConnections({ tls, where: this.where });
+    const agent = this.connections === undefined ? {} : { agent: this.connections.agent };
     this.docker = new Docker(
-      options.tls === undefined || connection === undefined
+      connection === undefined
         ? connection
-        : { ...connection, protocol: 'https', ...options.tls },
+        : tls
+          ? { ...connection, protocol: 'https', ...options.tls, ...agent }
+          : { ...connection, ...agent },
     );
+  }
+
+  another(): DockerodeEngine {
+    return new DockerodeEngine(this.options);
+  }
+
+  disconnect(): void {
+    this.connections?.agent.destroy();
+  }
+
+  pin(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin> {
+    this.pinned ??= this.makePin(canary.name, canary.labels);
+    return this.pinned;
+  }
+
+  private async makePin(canary: string, labels: Record<string, string>): Promise<EnginePin> {
+    const connections = this.connections;
+    if (connections === undefined) throw new Error(`cannot bind the engine at ${this.where} to its daemon`);
+    const socketNow = async (): Promise<EngineIdentity['socket']> => {
+      if (this.socketPath === undefined) return undefined;
+      const st = await stat(this.socketPath);
+      return { path: this.socketPath, realPath: await realpath(this.socketPath), dev: st.dev, ino: st.ino };
+    };
+    /** Whether the socket path still leads to the socket `was` (a stat: ~15 µs, no request). */
+    const sameSocket = async (was: NonNullable<EngineIdentity['socket']>): Promise<boolean> => {
+      const st = await stat(was.path).catch(() => undefined);
+      return st !== undefined && st.dev === was.dev && st.ino === was.ino;
+    };
+    const before = await socketNow();
+    await this.docker.createVolume({ Name: canary, Labels: labels });
+    // From here on only the daemon that holds the canary gets a request: what is read and measured next is its.
+    connections.arm(canary);
+    let released = false;
+    let watch: IncomingMessage | undefined;
+    try {
+      watch = (await this.docker.getEvents({ filters: { type: ['daemon'] } })) as unknown as IncomingMessage;
+      // The watch is how a restart or reload is seen; it must not keep a process alive.
+      watch.socket?.unref();
+      const lost = (why: string): void => {
+        if (!released) connections.lose(why);
+      };
+      watch.on('data', (chunk: Buffer) => {
+        const action = /"Action":"([^"]*)"/.exec(chunk.toString('utf8'))?.[1] ?? 'an event';
+        lost(`the daemon at ${this.where} reported "${action}" (its configuration may have changed)`);
+      });
+      watch.on('error', () => lost(`the connection to the daemon at ${this.where} failed`));
+      watch.on('close', () => lost(`the daemon at ${this.where} went away (restarted or stopped)`));
+      const info = (await this.docker.info()) as {
+        ID?: string;
+        Name?: string;
+        DockerRootDir?: string;
+        ServerVersion?: string;
+      };
+      const socket = await socketNow();
+      if (before !== undefined && (socket?.dev !== before.dev || socket.ino !== before.ino))
+        connections.lose(`the socket ${this.socketPath ?? ''} was re-pointed while the engine was measured`);
+      const identity: EngineIdentity = {
+        id: info.ID ?? '',
+        name: info.Name ?? '',
+        rootDir: info.DockerRootDir ?? '',
+        serverVersion: info.ServerVersion ?? 'unknown',
+        host: this.where,
+        socket,
+        canary,
+      };
+      const check = async (): Promise<string | undefined> => {
+        const why = connections.lost();
+        if (why !== undefined || socket === undefined) return why;
+        if (!(await sameSocket(socket))) {
+          const now = await realpath(socket.path).catch(() => 'nothing');
+          connections.lose(`the socket ${socket.path} leads to another socket now (${now})`);
+        }
+        return connections.lost();
+      };
+      return {
+        identity,
+        check,
+        lose: (why) => connections.lose(why),
+        release: async () => {
+          if (released) return;
+          released = true;
+          watch?.destroy();
+          if (connections.lost() === undefined)
+            await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(
+              () => {},
+            );
+        },
+      };
+    } catch (err) {
+      released = true;
+      watch?.destroy();
+      await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(() => {});
+      throw err;
+    }
   }
 
   async info(): Promise<EngineInfo> {
@@ -473,9 +592,12 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     return Buffer.concat(chunks);
   }
 
-  async nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string }>> {
+  async nodes(): Promise<
+    Array<{ id: string; hostname: string; state: string; role: string; version: number }>
+  > {
     const list = (await this.docker.listNodes()) as Array<{
       ID: string;
+      Version?: { Index?: number };
       Description?: { Hostname?: string };
       Status?: { State?: string };
       Spec?: { Role?: string };
@@ -485,6 +607,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       hostname: n.Description?.Hostname ?? '',
       state: n.Status?.State ?? 'unknown',
       role: n.Spec?.Role ?? 'worker',
+      version: n.Version?.Index ?? -1,
     }));
   }
 }

@@ -30,7 +30,12 @@ export async function connectEngine(
     tls = { ca: await read('ca'), cert: await read('cert'), key: await read('key') };
   }
   if (config.type === 'swarm')
-    return { name, kind: 'swarm', engine: new DockerodeEngine({ host: config.manager, tls }) };
+    return {
+      name,
+      kind: 'swarm',
+      host: config.manager,
+      engine: new DockerodeEngine({ host: config.manager, tls }),
+    };
   return { name, host: config.host, engine: new DockerodeEngine({ host: config.host, tls }) };
 }
 

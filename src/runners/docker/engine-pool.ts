@@ -1,17 +1,22 @@
 import { CapsuleError } from '../../errors.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { engineMessage } from './engine.js';
-import type { DockerEngine, SwarmApi } from './engine.js';
+import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { ownerLabels, processOwner } from './labels.js';
+import { INSTANCE_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
 import type { Owner } from './labels.js';
 import { judgePosture, probePosture } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
 import { SwarmRunner } from './swarm-runner.js';
+import type { SwarmNodeMeasurement } from './swarm-runner.js';
+import { canaryVolume } from './volumes.js';
 import { SANDBOX_IMAGES } from './image-recipes.js';
+
+/** Which engine of its pool a canary volume binds (two members may name one daemon). */
+const POOL_ENGINE_LABEL = 'capsule.engine';
 
 export type PoolEngine =
   | {
@@ -22,17 +27,55 @@ export type PoolEngine =
       host?: string | undefined;
     }
   /** A swarm: calls become one-shot services on it (swarm-runner.ts); `engine` is a manager. */
-  | { name: string; kind: 'swarm'; engine: DockerEngine & SwarmApi };
+  | { name: string; kind: 'swarm'; engine: DockerEngine & SwarmApi; host?: string | undefined };
+
+/**
+ * What one measurement of an engine found, bound to the daemon it was made on (docs/scale-out.md): the pin
+ * (identity and canary) and the posture (a docker engine) or each node's (a swarm).
+ */
+export interface EngineMeasurement {
+  identity: EngineIdentity | undefined;
+  /** A docker engine's probe (undefined for a swarm or when it could not run). */
+  posture: MeasuredPosture | undefined;
+  /** A swarm's nodes, each measured by a probe placed on it. */
+  nodes?: SwarmNodeMeasurement[] | undefined;
+  verdict: PostureVerdict;
+  /** When it was measured (ISO time). */
+  measuredAt: string;
+  /** How many times this engine was measured in this pool (1: the first). */
+  generation: number;
+}
+
+/**
+ * One connection to an engine and what was measured through it. Every request of its runner goes to the
+ * daemon measured (the pin checks each connection); once the pin is lost the epoch is retired and the next call
+ * opens a new one, measured again before anything runs.
+ */
+interface Epoch {
+  engine: DockerEngine;
+  runner: DockerRunner | SwarmRunner;
+  pin: EnginePin | undefined;
+  measured: Promise<EngineMeasurement>;
+  /** The measurement failed (not sandboxed): reported once, then measured again. */
+  failed: boolean;
+  /** Calls running on it: an epoch given up without a loss closes its runner after them. */
+  calls: Set<Promise<unknown>>;
+}
 
 interface Member {
   name: string;
+  kind: 'docker' | 'swarm';
+  host: string | undefined;
+  /** The engine the pool was given: the first epoch's, and the address every later one connects to again. */
   engine: DockerEngine;
-  runner: DockerRunner | SwarmRunner;
+  epoch: Epoch | undefined;
+  generation: number;
   inFlight: number;
   calls: number;
   /** Set when a call or a health check found the engine gone; it is checked again before it is used. */
   downSince: number | undefined;
-  posture: Promise<MeasuredPosture> | undefined;
+  /** Why it was last found not answering (for the error that says no engine answers). */
+  downWhy: string | undefined;
 }
 
 export interface EnginePoolOptions {
@@ -62,31 +105,27 @@ export class EnginePool implements Runner {
   private readonly healthTimeoutMs: number;
   private readonly owner: Owner = processOwner();
   private readonly progress: ImageProgress;
+  private readonly runnerOptions: EnginePoolOptions['runner'];
+  /** Epochs given up (their runners closing): close() waits for them. */
+  private readonly retiring = new Set<Promise<void>>();
+  private closed = false;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {
     if (engines.length === 0) throw new Error('EnginePool: no engines');
     this.healthTimeoutMs = options.healthTimeoutMs ?? 3000;
     this.progress = options.runner?.onProgress ?? (() => {});
+    this.runnerOptions = options.runner;
     this.members = engines.map((e) => ({
       name: e.name,
+      kind: e.kind === 'swarm' ? 'swarm' : 'docker',
+      host: e.host,
       engine: e.engine,
-      runner:
-        e.kind === 'swarm'
-          ? new SwarmRunner({ manager: e.engine, cpus: options.runner?.cpus })
-          : new DockerRunner({
-              ...options.runner,
-              // Granted variables come from the runtime's environment; a pool built without one grants none.
-              env: options.runner?.env ?? {},
-              engine: e.engine,
-              engineHost: e.host,
-              handleProcessSignals: false,
-              // Each engine builds (or has loaded) its own images: say which one a build is for.
-              onProgress: (message) => this.progress(`${e.name}: ${message}`),
-            }),
+      epoch: undefined,
+      generation: 0,
       inFlight: 0,
       calls: 0,
       downSince: undefined,
-      posture: undefined,
+      downWhy: undefined,
     }));
   }
 
@@ -100,7 +139,13 @@ export class EnginePool implements Runner {
   }
 
   async available(): Promise<{ ok: true } | { ok: false; reason: string }> {
-    const results = await Promise.all(this.members.map(async (m) => ({ m, r: await m.runner.available() })));
+    // Asked without measuring: an engine is measured when a call of it is judged.
+    const results = await Promise.all(
+      this.members.map(async (m) => ({
+        m,
+        r: await (m.epoch?.runner.available() ?? this.reachable(m)),
+      })),
+    );
     if (results.some(({ r }) => r.ok)) return { ok: true };
     return {
       ok: false,
@@ -109,35 +154,57 @@ export class EnginePool implements Runner {
   }
 
   /**
-   * The measured posture of each healthy engine (probed once per engine and session). Resolves with why docker
-   * capabilities are not a sandbox here — the weakest engine a call may land on decides — or undefined.
+   * The measured posture of each healthy engine. Resolves with why docker capabilities are not a sandbox here —
+   * the weakest engine a call may land on decides — or undefined. Asked before every call: while each engine's
+   * pin holds (the same daemon, no reconnect, no failed health check) that costs no request; otherwise the
+   * engine is measured again first.
    */
   async measureIsolation(): Promise<string | undefined> {
     const healthy = await this.healthy();
-    const verdicts = await Promise.all(healthy.map(async (m) => ({ m, verdict: await this.verdictOf(m) })));
-    const weak = verdicts.filter((v) => !v.verdict.sandboxed);
+    const verdicts = await Promise.all(
+      healthy.map(async (m) => ({ m, verdict: (await this.current(m)).measurement.verdict })),
+    );
+    // An engine found down while it was measured is not one a call may land on.
+    const weak = verdicts.filter((v) => !v.verdict.sandboxed && v.m.downSince === undefined);
     if (weak.length === 0) return undefined;
     return weak.map((v) => `engine ${v.m.name}: ${v.verdict.missing.join(', ')}`).join('; ');
   }
 
-  /** One engine's measured posture (for `capsule engines`). */
-  async posture(name: string): Promise<MeasuredPosture> {
+  /** One engine's current measurement (measured first when there is none that still holds). */
+  async measurement(name: string): Promise<EngineMeasurement> {
     const m = this.members.find((x) => x.name === name);
     if (m === undefined) throw new Error(`EnginePool: no engine ${name}`);
-    return this.measure(m);
+    return (await this.current(m)).measurement;
+  }
+
+  /** One engine's measured posture (for `capsule engines`). */
+  async posture(name: string): Promise<MeasuredPosture> {
+    const measured = await this.measurement(name);
+    if (measured.posture === undefined)
+      throw new Error(`engine ${name}: posture not measured (${measured.verdict.missing.join(', ')})`);
+    return measured.posture;
   }
 
   async run(request: RunRequest): Promise<RunResult> {
-    const member = await this.pick(request);
+    const { member, epoch } = await this.pick(request);
+    const call = epoch.runner.run(request);
+    epoch.calls.add(call);
     try {
-      return await member.runner.run(request);
+      return await call;
     } catch (err) {
       // Was it the engine? A call it answered a refusal for (bad manifest, missing runtime) leaves it healthy.
-      const alive = await member.engine
-        .ping(this.healthTimeoutMs)
-        .then(() => true)
-        .catch(() => false);
-      if (!alive) member.downSince = Date.now();
+      const lost = await epoch.pin?.check();
+      const alive =
+        lost === undefined &&
+        (await epoch.engine
+          .ping(this.healthTimeoutMs)
+          .then(() => true)
+          .catch(() => false));
+      if (!alive) {
+        // Whatever answers there next is measured again before a call runs on it.
+        this.retire(member, epoch, lost ?? `engine ${member.name} failed a health check`);
+        if (!(await this.answers(member))) member.downSince = Date.now();
+      }
       if (err instanceof CapsuleError) {
         throw new CapsuleError(
           alive ? err.code : 'RUNNER_FAILED',
@@ -161,21 +228,29 @@ export class EnginePool implements Runner {
         { cause: err },
       );
     } finally {
+      epoch.calls.delete(call);
       member.inFlight -= 1;
     }
   }
 
   async close(): Promise<void> {
-    await Promise.all(this.members.map((m) => m.runner.close()));
+    this.closed = true;
+    for (const m of this.members) if (m.epoch !== undefined) this.retire(m, m.epoch, undefined, true);
+    await Promise.all([...this.retiring]);
   }
 
-  /** The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as busier. */
-  private async pick(request: RunRequest): Promise<Member> {
+  /**
+   * The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as
+   * busier — among those whose current measurement allows the call.
+   */
+  private async pick(request: RunRequest): Promise<{ member: Member; epoch: Epoch }> {
+    if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the engine pool was closed');
     const healthy = await this.healthy();
+    let candidates = healthy;
     if (request.engine !== undefined) {
       // Pinned (compare across engines): that engine or nothing, never another one in its place.
-      const pinned = healthy.find((m) => m.name === request.engine);
-      if (pinned === undefined) {
+      candidates = healthy.filter((m) => m.name === request.engine);
+      if (candidates.length === 0) {
         const known = this.members.some((m) => m.name === request.engine);
         throw new CapsuleError(
           'RUNNER_UNAVAILABLE',
@@ -189,75 +264,287 @@ export class EnginePool implements Runner {
           },
         );
       }
-      pinned.inFlight += 1;
-      pinned.calls += 1;
-      return pinned;
     }
-    if (healthy.length === 0) {
+    if (candidates.length === 0) {
       throw new CapsuleError(
         'RUNNER_UNAVAILABLE',
-        `no engine of the pool answers (${this.members.map((m) => m.name).join(', ')})`,
+        `no engine of the pool answers (${this.members.map((m) => this.describeDown(m)).join('; ')})`,
         {
           file: request.capability.manifestPath,
           hint: 'check the engines (capsule engines) or pick one with --engine NAME',
         },
       );
     }
-    const best = healthy.reduce((a, m) =>
-      m.inFlight < a.inFlight || (m.inFlight === a.inFlight && m.calls < a.calls) ? m : a,
+    // Each engine as measured now: a daemon that changed since the call was judged is measured again here.
+    const measured = (
+      await Promise.all(candidates.map(async (m) => ({ m, ...(await this.current(m)) })))
+    ).filter((x) => x.m.downSince === undefined);
+    if (measured.length === 0) {
+      throw new CapsuleError(
+        'RUNNER_UNAVAILABLE',
+        `no engine answers (${candidates.map((m) => this.describeDown(m)).join('; ')})`,
+        { file: request.capability.manifestPath, hint: 'check the engines (capsule engines)' },
+      );
+    }
+    const usable = measured.filter(
+      (x) => request.requireSandboxed !== true || x.measurement.verdict.sandboxed,
+    );
+    if (usable.length === 0) {
+      // The gate allowed it as sandboxed; the engines it could run on are not (any more): never run it there.
+      const why = measured
+        .map((x) => `engine ${x.m.name}: ${x.measurement.verdict.missing.join(', ')}`)
+        .join('; ');
+      throw new CapsuleError(
+        'PERMISSION_DENIED',
+        `${request.capability.name} was allowed as sandboxed, but ${why} — not sandboxed; it was not run`,
+        {
+          file: request.capability.manifestPath,
+          key: `run_capability:${request.capability.name}`,
+          hint: 'the engine changed since the call was judged; run it again to have it judged on what is measured now',
+        },
+      );
+    }
+    const best = usable.reduce((a, x) =>
+      x.m.inFlight < a.m.inFlight || (x.m.inFlight === a.m.inFlight && x.m.calls < a.m.calls) ? x : a,
     );
     // Counted in the same turn as the choice: calls picked concurrently see each other's load.
-    best.inFlight += 1;
-    best.calls += 1;
-    return best;
+    best.m.inFlight += 1;
+    best.m.calls += 1;
+    return { member: best.m, epoch: best.epoch };
   }
 
-  /** Members that answer; one marked down is asked again (and comes back when it answers). */
+  /** Members that answer; one marked down is asked again (on a new connection) and comes back when it answers. */
   private async healthy(): Promise<Member[]> {
     const checked = await Promise.all(
       this.members.map(async (m) => {
         if (m.downSince === undefined) return m;
+        const engine = this.reach(m);
         try {
-          await m.engine.ping(this.healthTimeoutMs);
+          // A new connection: the old one's pin is lost and refuses every request.
+          await engine.ping(this.healthTimeoutMs);
           m.downSince = undefined;
-          // A restarted engine may be another daemon behind the same address: measure it again.
-          m.posture = undefined;
+          m.downWhy = undefined;
+          // A restarted engine may be another daemon behind the same address: measured again before it is used.
+          if (m.epoch !== undefined) this.retire(m, m.epoch, `engine ${m.name} was down`);
           return m;
-        } catch {
+        } catch (err) {
+          m.downWhy = engineMessage(err);
           return undefined;
+        } finally {
+          if (engine !== m.engine && engine !== m.epoch?.engine) engine.disconnect?.();
         }
       }),
     );
     return checked.filter((m): m is Member => m !== undefined);
   }
 
-  private measure(m: Member): Promise<MeasuredPosture> {
-    if (m.posture === undefined) {
-      const job = (async () => {
-        await new ImageBuilder({ engine: m.engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
-        return probePosture(m.engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
-      })();
-      m.posture = job;
-      job.catch(() => {
-        if (m.posture === job) m.posture = undefined;
-      });
+  /**
+   * The member's epoch whose measurement still holds, measured (again) first when there is none: a pin lost
+   * (another daemon, a reconnect, a restart or reload), a measurement that failed.
+   */
+  private async current(m: Member): Promise<{ epoch: Epoch; measurement: EngineMeasurement }> {
+    for (let attempt = 0; ; attempt++) {
+      const epoch = m.epoch ?? this.open(m);
+      const measurement = await epoch.measured;
+      const lost = epoch.pin === undefined ? undefined : await epoch.pin.check();
+      const swarmChanged =
+        lost === undefined && epoch.runner instanceof SwarmRunner && !epoch.failed
+          ? await epoch.runner.nodesChanged().catch((err: unknown) => engineMessage(err))
+          : undefined;
+      const stale = lost ?? swarmChanged;
+      // Measuring failed: an engine that does not answer is down (not one a call may land on).
+      if (epoch.failed && !(await this.answers(m))) m.downSince ??= Date.now();
+      if (stale === undefined || attempt >= 1) {
+        // A failed measurement is reported (not sandboxed) and tried again next time.
+        if (epoch.failed || stale !== undefined) this.retire(m, epoch, stale);
+        if (stale === undefined) return { epoch, measurement };
+        return {
+          epoch,
+          measurement: {
+            ...measurement,
+            verdict: { sandboxed: false, missing: [`it changed while it was measured (${stale})`] },
+          },
+        };
+      }
+      this.retire(m, epoch, stale);
     }
-    return m.posture;
   }
 
-  private async verdictOf(m: Member): Promise<PostureVerdict> {
-    if (m.runner instanceof SwarmRunner) {
-      // Each node of the swarm is measured by a probe service pinned to it.
-      const why = await m.runner
-        .measureIsolation()
-        .catch((err: unknown) => `posture not measured (${engineMessage(err)})`);
-      return why === undefined ? { sandboxed: true, missing: [] } : { sandboxed: false, missing: [why] };
-    }
+  /** Whether a member not measured yet answers (a swarm: and has a ready node), without measuring it. */
+  private async reachable(m: Member): Promise<{ ok: true } | { ok: false; reason: string }> {
+    const engine = this.reach(m);
     try {
-      return judgePosture(await this.measure(m));
+      await engine.ping(this.healthTimeoutMs);
+      if (m.kind === 'swarm') {
+        const nodes = await (engine as DockerEngine & SwarmApi).nodes();
+        if (!nodes.some((n) => n.state === 'ready'))
+          return { ok: false, reason: 'no node of the swarm is ready' };
+      }
+      return { ok: true };
     } catch (err) {
-      // Not measured is not sandboxed: never assume a posture.
-      return { sandboxed: false, missing: [`posture not measured (${engineMessage(err)})`] };
+      return { ok: false, reason: `does not answer (${engineMessage(err)})` };
+    } finally {
+      if (engine !== m.engine) engine.disconnect?.();
     }
+  }
+
+  /** An engine object to ask the member's address without a call: its epoch's, or a new connection. */
+  private reach(m: Member): DockerEngine {
+    if (m.epoch !== undefined) return m.epoch.engine;
+    return m.generation === 0 ? m.engine : (m.engine.another?.() ?? m.engine);
+  }
+
+  /** Whether something answers at the member's address now (a new connection, no call). */
+  private async answers(m: Member): Promise<boolean> {
+    const engine = m.engine.another?.() ?? m.engine;
+    try {
+      await engine.ping(this.healthTimeoutMs);
+      return true;
+    } catch (err) {
+      m.downWhy = engineMessage(err);
+      return false;
+    } finally {
+      if (engine !== m.engine) engine.disconnect?.();
+    }
+  }
+
+  /** Cleanup that waits for an engine at most a health check's time (a hung daemon never holds up close()). */
+  private async bounded(work: Promise<unknown>): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      work.catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.healthTimeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** `engine NAME at HOST: why` for an engine that does not answer. */
+  private describeDown(m: Member): string {
+    const at = m.host === undefined ? '' : ` at ${m.host}`;
+    return `engine ${m.name}${at}${m.downWhy === undefined ? '' : `: ${m.downWhy}`}`;
+  }
+
+  /** The member's epoch, opened (a new connection, measured before first use) when it has none. */
+  private open(m: Member): Epoch {
+    if (m.epoch !== undefined) return m.epoch;
+    // The first epoch uses the engine as given; each later one its own new connection.
+    const engine = m.generation === 0 ? m.engine : (m.engine.another?.() ?? m.engine);
+    m.generation += 1;
+    const generation = m.generation;
+    const runner =
+      m.kind === 'swarm'
+        ? new SwarmRunner({ manager: engine as DockerEngine & SwarmApi, cpus: this.runnerOptions?.cpus })
+        : new DockerRunner({
+            ...this.runnerOptions,
+            // Granted variables come from the runtime's environment; a pool built without one grants none.
+            env: this.runnerOptions?.env ?? {},
+            engine,
+            engineHost: m.host,
+            handleProcessSignals: false,
+            // Each engine builds (or has loaded) its own images: say which one a build is for.
+            onProgress: (message) => this.progress(`${m.name}: ${message}`),
+          });
+    const epoch: Epoch = {
+      engine,
+      runner,
+      pin: undefined,
+      failed: false,
+      calls: new Set(),
+      measured: Promise.resolve(undefined as unknown as EngineMeasurement),
+    };
+    epoch.measured = this.measureEpoch(epoch, m.name, generation).catch((err: unknown) => {
+      // Not measured is not sandboxed: never assume a posture.
+      epoch.failed = true;
+      return {
+        identity: epoch.pin?.identity,
+        posture: undefined,
+        verdict: { sandboxed: false, missing: [`posture not measured (${engineMessage(err)})`] },
+        measuredAt: new Date().toISOString(),
+        generation,
+      };
+    });
+    m.epoch = epoch;
+    return epoch;
+  }
+
+  /** Pin the epoch's engine to the daemon answering now, then measure that daemon's posture through the pin. */
+  private async measureEpoch(epoch: Epoch, name: string, generation: number): Promise<EngineMeasurement> {
+    const { engine, runner } = epoch;
+    if (engine.pin === undefined) {
+      // An engine that cannot be bound to its daemon cannot prove a call lands where it was measured.
+      return {
+        identity: undefined,
+        posture: undefined,
+        verdict: { sandboxed: false, missing: ['the engine cannot be bound to the daemon it measures'] },
+        measuredAt: new Date().toISOString(),
+        generation,
+      };
+    }
+    const member = { [POOL_ENGINE_LABEL]: name };
+    epoch.pin = await engine.pin(canaryVolume(this.owner, member));
+    const identity = epoch.pin.identity;
+    // This engine's canaries from earlier measurements that ended in a loss (an A→B→A swap brings the daemon
+    // back) are removed through the new pin, on the daemon that holds them.
+    const mine = [
+      `${ROLE_LABEL}=pin`,
+      `${INSTANCE_LABEL}=${this.owner.instance}`,
+      `${POOL_ENGINE_LABEL}=${name}`,
+    ];
+    const stale = (await engine.listVolumes(mine)).filter((v) => v !== identity.canary);
+    await Promise.all(stale.map((v) => engine.removeVolume(v).catch(() => {})));
+    if (runner instanceof SwarmRunner) {
+      const nodes = await runner.measureNodes();
+      const weak = nodes
+        .filter((n) => !n.verdict.sandboxed)
+        .map((n) => `node ${n.hostname || n.id}: ${n.verdict.missing.join(', ')}`);
+      return {
+        identity,
+        posture: undefined,
+        nodes,
+        verdict:
+          nodes.length === 0
+            ? { sandboxed: false, missing: ['no node of the swarm is ready, nothing was measured'] }
+            : { sandboxed: weak.length === 0, missing: weak },
+        measuredAt: new Date().toISOString(),
+        generation,
+      };
+    }
+    await new ImageBuilder({ engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
+    const posture = await probePosture(engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
+    return {
+      identity,
+      posture,
+      verdict: judgePosture(posture),
+      measuredAt: new Date().toISOString(),
+      generation,
+    };
+  }
+
+  /**
+   * Give up an epoch: with `why` its pin refuses every request from now on and its runner is closed at once;
+   * without, its runner is closed after the calls running on it (or at once when the pool closes).
+   */
+  private retire(m: Member, epoch: Epoch, why: string | undefined, now = false): void {
+    if (m.epoch === epoch) m.epoch = undefined;
+    if (why !== undefined) epoch.pin?.lose(why);
+    const done = (async () => {
+      await epoch.measured;
+      if (why === undefined && !now) await Promise.allSettled([...epoch.calls]);
+      await epoch.runner.close().catch(() => {});
+      const pin = epoch.pin;
+      const lost = pin === undefined ? undefined : await pin.check().catch(() => 'not checked');
+      if (pin !== undefined) await this.bounded(pin.release());
+      epoch.engine.disconnect?.();
+      if (pin !== undefined && lost !== undefined) {
+        // A lost pin sends nothing: the canary goes over a new connection, from the daemon there if it has it
+        // (the measured one back at its address); another daemon answers 404. No call data is sent.
+        const fresh = m.engine.another?.();
+        if (fresh !== undefined) await this.bounded(fresh.removeVolume(pin.identity.canary));
+        fresh?.disconnect?.();
+      }
+    })().finally(() => this.retiring.delete(done));
+    this.retiring.add(done);
   }
 }

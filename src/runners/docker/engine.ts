@@ -68,6 +68,40 @@ export interface EngineInfo {
   remote: boolean;
 }
 
+/**
+ * Who answered when an engine was measured: what a posture measurement is bound to (engine-pin.ts,
+ * docs/scale-out.md#posture-is-bound-to-the-daemon).
+ */
+export interface EngineIdentity {
+  /** GET /info `ID` (before Docker 23 the host's trust key: every dockerd of one host shares it). */
+  id: string;
+  /** GET /info `Name` (the daemon's host name). */
+  name: string;
+  /** GET /info `DockerRootDir`. */
+  rootDir: string;
+  serverVersion: string;
+  /** Where it was reached (unix:///path, tcp://host:port). */
+  host: string;
+  /** For a unix socket: the socket the path led to (its real path and inode) when it was measured. */
+  socket?: { path: string; realPath: string; dev: number; ino: number } | undefined;
+  /** The volume only the measured daemon has: every connection must show it before it carries a request. */
+  canary: string;
+}
+
+/** An engine bound to the daemon it measured; once lost it sends nothing more (a new connection measures again). */
+export interface EnginePin {
+  readonly identity: EngineIdentity;
+  /**
+   * Why this pin no longer holds, or undefined: checked before each call (in memory, plus a stat of a unix
+   * socket path: re-pointed to another socket is lost too).
+   */
+  check(): Promise<string | undefined>;
+  /** Give it up (a health check failed): nothing more is sent on it. */
+  lose(why: string): void;
+  /** Stop watching the daemon and remove the canary. */
+  release(): Promise<void>;
+}
+
 export interface BuildProgress {
   /** One line of build output (a step, a layer), already trimmed. */
   message: string;
@@ -77,6 +111,16 @@ export interface BuildProgress {
 export interface DockerEngine {
   info(): Promise<EngineInfo>;
   ping(timeoutMs: number): Promise<void>;
+  /**
+   * Bind this engine to the daemon that answers now (once): the canary volume is made there and from then on
+   * every connection is checked for it, the daemon's events are watched (a restart or reload loses the pin)
+   * and its identity is read. An engine without it cannot be bound, so its posture is never trusted.
+   */
+  pin?(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin>;
+  /** A new, unpinned engine object for the same address (its own connections), to measure it again. */
+  another?(): DockerEngine;
+  /** Close the connections this engine object keeps open (it may still open new ones). */
+  disconnect?(): void;
 
   createContainer(spec: ContainerSpec): Promise<string>;
   /** Attach stdin/stdout/stderr before start so no output is lost. The stream carries multiplexed frames. */
@@ -178,5 +222,6 @@ export interface SwarmApi {
   serviceTasks(serviceId: string): Promise<SwarmTask[]>;
   /** The service's log as multiplexed frames (stdout 1, stderr 2), up to the end of its task. */
   serviceLogs(serviceId: string): Promise<Buffer>;
-  nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string }>>;
+  /** `version`: the node object's version index, raised by every change of it (a node that left and came back). */
+  nodes(): Promise<Array<{ id: string; hostname: string; state: string; role: string; version: number }>>;
 }

@@ -6,6 +6,7 @@ import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
 import { OutputDemuxer } from './demux.js';
 import { judgePosture, parseProbeOutput, PROBE_SCRIPT, probeCapability } from './posture.js';
+import type { MeasuredPosture, PostureVerdict } from './posture.js';
 import { engineMessage } from './engine.js';
 import type { DockerEngine, SwarmApi, SwarmConfigFile } from './engine.js';
 import { dockerIsolation } from './isolation.js';
@@ -24,6 +25,16 @@ const POLL_MS = 100;
 /** Swarm configs hold at most 500 KB each; capability folders travel as one config per file. */
 const MAX_FILE_BYTES = 500 * 1024;
 const MAX_FILES = 64;
+
+/** One node of a swarm as the posture probe found it. */
+export interface SwarmNodeMeasurement {
+  id: string;
+  hostname: string;
+  /** The node object's version index when it was measured. */
+  version: number;
+  posture: MeasuredPosture | undefined;
+  verdict: PostureVerdict;
+}
 
 export interface SwarmRunnerOptions {
   /** A manager of the swarm (the Engine API with its Swarm part). */
@@ -47,6 +58,8 @@ export class SwarmRunner implements Runner {
   private readonly active = new Set<AbortController>();
   private closed = false;
   private seq = 0;
+  /** The nodes measured (measureNodes): calls are placed on these only. */
+  private measured: SwarmNodeMeasurement[] | undefined;
 
   constructor(options: SwarmRunnerOptions) {
     this.manager = options.manager;
@@ -67,19 +80,53 @@ export class SwarmRunner implements Runner {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
-    return this.call(request, {});
+    // Measured: the call goes to a node whose posture was measured (never one that joined since), by placement.
+    const measured = this.measured;
+    if (measured === undefined) return this.call(request, {});
+    const changed = await this.nodesChanged();
+    if (changed !== undefined)
+      throw new CapsuleError('RUNNER_FAILED', `${changed}; the call was not run`, {
+        file: request.capability.manifestPath,
+        hint: 'run it again: the swarm is measured again first',
+      });
+    if (measured.length === 0)
+      throw new CapsuleError('RUNNER_UNAVAILABLE', 'no node of the swarm was ready when it was measured', {
+        file: request.capability.manifestPath,
+        hint: 'check the swarm (docker node ls on a manager) and run it again',
+      });
+    const eligible = measured.filter((n) => request.requireSandboxed !== true || n.verdict.sandboxed);
+    const node = eligible[this.seq % Math.max(1, eligible.length)];
+    if (node === undefined) {
+      const weak = measured.map((n) => `node ${n.hostname || n.id}: ${n.verdict.missing.join(', ')}`);
+      throw new CapsuleError(
+        'PERMISSION_DENIED',
+        `the call was allowed as sandboxed, but no node of the swarm measures so (${weak.join('; ')}); it was not run`,
+        { file: request.capability.manifestPath, key: `run_capability:${request.capability.name}` },
+      );
+    }
+    return this.call(request, { constraints: [`node.id==${node.id}`] });
   }
 
   /**
    * The posture probe as a call on each ready node (a service pinned to it): why this swarm is not a sandbox
-   * on some node, or undefined when every node gives everything (see posture.ts).
+   * on some node, or undefined when every node gives everything (see posture.ts). From then on calls run on
+   * these nodes only, each placed on one of them.
    */
   async measureIsolation(): Promise<string | undefined> {
-    const nodes = (await this.manager.nodes()).filter((n) => n.state === 'ready');
+    const nodes = await this.measureNodes();
     if (nodes.length === 0) return 'no node of the swarm is ready, nothing was measured';
-    const weak: string[] = [];
+    const weak = nodes
+      .filter((n) => !n.verdict.sandboxed)
+      .map((n) => `node ${n.hostname || n.id}: ${n.verdict.missing.join(', ')}`);
+    return weak.length === 0 ? undefined : weak.join('; ');
+  }
+
+  /** Each ready node measured by a probe pinned to it; what calls are placed on afterwards. */
+  async measureNodes(): Promise<SwarmNodeMeasurement[]> {
+    const nodes = (await this.manager.nodes()).filter((n) => n.state === 'ready');
+    const out: SwarmNodeMeasurement[] = [];
     for (const node of nodes) {
-      const missing = await this.call(
+      const measured = await this.call(
         { capability: probeCapability('runc'), input: '' },
         {
           constraints: [`node.id==${node.id}`],
@@ -88,15 +135,47 @@ export class SwarmRunner implements Runner {
           ],
         },
       ).then(
-        (r) =>
-          r.exitCode === 0
-            ? judgePosture(parseProbeOutput(r.stdout, 'runc')).missing
-            : [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
-        (err: unknown) => [`posture not measured (${(err as Error).message})`],
+        (r): Pick<SwarmNodeMeasurement, 'posture' | 'verdict'> => {
+          if (r.exitCode !== 0)
+            return {
+              posture: undefined,
+              verdict: {
+                sandboxed: false,
+                missing: [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
+              },
+            };
+          const posture = parseProbeOutput(r.stdout, 'runc');
+          return { posture, verdict: judgePosture(posture) };
+        },
+        (err: unknown) => ({
+          posture: undefined,
+          verdict: { sandboxed: false, missing: [`posture not measured (${(err as Error).message})`] },
+        }),
       );
-      if (missing.length > 0) weak.push(`node ${node.hostname || node.id}: ${missing.join(', ')}`);
+      out.push({ id: node.id, hostname: node.hostname, version: node.version, ...measured });
     }
-    return weak.length === 0 ? undefined : weak.join('; ');
+    this.measured = out;
+    return out;
+  }
+
+  /**
+   * Why the nodes measured are not the ones that would run a call now, or undefined: a measured node changed
+   * (its version index moves when it leaves, comes back or is updated: a restarted node daemon) or is not
+   * ready, or a node joined. One GET /nodes.
+   */
+  async nodesChanged(): Promise<string | undefined> {
+    const measured = this.measured;
+    if (measured === undefined) return 'the swarm was not measured';
+    const now = await this.manager.nodes();
+    for (const m of measured) {
+      const n = now.find((x) => x.id === m.id);
+      if (n === undefined || n.state !== 'ready' || n.version !== m.version)
+        return `node ${m.hostname || m.id} of the swarm changed since its posture was measured`;
+    }
+    const joined = now.filter((n) => n.state === 'ready' && !measured.some((m) => m.id === n.id));
+    if (joined.length > 0)
+      return `node ${joined.map((n) => n.hostname || n.id).join(', ')} joined the swarm since it was measured`;
+    return undefined;
   }
 
   private async call(

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type tar from 'tar-fs';
 import type { Capability } from '../../manifest/types.js';
@@ -20,6 +21,20 @@ function sanitizeHost(host: string): string {
  */
 function volumeName(owner: Owner, suffix: string): string {
   return `capsule-cap-${sanitizeHost(owner.host)}-p${owner.pid}-${owner.instance}-${suffix}`;
+}
+
+/**
+ * The canary volume that binds an engine to the daemon it measured (engine-pin.ts): random, so no other daemon
+ * has it; named like the others, so a dead process's canary is reaped.
+ */
+export function canaryVolume(
+  owner: Owner,
+  labels: Record<string, string> = {},
+): { name: string; labels: Record<string, string> } {
+  return {
+    name: volumeName(owner, `pin-${randomBytes(16).toString('hex')}`),
+    labels: { ...labels, ...ownerLabels(owner), [ROLE_LABEL]: 'pin' },
+  };
 }
 
 /** The owner pid a capsule volume name carries on `host`, or undefined for other names and hosts. */
