@@ -217,7 +217,7 @@ export class InputValidator {
         this.schemaProblem(schema, field),
       );
       if (problem instanceof PastDeadline) {
-        this.#regex.forget();
+        this.#forgetCompiled();
         return `checking it took longer than ${problem.ms} ms (capsule refuses a schema it cannot check in that time)`;
       }
       return problem;
