@@ -3,6 +3,8 @@ import { mkdir, mkdtemp, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempProject } from '../../helpers/capability.js';
+import { builtCli } from '../../helpers/cli.js';
 import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../../src/runners/wasm/dir-grants.js';
@@ -143,5 +145,53 @@ describe('red team: component links and renames between two grants', () => {
       expect(['cross-device', 'read-only', 'not-permitted']).toContain(o.err);
     }
     expect({ a: snapshot(a), b: snapshot(b) }).toEqual(before);
+  });
+});
+
+describe('red team: a ro grant inside a rw grant', () => {
+  async function nested(grants: unknown[], args: string[]): Promise<{ root: string; code: number }> {
+    const { root, capRoot } = await tempProject('capsule-redteam-nested-');
+    await writeFile(path.join(root, 'capsule.json'), '{}\n');
+    await mkdir(path.join(root, 'data', 'sub'), { recursive: true });
+    await writeFile(path.join(root, 'data', 'sub', 'x.txt'), 'granted read-only\n');
+    const dir = path.join(capRoot, 'probe');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'probe.wasm'), probe);
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'probe',
+        description: 'red team',
+        environment: 'wasm',
+        entry: 'probe.wasm',
+        args,
+        grants: { fs: grants },
+      }),
+    );
+    const r = await builtCli(['run', 'probe', '--grant', 'run_capability:probe'], { cwd: root });
+    return { root, code: r.code };
+  }
+
+  it('is refused at load: the guest can neither write nor link its files through the rw grant', async () => {
+    const grants = [
+      { path: 'data', mode: 'rw' },
+      { path: 'data/sub', mode: 'ro' },
+    ];
+    for (const args of [
+      ['write', 'sub/x.txt'],
+      ['hlink', 'sub/x.txt', 'hl'],
+    ]) {
+      for (const order of [grants, [...grants].reverse()]) {
+        const { root, code } = await nested(order, args);
+        expect(code, args.join(' ')).not.toBe(0);
+        expect(readFileSync(path.join(root, 'data', 'sub', 'x.txt'), 'utf8')).toBe('granted read-only\n');
+        expect(lstatSync(path.join(root, 'data', 'sub', 'x.txt')).nlink).toBe(1);
+      }
+    }
+    // The control: with the rw grant alone (what the nested ro one never narrowed), the write lands.
+    const { root, code } = await nested([grants[0]], ['write', 'sub/x.txt']);
+    expect(code).toBe(0);
+    expect(readFileSync(path.join(root, 'data', 'sub', 'x.txt'), 'utf8')).toBe('pwned');
   });
 });
