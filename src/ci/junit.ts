@@ -7,6 +7,12 @@ export interface CheckOutcome {
   status: 'passed' | 'failed' | 'error' | 'skipped';
   /** Why it failed / errored. */
   message?: string | undefined;
+  /**
+   * The contract a failed case broke: `expect.stdout`/`contains`/`json`, `exitCode`, `outputSchema`,
+   * `inputSchema`, `limits.*`, `grants.network`, `permission` (the gate denied the run), `cases.json`.
+   * The JUnit failure's `type`.
+   */
+  contract?: string | undefined;
   /** It failed because the gate denied the run (the message names the key): a grant is missing, not a fix. */
   denied?: true | undefined;
   durationMs: number;
@@ -61,7 +67,8 @@ export function renderJunit(outcomes: readonly CheckOutcome[], name = 'capsule c
         continue;
       }
       const tag = o.status === 'failed' ? 'failure' : 'error';
-      xml += `>\n      <${tag} message="${xmlEscape((o.message ?? '').slice(0, 1000))}">${xmlEscape(o.message ?? '')}</${tag}>\n`;
+      const type = o.contract !== undefined ? ` type="${xmlEscape(o.contract)}"` : '';
+      xml += `>\n      <${tag}${type} message="${xmlEscape((o.message ?? '').slice(0, 1000))}">${xmlEscape(o.message ?? '')}</${tag}>\n`;
       if (o.stdout) xml += `      <system-out>${xmlEscape(o.stdout.slice(0, 64 * 1024))}</system-out>\n`;
       if (o.stderr) xml += `      <system-err>${xmlEscape(o.stderr.slice(0, 64 * 1024))}</system-err>\n`;
       xml += '    </testcase>\n';

@@ -19,6 +19,8 @@ const message = (err: unknown): string => (err instanceof Error ? err.message : 
  * Run every case of every capability through the gate (in CI, Ask is a denial unless granted), in its own
  * environment or in each of `environments` it is portable to. A denial or invalid input fails the case; a
  * runner that cannot run is an error; an environment the capability is not portable to is skipped.
+ * A case is judged by every contract a run has (src/checks/cases.ts), and its outcome names the one
+ * it broke.
  */
 export async function runChecks(options: {
   executor: Executor;
@@ -131,6 +133,7 @@ async function checkEnvironment(
         caseName: c.name,
         status: 'failed',
         message: message(err),
+        contract: 'permission',
         denied: true,
         durationMs: 0,
       });
@@ -143,11 +146,12 @@ async function checkEnvironment(
     try {
       const input = await executor.validateInput(capability, inputDocumentText(check.input ?? {}));
       const result = await executor.runApproved(permit, variant.capability, input, signal);
-      const why = judgeCase(check, result);
+      const broke = judgeCase(check, result);
       record({
         ...base,
-        status: why === undefined ? 'passed' : 'failed',
-        message: why,
+        status: broke === undefined ? 'passed' : 'failed',
+        message: broke?.message,
+        contract: broke?.contract,
         durationMs: result.durationMs,
         stdout: result.stdout,
         stderr: result.stderr,
@@ -158,6 +162,7 @@ async function checkEnvironment(
         ...base,
         status: failed ? 'failed' : 'error',
         message: message(err),
+        contract: failed ? 'inputSchema' : undefined,
         durationMs: performance.now() - started,
       });
     }

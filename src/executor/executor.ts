@@ -197,6 +197,9 @@ export class Executor {
     const inCall = permit === undefined ? undefined : this.#spans.get(permit);
     const span = inCall ?? this.#telemetry.startToolCall({ tool: 'run_capability' });
     let result: RunResult;
+    // Requests the run's egress policy refused: part of the result, so every caller (ci above all)
+    // sees that the capability tried to reach what it was not granted, whatever it printed.
+    const refused: string[] = [];
     try {
       result = this.#checkOutput(
         capability,
@@ -207,12 +210,13 @@ export class Executor {
           engine: options.engine,
           // Judged sandboxed: the runner re-checks that against what it measures where the call lands.
           requireSandboxed: this.#judgedSandboxed.has(permit as RunPermit),
-          egressAudit:
-            gate.recordNetwork !== undefined
-              ? (record) => gate.recordNetwork?.(record) ?? Promise.resolve()
-              : undefined,
+          egressAudit: async (record) => {
+            if (record.decision === 'deny') refused.push(`${record.method} ${record.host}:${record.port}`);
+            await gate.recordNetwork?.(record);
+          },
         }),
       );
+      if (refused.length > 0) result = { ...result, networkDenied: refused };
     } catch (err) {
       if (inCall === undefined) span.end(err);
       throw err;

@@ -121,6 +121,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
   }
 
   const fsGrants: ResolvedFsGrant[] = [];
+  const grantFields: string[] = [];
   for (const [i, grant] of manifest.grants.fs.entries()) {
     const field = `grants.fs[${i}].path`;
     const resolved = await resolveInside(options.projectRoot, grant.path, options.projectRoot);
@@ -165,6 +166,21 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
       }
     }
     fsGrants.push({ declared: grant.path, hostPath: resolved.realPath, mode: grant.mode });
+    grantFields.push(field);
+  }
+  // A ro grant inside (or the same folder as) a rw one is not read-only: the rw grant reaches it, and
+  // a Wasm guest writes or hard-links its files through that grant. Refused rather than widened.
+  for (const [j, inner] of fsGrants.entries()) {
+    if (inner.mode !== 'ro') continue;
+    const outer = fsGrants.find(
+      (g) => g.mode === 'rw' && (g.hostPath === inner.hostPath || isInside(g.hostPath, inner.hostPath)),
+    );
+    if (outer === undefined) continue;
+    issues.push({
+      file: manifestPath,
+      field: grantFields[j] ?? 'grants.fs',
+      message: `${inner.declared} (mode "ro") lies inside the rw grant ${outer.declared}, which can write it: grant it rw, or grant folders that do not hold each other`,
+    });
   }
 
   const schemaProblem = await options.inputValidator.check(manifest.inputSchema);

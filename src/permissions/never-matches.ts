@@ -99,13 +99,21 @@ export function grantNeverMatches(tool: string, action: string): NeverMatches | 
               hint: 'Name a capability as capsule list shows it, e.g. run_capability:hello.',
             };
       return undefined;
-    case 'generate_capability':
-      if (!(ENVIRONMENTS as readonly string[]).includes(exact))
+    case 'generate_capability': {
+      // ENV (write a new capability), or ENV:replace:NAME (replace the capability NAME), ENV:replace:*.
+      const [env, replace, name, ...rest] = exact.split(':');
+      const replaceOk =
+        replace === undefined ||
+        (replace === 'replace' &&
+          rest.length === 0 &&
+          (name === undefined ? action.endsWith(':*') : CAPABILITY_NAME.test(name)));
+      if (!(ENVIRONMENTS as readonly string[]).includes(env ?? '') || !replaceOk)
         return {
-          why: `generate_capability keys name an environment, and "${exact}" is none`,
-          hint: `Use one of ${ENVIRONMENTS.map((e) => `generate_capability:${e}`).join(', ')}.`,
+          why: `generate_capability keys name an environment (and, to replace a capability, ENV:replace:NAME), and "${exact}" is neither`,
+          hint: `Use one of ${ENVIRONMENTS.map((e) => `generate_capability:${e}`).join(', ')}, or e.g. generate_capability:shell:replace:hello.`,
         };
       return undefined;
+    }
     case 'write_file':
       if (outsideProject(action))
         return {

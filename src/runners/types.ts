@@ -33,6 +33,11 @@ export interface RunResult {
    * exit code, and its output must not be passed on as valid.
    */
   outputInvalid?: string | undefined;
+  /**
+   * Network requests the run's egress policy refused (`METHOD host:port`, in order), set by the executor
+   * only when there were any: the capability tried to reach what its grants.network does not name.
+   */
+  networkDenied?: readonly string[] | undefined;
 }
 
 export interface RunRequest {

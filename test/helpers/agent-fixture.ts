@@ -34,6 +34,8 @@ export async function agentFixture(
     config?: Record<string, unknown>;
     /** Replace the scripted prompter (MCP tests pass the elicitation prompter). */
     prompter?: Prompter;
+    /** Capability roots, relative to the project (default: capabilities). */
+    roots?: string[];
   } = {},
 ): Promise<Fixture> {
   const { root, capRoot } = await tempProject('capsule-agent-');
@@ -55,7 +57,7 @@ export async function agentFixture(
     projectRoot: root,
     env: process.env,
     registry: new Registry({
-      roots: ['capabilities'],
+      roots: options.roots ?? ['capabilities'],
       projectRoot: root,
       protectedPaths: [configFile, path.join(root, '.capsule')],
     }),

@@ -88,7 +88,8 @@ export class ConfinedError extends Error {
       | 'EINVAL'
       | 'EEXIST'
       | 'EISDIR'
-      | 'ENOSPC',
+      | 'ENOSPC'
+      | 'EXDEV',
     message: string,
   ) {
     super(`${code}: ${message}`);
@@ -215,6 +216,11 @@ export class ConfinedDir {
   readonly readOnly: boolean;
   readonly #hidden: (name: string) => boolean;
   readonly #writes: WriteBudget | undefined;
+  /**
+   * Which grant this directory lies in: made by {@link ConfinedDir.open}, shared by every directory
+   * opened beneath it. Renames and hard links never cross it (see {@link ConfinedDir.link}).
+   */
+  readonly #grant: object;
   #closed = false;
 
   private constructor(
@@ -222,8 +228,10 @@ export class ConfinedDir {
     readOnly: boolean,
     hidden: (name: string) => boolean,
     writes: WriteBudget | undefined,
+    grant: object,
   ) {
     this.#writes = writes;
+    this.#grant = grant;
     this.fd = fd;
     this.readOnly = readOnly;
     this.#hidden = hidden;
@@ -247,7 +255,13 @@ export class ConfinedDir {
       }
       throw err;
     }
-    return new ConfinedDir(fd, options.readOnly === true, options.hidden ?? (() => false), options.writes);
+    return new ConfinedDir(
+      fd,
+      options.readOnly === true,
+      options.hidden ?? (() => false),
+      options.writes,
+      {},
+    );
   }
 
   /** The directory's current host path (for messages and the after-open check). */
@@ -329,13 +343,13 @@ export class ConfinedDir {
   /** Opens a directory beneath this one as a ConfinedDir of its own (same read-only-ness and hidden names). */
   openDir(guestPath: string, options: WalkOptions): ConfinedDir {
     const fd = this.openFile(guestPath, { ...options, flags: O_RDONLY | O_DIRECTORY });
-    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant);
   }
 
   /** Wraps an fd this directory's openFile returned for a directory (for fd-based callers). */
   adoptDir(fd: number): ConfinedDir {
     if (!fstatSync(fd).isDirectory()) throw new ConfinedError('ENOTDIR', 'not a directory');
-    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant);
   }
 
   /** Entries of this directory (no `.`/`..`), hidden names left out. */
@@ -393,10 +407,11 @@ export class ConfinedDir {
     });
   }
 
-  /** Renames `from` (in this directory) to `to` in `toDir` (which may be this one). */
+  /** Renames `from` (in this directory) to `to` in `toDir`, which must lie in the same grant. */
   rename(from: string, toDir: ConfinedDir, to: string): void {
     this.#writable(from);
     toDir.#writable(to);
+    this.#sameGrant(toDir, from, to);
     this.at(from, { follow: false }, (a) =>
       toDir.at(to, { follow: false }, (b) => {
         if (a.name === '.' || b.name === '.')
@@ -411,9 +426,16 @@ export class ConfinedDir {
     );
   }
 
-  /** Hard-links `from` (in this directory; its last symlink followed only with `follow`) to `to` in `toDir`. */
+  /**
+   * Hard-links `from` (in this directory; its last symlink followed only with `follow`) to `to` in
+   * `toDir`, which must lie in the same grant: a link from one grant into another would give a file
+   * the person granted read-only (or granted for another folder) a second name where the guest, or
+   * any host program, writes. Within one rw grant a link stays allowed: both names lie in the folder
+   * granted for writing, and the new file has two links, so it is never opened for writing again.
+   */
   link(from: string, options: WalkOptions, toDir: ConfinedDir, to: string): void {
     toDir.#writable(to);
+    this.#sameGrant(toDir, from, to);
     this.at(from, options, (a) =>
       toDir.at(to, { follow: false }, (b) => {
         if (a.trailingSlash || b.trailingSlash) throw new ConfinedError('ENOENT', 'trailing slash');
@@ -450,6 +472,13 @@ export class ConfinedDir {
 
   #live(): void {
     if (this.#closed) throw new ConfinedError('EINVAL', 'the directory was closed');
+  }
+
+  /** EXDEV when `other` lies in another grant (each grant is a device of its own to the guest). */
+  #sameGrant(other: ConfinedDir, from: string, to: string): void {
+    if (other.#grant !== this.#grant) {
+      throw new ConfinedError('EXDEV', `${from} -> ${to}: renames and links stay within one grant`);
+    }
   }
 
   #writable(guestPath: string): void {

@@ -28,14 +28,22 @@ describe('generate_* tools', () => {
     expect(await readdir(f.capRoot)).toEqual(['greet']);
   });
 
-  it('refuses to overwrite unless asked; with overwrite the hash changes', async () => {
-    const f = await agentFixture({ grants: ['generate_capability:shell'] });
+  it('refuses to overwrite unless asked; a write grant does not cover it; with overwrite the hash changes', async () => {
+    const f = await agentFixture({ grants: ['generate_capability:shell'], answers: ['Deny', 'Once'] });
     const args = { name: 'dup', description: 'one', script: 'echo 1\n' };
     const first = (await f.session.call('generate_shell_capability', args)) as { contentHash: string };
     expect(await codeOf(f.session.call('generate_shell_capability', { ...args, script: 'echo 2\n' }))).toBe(
       'ALREADY_EXISTS',
     );
     expect(await readFile(path.join(f.capRoot, 'dup', 'run.sh'), 'utf8')).toBe('echo 1\n');
+    // The replacement is its own question (the session grant is for new folders): denied, unchanged.
+    expect(
+      await codeOf(
+        f.session.call('generate_shell_capability', { ...args, script: 'echo 2\n', overwrite: true }),
+      ),
+    ).toBe('PERMISSION_DENIED');
+    expect(await readFile(path.join(f.capRoot, 'dup', 'run.sh'), 'utf8')).toBe('echo 1\n');
+    expect(f.asked()).toEqual(['generate_capability:shell:replace:dup']);
     const second = (await f.session.call('generate_shell_capability', {
       ...args,
       script: 'echo 2\n',
@@ -46,6 +54,7 @@ describe('generate_* tools', () => {
     };
     expect(second.replaced).toBe(true);
     expect(second.contentHash).not.toBe(first.contentHash);
+    expect(await readFile(path.join(f.capRoot, 'dup', 'run.sh'), 'utf8')).toBe('echo 2\n');
     expect(await readdir(f.capRoot)).toEqual(['dup']);
   });
 

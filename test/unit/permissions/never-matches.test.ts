@@ -14,6 +14,10 @@ describe('grants that can never match', () => {
     ['write_file', 'src/../../x', /relative to the project root/],
     ['write_file', './src/a.ts', /relative to the project root/],
     ['generate_capability', 'python', /environment/],
+    ['generate_capability', 'wasm:replace', /ENV:replace:NAME/],
+    ['generate_capability', 'wasm:replace:Hello', /ENV:replace:NAME/],
+    ['generate_capability', 'wasm:swap:hello', /ENV:replace:NAME/],
+    ['generate_capability', 'python:replace:hello', /environment/],
   ])('%s:%s', (tool, action, why) => {
     expect(grantNeverMatches(tool, action)?.why).toMatch(why);
   });
@@ -25,6 +29,9 @@ describe('grants that can never match', () => {
     ['write_file', 'src/**'],
     ['write_file', '*'],
     ['generate_capability', 'wasm'],
+    ['generate_capability', 'wasm:*'],
+    ['generate_capability', 'wasm:replace:hello'],
+    ['generate_capability', 'shell:replace:*'],
     ['run_command', 'git'],
     ['run_command', 'git status && ls'],
   ])('%s:%s can match', (tool, action) => {

@@ -210,6 +210,44 @@ describe('ConfinedDir: changes', () => {
     expect(existsSync(path.join(base, 'a.txt'))).toBe(false);
   });
 
+  it('refuses links and renames into another grant (EXDEV), through its directories too; allows them within one', () => {
+    const otherPath = path.join(base, 'other');
+    mkdirSync(otherPath);
+    writeFileSync(path.join(otherPath, 'o.txt'), 'other');
+    for (const readOnly of [false, true]) {
+      const other = ConfinedDir.open(otherPath, { readOnly });
+      const sub = dir.openDir('sub', { follow: false });
+      try {
+        // From this grant (or a directory opened beneath it) into the other, and back.
+        expect(codeOf(() => dir.link('a.txt', { follow: false }, other, 'hl'))).toBe(
+          readOnly ? 'EROFS' : 'EXDEV',
+        );
+        expect(codeOf(() => sub.link('deeper/b.txt', { follow: false }, other, 'hl'))).toBe(
+          readOnly ? 'EROFS' : 'EXDEV',
+        );
+        expect(codeOf(() => other.link('o.txt', { follow: false }, dir, 'hl'))).toBe('EXDEV');
+        expect(codeOf(() => dir.rename('a.txt', other, 'moved'))).toBe(readOnly ? 'EROFS' : 'EXDEV');
+        if (!readOnly) expect(codeOf(() => other.rename('o.txt', sub, 'moved'))).toBe('EXDEV');
+      } finally {
+        sub.close();
+        other.close();
+      }
+    }
+    expect(statSync(path.join(grant, 'a.txt')).nlink).toBe(1);
+    expect(statSync(path.join(otherPath, 'o.txt')).nlink).toBe(1);
+    expect(existsSync(path.join(otherPath, 'hl'))).toBe(false);
+    expect(existsSync(path.join(grant, 'hl'))).toBe(false);
+    // Within one grant, a directory opened beneath it is the same grant.
+    const sub = dir.openDir('sub', { follow: false });
+    try {
+      dir.link('a.txt', { follow: false }, sub, 'a-link.txt');
+      sub.rename('a-link.txt', dir, 'back.txt');
+    } finally {
+      sub.close();
+    }
+    expect(statSync(path.join(grant, 'back.txt')).ino).toBe(statSync(path.join(grant, 'a.txt')).ino);
+  });
+
   it('lets a guest make symlinks that lead downward and refuses absolute or .. targets at creation', () => {
     dir.symlink('sub/deeper/b.txt', 'ok');
     expect(read(dir, 'ok')).toBe('deep');
