@@ -227,17 +227,18 @@ describe.each(['root', 'user'] as const)('descriptors as %s', (owner) => {
     expect(await readFile(s.state, 'utf8'), out.stdout).toBe('trusted\n');
   });
 
-  it('the command starts with only its standard descriptors (fresh and prestarted)', async () => {
+  it('no descriptor of whoever started capsule reaches the command (fresh and prestarted)', async () => {
     const s = await scene(owner);
     const list =
       'for f in /proc/self/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] && echo "extra:$n:$(readlink $f)"; done; true';
-    // A descriptor of whoever started capsule (here one on /dev/null, fd 200).
-    const inherit = '200</dev/null';
+    // A descriptor of whoever started capsule (here one on the protected file, fd 200).
+    const inherit = `200<"${s.state}"`;
     const extra = (out: string): string[] =>
       out
         .split('\n')
-        // The glob's own descriptor on /proc/self/fd is gone by the time it is read (no target).
-        .filter((l) => l.startsWith('extra:') && !/^extra:\d+:$/.test(l));
+        // The glob's own descriptor on /proc/self/fd is gone by the time it is read (no target); one
+        // that is /dev/null holds nothing of anyone.
+        .filter((l) => l.startsWith('extra:') && !/^extra:\d+:(\/dev\/null)?$/.test(l));
     const fresh = await confined(owner, s, list, { inherit });
     expect(extra(fresh.stdout)).toEqual([]);
     const prestarted = await confined(owner, s, list, { inherit, prestart: true, scripts: ['true', list] });
@@ -284,14 +285,16 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     const real = path.join(s.root, 'shared-capsule.json');
     await writeFile(real, '{"trusted":true}\n');
     const config = path.join(s.project, 'capsule.json');
-    await symlink(real, config);
+    // Relative (a link to an absolute path makes bwrap refuse to start the run at all: closed, not open).
+    await symlink(path.relative(s.project, real), config);
     await own(owner, real, config);
-    await confined(
+    const out = await confined(
       owner,
       s,
-      'rm -f "$P/capsule.json" && echo \'{"mode":"bypass"}\' > "$P/capsule.json"; true',
+      'rm -f "$P/capsule.json" && echo \'{"mode":"bypass"}\' > "$P/capsule.json"; echo ran; true',
       { readOnly: [config, s.state] },
     );
+    expect(out.stdout).toContain('ran');
     expect(await readFile(config, 'utf8')).toBe('{"trusted":true}\n');
   });
 
@@ -329,6 +332,29 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     const s = await scene(owner);
     const out = await confined(owner, s, 'cat key ./* 2>/dev/null; ls -A; true', { cwd: s.hidden });
     expect(out.stdout).not.toContain(SECRET);
+  });
+});
+
+/* ------------------------------------------------------------------------------------------------ */
+/* capsule's own code: what the next capsule process runs                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+describe('capsule’s own code, as root', () => {
+  it('a confined command cannot change the code the next capsule process runs (its package, node)', async () => {
+    const s = await scene('root');
+    const planted = path.join(REPO_ROOT, 'dist', `.rt-planted-${RUN}`);
+    try {
+      // access(2) only for the node binary: nothing is written to it.
+      const out = await confined(
+        'root',
+        s,
+        `: > ${JSON.stringify(planted)} 2>/dev/null && echo planted; [ -w ${JSON.stringify(process.execPath)} ] && echo node-writable; true`,
+      );
+      expect(existsSync(planted), out.stdout).toBe(false);
+      expect(out.stdout).not.toContain('node-writable');
+    } finally {
+      await execa('rm', ['-f', planted]);
+    }
   });
 });
 
@@ -532,6 +558,18 @@ describe.each(['root', 'user'] as const)('a stop as %s', (owner) => {
     expect(out.stdout).not.toContain('moved:');
     await sleep(3500); // past every sleep above
     expect(existsSync(marker)).toBe(false);
+  });
+
+  it('a stop that lands while the run is still being set up (deadlines of 1–40 ms) leaves no marker', async () => {
+    const s = await scene(owner);
+    const markers: string[] = [];
+    for (const ms of [1, 2, 5, 10, 20, 40]) {
+      const marker = path.join(s.root, `early-${ms}`);
+      markers.push(marker);
+      await confined(owner, s, `(sleep 1; : > "${marker}") & sleep 1; : > "${marker}"`, { timeoutMs: ms });
+    }
+    await sleep(2000); // past every sleep above
+    expect(markers.filter((m) => existsSync(m))).toEqual([]);
   });
 
   it('a prestarted call stopped by its deadline leaves no marker, and the next call is clean', async () => {
