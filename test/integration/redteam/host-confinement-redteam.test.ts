@@ -298,6 +298,45 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     expect(await readFile(config, 'utf8')).toBe('{"trusted":true}\n');
   });
 
+  it('a protected file that is an absolute symlink: the command does not run at all (closed, not open)', async () => {
+    const s = await scene(owner);
+    const real = path.join(s.root, 'shared-capsule.json');
+    await writeFile(real, '{"trusted":true}\n');
+    const config = path.join(s.project, 'capsule.json');
+    await symlink(real, config);
+    await own(owner, real, config);
+    const marker = path.join(s.root, 'ran-anyway');
+    const out = await confined(
+      owner,
+      s,
+      `: > "${marker}"; rm -f "$P/capsule.json" && echo '{"mode":"bypass"}' > "$P/capsule.json"`,
+      { readOnly: [config, s.state] },
+    );
+    expect(existsSync(marker), out.stderr).toBe(false);
+    expect(await readFile(config, 'utf8')).toBe('{"trusted":true}\n');
+  });
+
+  it('the state folder inside the project’s .capsule/, and a project inside the state folder', async () => {
+    const s = await scene(owner);
+    const inner = path.join(path.dirname(s.state), 'state');
+    await mkdir(inner);
+    await writeFile(path.join(inner, 'key'), SECRET);
+    await own(owner, inner, path.join(inner, 'key'));
+    const nested = path.join(s.hidden, 'proj');
+    await mkdir(path.join(nested, '.capsule'), { recursive: true });
+    await writeFile(path.join(nested, '.capsule', 'policy.json'), 'trusted\n');
+    await own(owner, nested, path.join(nested, '.capsule'), path.join(nested, '.capsule', 'policy.json'));
+    const out = await confined(
+      owner,
+      s,
+      `cat "${inner}/key" "$H/key" "${nested}/.capsule/policy.json" 2>/dev/null; echo forged > "$S"; echo forged > "${inner}/key"; true`,
+      { readOnly: [s.state, path.join(nested, '.capsule')], hidden: [inner, s.hidden] },
+    );
+    expect(out.stdout).not.toContain(SECRET);
+    expect(await readFile(s.state, 'utf8')).toBe('trusted\n');
+    expect(await readFile(path.join(inner, 'key'), 'utf8')).toBe(SECRET);
+  });
+
   it('a .capsule/ that does not exist at the first run: a link planted then is no way around it later', async () => {
     const s = await scene(owner);
     const fresh = path.join(s.root, 'fresh');
@@ -531,6 +570,43 @@ print syscall(${n.unshare}, 0x10000000) == 0 ? "userns\\n" : "refused:$!\\n";
       'refused:Operation not permitted',
       'refused:Operation not permitted',
     ]);
+  });
+});
+
+describe.each(['root', 'user'] as const)('the terminal as %s', (owner) => {
+  /** Types "INJECTED\n" into its terminal with TIOCSTI, one character at a time. */
+  const inject =
+    'my @c = split //, "INJECTED\n"; for my $c (@c) { ioctl(STDOUT, 0x5412, $c) or (print STDERR "refused: $!\n"), last }';
+
+  /** What the shell around capsule reads from the terminal once capsule is done (`script` gives a pty). */
+  async function typedAfter(s: Scene, confinedRun: boolean): Promise<string> {
+    const driver = path.join(s.root, `tty-${confinedRun}.mjs`);
+    await writeFile(
+      driver,
+      confinedRun
+        ? `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
+const r = await new HostProcesses().run({ file: 'perl', args: ['-e', ${JSON.stringify(inject)}], cwd: '/', env: { PATH: '/usr/bin:/bin' },
+  output: 'inherit', outputBytes: 1 << 20, timeoutMs: 20000, protection: { readOnly: [], hidden: [] } });
+if (!r.confined) throw new Error('not confined');`
+        : `import { spawnSync } from 'node:child_process';
+spawnSync('perl', ['-e', ${JSON.stringify(inject)}], { stdio: 'inherit' });`,
+    );
+    await own(owner, driver);
+    const user =
+      owner === 'user'
+        ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+        : [];
+    const argv = [...user, 'script', '-qec', `node ${driver}; read -t 2 x; echo "typed:[$x]"`, '/dev/null'];
+    const r = await execa(argv[0] as string, argv.slice(1), { cwd: s.root, reject: false });
+    return /typed:\[([^\]]*)\]/.exec(r.stdout)?.[1] ?? `no answer: ${r.stdout} ${r.stderr}`;
+  }
+
+  it('a command on capsule’s terminal types nothing into it (TIOCSTI); unconfined it does', async () => {
+    const s = await scene(owner);
+    // Control: where the kernel still allows it (dev.tty.legacy_tiocsti), an unconfined command types.
+    const legacy = readFileSync('/proc/sys/dev/tty/legacy_tiocsti', 'utf8').trim() === '1';
+    if (legacy) expect(await typedAfter(s, false)).toBe('INJECTED');
+    expect(await typedAfter(s, true)).toBe('');
   });
 });
 
