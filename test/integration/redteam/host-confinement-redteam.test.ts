@@ -163,7 +163,7 @@ afterAll(async () => {
 describe.each([
   ['root', undefined],
   ['user', [dockerGid]],
-] as const)('the Docker socket, as %s (a user in the socket’s group)', (owner, groups) => {
+] as const)('the Docker socket as %s (an ordinary user is put in the socket’s group)', (owner, groups) => {
   it('a confined command cannot start a container that rewrites capsule’s read-only state', async () => {
     expect(dockerUp).toBe(true);
     const s = await scene(owner);
