@@ -331,6 +331,45 @@ function confinedArgv(
   };
 }
 
+/** O_CLOEXEC in /proc/self/fdinfo's octal `flags`. */
+const O_CLOEXEC = 0o2000000;
+
+/** Descriptors from `from` up that capsule holds without close-on-exec: ones it inherited (its own have it). */
+function inheritedDescriptors(from: number): number[] {
+  let names: string[] = [];
+  try {
+    names = readdirSync('/proc/self/fd');
+  } catch {
+    return [];
+  }
+  return names
+    .map(Number)
+    .filter((n) => Number.isInteger(n) && n >= from)
+    .filter((n) => {
+      const flags = /^flags:\s*([0-7]+)$/m.exec(readOr(`/proc/self/fdinfo/${n}`))?.[1];
+      return flags !== undefined && (parseInt(flags, 8) & O_CLOEXEC) === 0;
+    });
+}
+
+/**
+ * A child's stdio with every descriptor capsule inherited from whoever started it turned into /dev/null:
+ * a child would get it otherwise, and one on a folder reaches around every mount of a confined run (writes
+ * through it go through the mount it was opened on). `devNull` is closed once the child is spawned.
+ */
+function shutInherited<T extends string>(
+  stdio: readonly [T, T, T, ...T[]],
+): { stdio: [T, T, T, ...(T | 'ignore' | number)[]]; devNull?: number } {
+  const out: [T, T, T, ...(T | 'ignore' | number)[]] = [...stdio];
+  const inherited = inheritedDescriptors(stdio.length);
+  if (inherited.length === 0) return { stdio: out };
+  const devNull = openSync('/dev/null', 'r');
+  for (const n of inherited) {
+    while (out.length < n) out.push('ignore');
+    out[n] = devNull;
+  }
+  return { stdio: out, devNull };
+}
+
 /** A variable name `export` takes as is (anything else is started the fresh way, never rewritten). */
 const PLAIN_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -1009,17 +1048,23 @@ export class HostProcesses {
         ]),
       );
       const { execa } = await import('execa');
-      child = execa(argv.file, argv.args, {
-        cwd: '/',
-        env: {},
-        extendEnv: false,
-        detached: true,
-        stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
-        buffer: false,
-        reject: false,
-        stripFinalNewline: false,
-        windowsHide: true,
-      }) as unknown as Child;
+      const io = shutInherited(['pipe', 'pipe', 'pipe', 'pipe', 'pipe']);
+      try {
+        child = execa(argv.file, argv.args, {
+          cwd: '/',
+          env: {},
+          extendEnv: false,
+          detached: true,
+          // A number is a descriptor of capsule's own, given to the child as is (node's spawn).
+          stdio: io.stdio as unknown as readonly ['pipe', 'pipe', 'pipe', ...'pipe'[]],
+          buffer: false,
+          reject: false,
+          stripFinalNewline: false,
+          windowsHide: true,
+        }) as unknown as Child;
+      } finally {
+        if (io.devNull !== undefined) closeSync(io.devNull);
+      }
       sendFilter(child, 4, program);
     } catch (err) {
       if (group !== undefined) removeCgroup(group);
@@ -1063,23 +1108,29 @@ export class HostProcesses {
     const capture = options.output === 'capture';
     // Loaded on the first host run: a process that starts none never pays for execa.
     const { execa } = await import('execa');
-    const child = execa(argv.file, argv.args, {
-      cwd: options.cwd,
-      env: options.env,
-      extendEnv: false,
-      detached: true, // own process group: one kill reaches every process that did not leave it
-      stdio: [
-        options.input === undefined ? 'ignore' : 'pipe',
-        capture ? 'pipe' : 'inherit',
-        capture ? 'pipe' : 'inherit',
-        ...(filterPipe ? ['pipe' as const] : []),
-      ],
-      buffer: false,
-      reject: false,
-      stripFinalNewline: false,
-      windowsHide: true,
-    }) as unknown as Child;
-    return { child };
+    const io = shutInherited([
+      options.input === undefined ? 'ignore' : 'pipe',
+      capture ? 'pipe' : 'inherit',
+      capture ? 'pipe' : 'inherit',
+      ...(filterPipe ? ['pipe' as const] : []),
+    ]);
+    try {
+      const child = execa(argv.file, argv.args, {
+        cwd: options.cwd,
+        env: options.env,
+        extendEnv: false,
+        detached: true, // own process group: one kill reaches every process that did not leave it
+        // A number is a descriptor of capsule's own, given to the child as is (node's spawn).
+        stdio: io.stdio as unknown as readonly ['pipe', 'pipe', 'pipe', ...'pipe'[]],
+        buffer: false,
+        reject: false,
+        stripFinalNewline: false,
+        windowsHide: true,
+      }) as unknown as Child;
+      return { child };
+    } finally {
+      if (io.devNull !== undefined) closeSync(io.devNull);
+    }
   }
 
   private async watch(
