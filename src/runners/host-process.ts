@@ -9,6 +9,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   rmdirSync,
   rmSync,
   writeFileSync,
@@ -22,6 +23,7 @@ import type { RunResult } from './types.js';
 import { singleQuoted } from '../shell-quote.js';
 import { processAlive } from './process-alive.js';
 import { seccompProgram } from './seccomp.js';
+import { packageRoot } from '../package-root.js';
 import type { HostProtection } from '../permissions/protected-state.js';
 
 /**
@@ -204,13 +206,55 @@ function outermost(paths: readonly string[]): string[] {
 }
 
 /** The protection a run gets: hidden paths win over read-only ones inside them. */
-function effectiveProtection(p: HostProtection): { readOnly: string[]; hidden: string[] } {
+function effectiveProtection(p: HostProtection): {
+  readOnly: string[];
+  hidden: string[];
+  sockets: string[];
+} {
   const mounts = ownMounts();
   const withAliases = (paths: readonly string[]): string[] =>
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
   const hidden = outermost(withAliases(p.hidden));
-  const readOnly = outermost(withAliases(p.readOnly)).filter((r) => !hidden.some((h) => inside(r, h)));
-  return { readOnly, hidden };
+  // capsule's own code is what the next capsule process runs: no command changes it.
+  const readOnly = outermost(withAliases([...p.readOnly, ...ownCode()])).filter(
+    (r) => !hidden.some((h) => inside(r, h)),
+  );
+  const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
+  return { readOnly, hidden, sockets: listeningSockets().filter((s) => !covered(s)) };
+}
+
+/** The files of capsule itself: its package's code and dependencies, and the node binary running it. */
+function ownCode(): string[] {
+  const out: string[] = [];
+  try {
+    out.push(realpathSync(process.execPath));
+    const root = packageRoot();
+    out.push(path.join(root, 'dist'), path.join(root, 'node_modules'));
+  } catch {
+    // not found: nothing to add
+  }
+  return out;
+}
+
+/**
+ * Every unix socket listening at a path on this host (/proc/net/unix: the listening flag, a path). A
+ * daemon's socket (Docker's, containerd's, a session bus) lets a command ask for what its confinement
+ * refuses it — a privileged container, a process outside the run — so no confined command reaches one.
+ */
+function listeningSockets(): string[] {
+  const out = new Set<string>();
+  for (const line of readOr('/proc/net/unix').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    const flags = Number.parseInt(f[3] ?? '0', 16);
+    const where = f[7];
+    if ((flags & 0x10000) === 0 || where === undefined || !where.startsWith('/')) continue;
+    try {
+      out.add(realpathSync(where));
+    } catch {
+      // gone, or its folder is not ours to see
+    }
+  }
+  return [...out].sort();
 }
 
 interface Mount {
@@ -261,7 +305,7 @@ function aliasesOf(p: string, mounts: readonly Mount[]): string[] {
  * the protected paths, the syscall filter on `seccompFd`, then the command.
  */
 function bwrapArgs(
-  protection: { readOnly: readonly string[]; hidden: readonly string[] },
+  protection: { readOnly: readonly string[]; hidden: readonly string[]; sockets?: readonly string[] },
   seccompFd: number | undefined,
   cwd: string,
   command: readonly string[],
@@ -308,6 +352,8 @@ function bwrapArgs(
   for (const dir of [...new Set(all.flatMap((p) => ancestors(p)))].filter((d) => d !== '/').sort())
     args.push('--bind', dir, dir);
   for (const p of protection.readOnly) args.push('--ro-bind', p, p);
+  // A daemon's socket is covered by /dev/null: a connect to it is refused.
+  for (const s of protection.sockets ?? []) args.push('--ro-bind-try', '/dev/null', s);
   for (const p of protection.hidden) args.push('--perms', '0500', '--tmpfs', p, '--remount-ro', p);
   if (seccompFd !== undefined) args.push('--seccomp', String(seccompFd));
   args.push('--chdir', cwd, '--', ...command);
@@ -816,7 +862,7 @@ interface Prestarted {
 /** What a call's confinement is built from; a prestarted init serves only a call with the same key. */
 interface ConfinedPlan {
   key: string;
-  protection: { readOnly: string[]; hidden: string[] };
+  protection: { readOnly: string[]; hidden: string[]; sockets: string[] };
 }
 
 /** Whether a child (and its pipes) keeps capsule's event loop alive: a waiting init does not. */
