@@ -4,6 +4,7 @@ import {
   closeSync,
   constants as fsConstants,
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   openSync,
@@ -210,6 +211,7 @@ function effectiveProtection(p: HostProtection): {
   readOnly: string[];
   hidden: string[];
   sockets: string[];
+  pins: LinkPin[];
 } {
   const mounts = ownMounts();
   const withAliases = (paths: readonly string[]): string[] =>
@@ -220,7 +222,61 @@ function effectiveProtection(p: HostProtection): {
     (r) => !hidden.some((h) => inside(r, h)),
   );
   const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
-  return { readOnly, hidden, sockets: listeningSockets().filter((s) => !covered(s)) };
+  return {
+    readOnly,
+    hidden,
+    sockets: listeningSockets().filter((s) => !covered(s)),
+    pins: linkPins([...p.readOnly, ...p.hidden]),
+  };
+}
+
+/** A folder holding a symlink on the way to a protected path: read-only, its other entries writable. */
+interface LinkPin {
+  dir: string;
+  writable: string[];
+}
+
+/**
+ * The folders that hold a symlink on the way to a protected path. A command that could re-point the link
+ * would make the next capsule read a state folder of its making, so the folder is read-only for the run
+ * (no entry in it can be replaced or added) while its existing entries other than links stay writable.
+ */
+function linkPins(paths: readonly string[]): LinkPin[] {
+  const dirs = new Set<string>();
+  for (const p of paths) {
+    let at = '/';
+    for (const part of path.resolve(p).split('/').filter(Boolean)) {
+      const next = path.join(at, part);
+      let link: boolean;
+      try {
+        link = lstatSync(next).isSymbolicLink();
+      } catch {
+        break;
+      }
+      if (!link) {
+        at = next;
+        continue;
+      }
+      dirs.add(at);
+      try {
+        at = realpathSync(next);
+      } catch {
+        break;
+      }
+    }
+  }
+  return [...dirs].sort().map((dir) => {
+    const writable: string[] = [];
+    try {
+      for (const name of readdirSync(dir)) {
+        const entry = path.join(dir, name);
+        if (!lstatSync(entry).isSymbolicLink()) writable.push(entry);
+      }
+    } catch {
+      // unreadable: the folder is read-only whole
+    }
+    return { dir, writable };
+  });
 }
 
 /** The files of capsule itself: its package's code and dependencies, and the node binary running it. */
@@ -305,7 +361,12 @@ function aliasesOf(p: string, mounts: readonly Mount[]): string[] {
  * the protected paths, the syscall filter on `seccompFd`, then the command.
  */
 function bwrapArgs(
-  protection: { readOnly: readonly string[]; hidden: readonly string[]; sockets?: readonly string[] },
+  protection: {
+    readOnly: readonly string[];
+    hidden: readonly string[];
+    sockets?: readonly string[];
+    pins?: readonly LinkPin[];
+  },
   seccompFd: number | undefined,
   cwd: string,
   command: readonly string[],
@@ -349,7 +410,16 @@ function bwrapArgs(
   ];
   const all = [...protection.readOnly, ...protection.hidden];
   // Every ancestor a mount point: a folder holding capsule's state cannot be renamed away and replaced.
-  for (const dir of [...new Set(all.flatMap((p) => ancestors(p)))].filter((d) => d !== '/').sort())
+  const mountPoints = [...new Set(all.flatMap((p) => ancestors(p)))].filter((d) => d !== '/').sort();
+  for (const dir of mountPoints) args.push('--bind', dir, dir);
+  // A folder holding a link on the way: read-only, its entries re-bound writable; then the mount points
+  // below it again (the re-binds covered them).
+  const pins = protection.pins ?? [];
+  for (const pin of pins) {
+    args.push('--ro-bind', pin.dir, pin.dir);
+    for (const w of pin.writable) args.push('--bind', w, w);
+  }
+  for (const dir of mountPoints.filter((d) => pins.some((pin) => d !== pin.dir && inside(d, pin.dir))))
     args.push('--bind', dir, dir);
   for (const p of protection.readOnly) args.push('--ro-bind', p, p);
   // A daemon's socket is covered by /dev/null: a connect to it is refused.
@@ -862,7 +932,7 @@ interface Prestarted {
 /** What a call's confinement is built from; a prestarted init serves only a call with the same key. */
 interface ConfinedPlan {
   key: string;
-  protection: { readOnly: string[]; hidden: string[]; sockets: string[] };
+  protection: { readOnly: string[]; hidden: string[]; sockets: string[]; pins: LinkPin[] };
 }
 
 /** Whether a child (and its pipes) keeps capsule's event loop alive: a waiting init does not. */

@@ -270,6 +270,12 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
   const stageDir = path.join(cacheDir, 'stage');
   await mkdir(stageDir, { recursive: true, mode: 0o700 });
+  // The project's state folder too: one that is not there yet cannot be bound read-only, and a host
+  // command could plant it (a hard link as the audit log) for capsule to write into later.
+  await mkdir(protectedPaths(root).stateDir).catch((err: NodeJS.ErrnoException) => {
+    // A read-only checkout: nothing to protect, and capsule writes no state there either.
+    if (err.code !== 'EEXIST' && err.code !== 'EROFS' && err.code !== 'EACCES') throw err;
+  });
   const hostProtected = hostProtection(confinedPaths(root, cacheDir, stateDir));
   const registryFor = (roots: readonly string[], inputValidator?: InputValidator): Registry =>
     projectRegistry(root, roots, {

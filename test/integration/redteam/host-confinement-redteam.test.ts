@@ -1,4 +1,4 @@
-import { appendFile, chmod, chown, mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
@@ -10,7 +10,7 @@ import {
 } from '../../../src/runners/host-process.js';
 import { refusedNumbers } from '../../../src/runners/seccomp.js';
 import { tempProject } from '../../helpers/capability.js';
-import { REPO_ROOT } from '../../helpers/cli.js';
+import { BUILT_CLI, REPO_ROOT } from '../../helpers/cli.js';
 
 /**
  * Routes around the host confinement that its own tests do not take: other descriptors, other names,
@@ -342,19 +342,48 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     const fresh = path.join(s.root, 'fresh');
     await mkdir(fresh);
     await own(owner, fresh);
-    const dotCapsule = path.join(fresh, '.capsule');
-    const audit = path.join(dotCapsule, 'audit.jsonl');
-    const sc: Scene = { ...s, project: fresh, state: audit };
-    // First run: .capsule/ is not there yet (capsule makes it at its first audit write).
-    await confined(owner, sc, 'mkdir .capsule && : > evil && ln evil .capsule/audit.jsonl; true', {
-      readOnly: [dotCapsule],
-    });
-    // capsule then appends its record, as the audit log does (O_APPEND, no symlink followed).
-    await appendFile(audit, '{"record":1}\n').catch(() => undefined);
-    const before = readFileSync(audit, 'utf8');
-    // Later run: .capsule/ exists and is bound read-only.
-    await confined(owner, sc, 'echo forged > evil 2>/dev/null; true', { readOnly: [dotCapsule] });
-    expect(readFileSync(audit, 'utf8')).toBe(before);
+    const audit = path.join(fresh, '.capsule', 'audit.jsonl');
+    // Through capsule itself: its runtime makes .capsule/ before the first host run, so the first command
+    // finds it read-only; it tries to plant the audit log as a hard link to a file of its own.
+    const exec = async (command: string): Promise<void> => {
+      const keyed = await execa(process.execPath, [BUILT_CLI, 'key', '--json', '--', command]);
+      const { key } = JSON.parse(keyed.stdout) as { key: string };
+      const user =
+        owner === 'user'
+          ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+          : [];
+      const argv = [
+        ...user,
+        process.execPath,
+        BUILT_CLI,
+        'exec',
+        '--grant',
+        key,
+        '--no-prompt',
+        '--',
+        command,
+      ];
+      const r = await execa(argv[0] as string, argv.slice(1), {
+        cwd: fresh,
+        reject: false,
+        extendEnv: false,
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: s.root,
+          CAPSULE_STATE_DIR: path.join(s.root, `state-${owner}`),
+          XDG_CACHE_HOME: path.join(s.root, `cache-${owner}`),
+        },
+      });
+      expect(r.stderr).not.toContain('internal error');
+    };
+    await exec('rm -f .capsule/audit.jsonl; mkdir -p .capsule; : > evil; ln evil .capsule/audit.jsonl');
+    await exec('true');
+    // What it writes is not in its command line (the log records that): six Qs.
+    await exec("head -c 6 /dev/zero | tr '\\0' Q > evil");
+    expect(readFileSync(path.join(fresh, 'evil'), 'utf8')).toBe('QQQQQQ');
+    // capsule's log holds its own records only, under one name.
+    expect(readFileSync(audit, 'utf8')).not.toContain('QQQQQQ');
+    expect(statSync(audit).nlink).toBe(1);
   });
 
   it('odd bytes in a protected path (a newline, a leading dash, spaces, a backslash) do not unprotect it', async () => {
