@@ -973,6 +973,39 @@ function stopRun(child: Child, group: RunCgroup | undefined, confined: boolean):
   killGroup(wrapper, 'SIGKILL');
 }
 
+/**
+ * Spawn a run's first process: its own process group (one kill reaches every process that did not leave
+ * it), exactly the environment given, and no descriptor of capsule's but `stdio` (shutInherited).
+ * execa is loaded on the first host run: a process that starts none never pays for it.
+ */
+async function spawnChild(
+  argv: { file: string; args: string[] },
+  cwd: string,
+  env: Record<string, string>,
+  stdio: Parameters<typeof shutInherited>[0],
+): Promise<{ child: Child }> {
+  const { execa } = await import('execa');
+  const io = shutInherited(stdio);
+  try {
+    // Wrapped: an async function returning the child bare would wait for its exit (it is a thenable).
+    const child = execa(argv.file, argv.args, {
+      cwd,
+      env,
+      extendEnv: false,
+      detached: true,
+      // A number is a descriptor of capsule's own, given to the child as is (node's spawn).
+      stdio: io.stdio as unknown as readonly ['pipe', 'pipe', 'pipe', ...'pipe'[]],
+      buffer: false,
+      reject: false,
+      stripFinalNewline: false,
+      windowsHide: true,
+    }) as unknown as Child;
+    return { child };
+  } finally {
+    if (io.devNull !== undefined) closeSync(io.devNull);
+  }
+}
+
 /** Starts host processes with the confinement measured once per instance (explicitly constructed). */
 export class HostProcesses {
   private measured: HostConfinement | undefined;
@@ -1163,24 +1196,7 @@ export class HostProcesses {
           WAIT_FOR_CALL,
         ]),
       );
-      const { execa } = await import('execa');
-      const io = shutInherited(['pipe', 'pipe', 'pipe', 'pipe', 'pipe']);
-      try {
-        child = execa(argv.file, argv.args, {
-          cwd: '/',
-          env: {},
-          extendEnv: false,
-          detached: true,
-          // A number is a descriptor of capsule's own, given to the child as is (node's spawn).
-          stdio: io.stdio as unknown as readonly ['pipe', 'pipe', 'pipe', ...'pipe'[]],
-          buffer: false,
-          reject: false,
-          stripFinalNewline: false,
-          windowsHide: true,
-        }) as unknown as Child;
-      } finally {
-        if (io.devNull !== undefined) closeSync(io.devNull);
-      }
+      ({ child } = await spawnChild(argv, '/', {}, ['pipe', 'pipe', 'pipe', 'pipe', 'pipe']));
       sendFilter(child, 4, program);
     } catch (err) {
       if (group !== undefined) removeCgroup(group);
@@ -1222,31 +1238,12 @@ export class HostProcesses {
     filterPipe: boolean,
   ): Promise<{ child: Child }> {
     const capture = options.output === 'capture';
-    // Loaded on the first host run: a process that starts none never pays for execa.
-    const { execa } = await import('execa');
-    const io = shutInherited([
+    return spawnChild(argv, options.cwd, options.env, [
       options.input === undefined ? 'ignore' : 'pipe',
       capture ? 'pipe' : 'inherit',
       capture ? 'pipe' : 'inherit',
       ...(filterPipe ? ['pipe' as const] : []),
     ]);
-    try {
-      const child = execa(argv.file, argv.args, {
-        cwd: options.cwd,
-        env: options.env,
-        extendEnv: false,
-        detached: true, // own process group: one kill reaches every process that did not leave it
-        // A number is a descriptor of capsule's own, given to the child as is (node's spawn).
-        stdio: io.stdio as unknown as readonly ['pipe', 'pipe', 'pipe', ...'pipe'[]],
-        buffer: false,
-        reject: false,
-        stripFinalNewline: false,
-        windowsHide: true,
-      }) as unknown as Child;
-      return { child };
-    } finally {
-      if (io.devNull !== undefined) closeSync(io.devNull);
-    }
   }
 
   private async watch(
