@@ -62,7 +62,7 @@ const DRAIN_TRIES = 1000;
 /** How long capsule's bwrap has to exit once its namespace is killed, before it is killed too. */
 const WRAPPER_EXIT_MS = 2000;
 
-export const NO_PROTECTION: HostProtection = { readOnly: [], hidden: [] };
+const NO_PROTECTION: HostProtection = { readOnly: [], hidden: [] };
 
 /** What confinement host processes get on this machine, as measured by {@link probeHostConfinement}. */
 export interface HostConfinement {
