@@ -2,14 +2,8 @@
  * The syscall filter of a confined host process: a classic-BPF seccomp program (what bubblewrap's
  * `--seccomp FD` loads) that refuses the calls no ordinary command needs and that reach around the rest
  * of the confinement. Everything else is allowed: a confined command still builds, installs and commits.
- * The list and the reason for each entry are in docs/runners.md ("The syscall filter").
+ * The list and the reason for each entry are in docs/runners.md ("The syscall filter"), their one home.
  */
-
-/** One refused call: its name (for the docs and the report) and why an ordinary command never needs it. */
-export interface RefusedCall {
-  name: string;
-  why: string;
-}
 
 /** x86_64 numbers of the refused calls (asm/unistd_64.h). */
 const X86_64: Record<string, number> = {
@@ -62,47 +56,6 @@ const X86_64: Record<string, number> = {
 const X86_64_CLONE = 56;
 const X86_64_CLONE3 = 435;
 const X86_64_IOCTL = 16;
-
-/** Why each refused call is refused (the docs list these). */
-export const REFUSED_CALLS: readonly RefusedCall[] = [
-  {
-    name: 'name_to_handle_at, open_by_handle_at',
-    why: 'open a file by handle, around every mount (read-only binds included)',
-  },
-  { name: 'keyctl, add_key, request_key', why: "kernel keyrings: shared with capsule's session keyring" },
-  { name: 'bpf', why: 'kernel programs' },
-  { name: 'perf_event_open', why: 'kernel and other processes observed; a long history of kernel holes' },
-  {
-    name: 'userfaultfd',
-    why: 'stalls the kernel mid-copy (a classic exploit aid); no ordinary command uses it',
-  },
-  {
-    name: 'kexec_load, kexec_file_load, init_module, finit_module, delete_module',
-    why: 'replace or extend the kernel',
-  },
-  {
-    name: 'mount, umount2, pivot_root, move_mount, open_tree, fsopen, fsconfig, fsmount, fspick, mount_setattr',
-    why: "undo or reach around the run's mounts (capsule's state is a read-only mount)",
-  },
-  {
-    name: 'unshare, setns, clone with a namespace flag, clone3 (answers "not implemented", so libc uses clone)',
-    why: 'a new user namespace gives back every capability inside it, and the mount calls with them',
-  },
-  { name: 'swapon, swapoff, reboot, acct, syslog, iopl, ioperm', why: 'machine-wide state' },
-  {
-    name: 'settimeofday, clock_settime, clock_adjtime, adjtimex, sethostname, setdomainname',
-    why: 'machine-wide clocks and names',
-  },
-  { name: 'quotactl, quotactl_fd, lookup_dcookie, vhangup', why: 'file system and terminal administration' },
-  {
-    name: 'io_uring_setup, io_uring_enter, io_uring_register',
-    why: 'its operations are not seen by this filter',
-  },
-  {
-    name: 'ioctl TIOCSTI, TIOCLINUX',
-    why: "type characters into capsule's terminal, to be run after capsule exits",
-  },
-];
 
 const CLONE_NAMESPACES =
   0x00020000 | // NEWNS
