@@ -207,7 +207,10 @@ function outermost(paths: readonly string[]): string[] {
 }
 
 /** The protection a run gets: hidden paths win over read-only ones inside them. */
-function effectiveProtection(p: HostProtection): {
+function effectiveProtection(
+  p: HostProtection,
+  own: readonly string[],
+): {
   readOnly: string[];
   hidden: string[];
   sockets: string[];
@@ -218,7 +221,7 @@ function effectiveProtection(p: HostProtection): {
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
   const hidden = outermost(withAliases(p.hidden));
   // capsule's own code is what the next capsule process runs: no command changes it.
-  const readOnly = outermost(withAliases([...p.readOnly, ...ownCode()])).filter(
+  const readOnly = outermost(withAliases([...p.readOnly, ...own])).filter(
     (r) => !hidden.some((h) => inside(r, h)),
   );
   const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
@@ -1014,6 +1017,7 @@ export class HostProcesses {
   private filling: Promise<void> = Promise.resolve();
   private closed = false;
   private filter: Buffer | undefined | null = null;
+  private ownCode: string[] | undefined;
   /** Calls that ran in a prestarted init (the isolation is the same; this says which start ran). */
   prestartedRuns = 0;
 
@@ -1078,7 +1082,9 @@ export class HostProcesses {
     let plan: ConfinedPlan | undefined;
     let filterFd: number | undefined;
     if (conf.pidNamespace && conf.tools !== undefined) {
-      const protection = effectiveProtection(options.protection ?? NO_PROTECTION);
+      // capsule's own code does not move while it runs: found once per instance.
+      this.ownCode ??= ownCode();
+      const protection = effectiveProtection(options.protection ?? NO_PROTECTION, this.ownCode);
       // Only captured output can be prestarted (an inherited terminal is the caller's, given at spawn).
       if (
         this.prestartNext &&
