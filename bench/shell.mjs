@@ -43,19 +43,7 @@ export async function benchShell({ root, iterations = 50 }) {
     });
     const b = performance.now() - t;
     t = performance.now();
-    const direct = await processes.run({
-      file: 'sh',
-      args: [cap.entryPath],
-      cwd: cap.dir,
-      env: { PATH: '/usr/bin:/bin' },
-      input: '{"a":"b"}',
-      output: 'capture',
-      outputBytes: cap.manifest.limits.outputBytes,
-      timeoutMs: cap.manifest.limits.timeoutMs,
-      protection: { readOnly: protectedPaths(root).all, hidden: [] },
-      memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
-      pids: cap.manifest.limits.pids,
-    });
+    const direct = await confinedShout(processes, cap, { readOnly: protectedPaths(root).all, hidden: [] });
     const c = performance.now() - t;
     if (direct.exitCode !== 0) throw new Error(`confined shout failed: ${direct.stderr}`);
     t = performance.now();
@@ -142,19 +130,6 @@ async function layers({ root, cap, confinement, HostProcesses, protectedPaths, i
     ['shell layers: + cgroup (all of it)', confinement, protection],
   ].map(([name, conf, prot]) => ({ name, processes: new HostProcesses(conf), prot, times: [] }));
   const bare = [];
-  const call = (processes, prot) =>
-    processes.run({
-      file: 'sh',
-      args: [cap.entryPath],
-      cwd: cap.dir,
-      env: { PATH: '/usr/bin:/bin' },
-      input: '{"a":"b"}',
-      output: 'capture',
-      outputBytes: cap.manifest.limits.outputBytes,
-      protection: prot,
-      memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
-      pids: cap.manifest.limits.pids,
-    });
   for (let i = 0; i < iterations + 5; i++) {
     let t = performance.now();
     await execa('sh', [cap.entryPath], {
@@ -166,7 +141,7 @@ async function layers({ root, cap, confinement, HostProcesses, protectedPaths, i
     if (i >= 5) bare.push(performance.now() - t);
     for (const v of variants) {
       t = performance.now();
-      const r = await call(v.processes, v.prot);
+      const r = await confinedShout(v.processes, cap, v.prot);
       if (r.exitCode !== 0) throw new Error(`${v.name}: ${r.stderr}`);
       if (i >= 5) v.times.push(performance.now() - t);
     }
@@ -199,4 +174,21 @@ async function layers({ root, cap, confinement, HostProcesses, protectedPaths, i
     ...variants.map((v) => ({ name: v.name, ...stats(v.times), floor: 'shell layers: bare execa spawn' })),
     { name: `shell: a stop, decision to last process gone (${confinement.stop})`, ...stats(stops) },
   ];
+}
+
+/** The shout capability's script through a HostProcesses, with the manifest's limits. */
+function confinedShout(processes, cap, protection) {
+  return processes.run({
+    file: 'sh',
+    args: [cap.entryPath],
+    cwd: cap.dir,
+    env: { PATH: '/usr/bin:/bin' },
+    input: '{"a":"b"}',
+    output: 'capture',
+    outputBytes: cap.manifest.limits.outputBytes,
+    timeoutMs: cap.manifest.limits.timeoutMs,
+    protection,
+    memoryBytes: cap.manifest.limits.memoryMb * 1024 * 1024,
+    pids: cap.manifest.limits.pids,
+  });
 }
