@@ -49,3 +49,9 @@ export async function builtCli(
   });
   return { code: r.exitCode ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
+
+/** The key the built CLI gives a command (`capsule key --json`): the exact grant that allows it. */
+export async function commandKey(command: string): Promise<string> {
+  const keyed = await execa(process.execPath, [BUILT_CLI, 'key', '--json', '--', command]);
+  return (JSON.parse(keyed.stdout) as { key: string }).key;
+}

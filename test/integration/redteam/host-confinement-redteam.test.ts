@@ -10,7 +10,7 @@ import {
 } from '../../../src/runners/host-process.js';
 import { refusedNumbers } from '../../../src/runners/seccomp.js';
 import { tempProject } from '../../helpers/capability.js';
-import { BUILT_CLI, REPO_ROOT } from '../../helpers/cli.js';
+import { BUILT_CLI, commandKey, REPO_ROOT } from '../../helpers/cli.js';
 
 /**
  * Routes around the host confinement that its own tests do not take: other descriptors, other names,
@@ -346,8 +346,7 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     // Through capsule itself: its runtime makes .capsule/ before the first host run, so the first command
     // finds it read-only; it tries to plant the audit log as a hard link to a file of its own.
     const exec = async (command: string): Promise<void> => {
-      const keyed = await execa(process.execPath, [BUILT_CLI, 'key', '--json', '--', command]);
-      const { key } = JSON.parse(keyed.stdout) as { key: string };
+      const key = await commandKey(command);
       const user =
         owner === 'user'
           ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']

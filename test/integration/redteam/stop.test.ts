@@ -6,7 +6,7 @@ import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability, tempProject, writeCapability } from '../../helpers/capability.js';
-import { BUILT_CLI } from '../../helpers/cli.js';
+import { BUILT_CLI, commandKey } from '../../helpers/cli.js';
 import { eventually } from '../../helpers/eventually.js';
 import { connectCapsule, type McpHarness } from '../mcp/mcp-client.js';
 
@@ -97,8 +97,7 @@ describe('a stop is a stop: shell capabilities', () => {
 async function exec(M: string, script: string, extra: string[] = []) {
   // Single quotes: the outer bash of run_command leaves `$M` to the script.
   const command = `sh -c 'M=${M}; ${script}'`;
-  const keyed = await execa(process.execPath, [BUILT_CLI, 'key', '--json', '--', command]);
-  const { key } = JSON.parse(keyed.stdout) as { key: string };
+  const key = await commandKey(command);
   // Wrapped: an async function returning the child bare would wait for its exit (it is a thenable).
   return {
     child: execa(
@@ -167,8 +166,7 @@ describe('a stop is a stop: run_command over MCP', () => {
   it('a cancelled run_command runs no further command', async () => {
     const M = await markers();
     const command = `sh -c 'M=${M}; ${SCRIPTS['the next command']}'`;
-    const keyed = await execa(process.execPath, [BUILT_CLI, 'key', '--json', '--', command]);
-    const { key } = JSON.parse(keyed.stdout) as { key: string };
+    const key = await commandKey(command);
     h = await connectCapsule({ cwd: path.dirname(M), args: ['--grant', key] });
     const ac = new AbortController();
     const pending = h.client.callTool({ name: 'run_command', arguments: { command } }, undefined, {
