@@ -248,6 +248,15 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   // one key that authenticates them (read on first use).
   const stateDir = typeof options.stateDir === 'string' ? options.stateDir : userStateDir(env, homedir());
   const stateKey = new StateKey({ stateDir });
+  const cacheDir = options.cacheDir ?? userCacheDir(env);
+  // They exist before the first read and the first host run, so the confinement can bind (or hide) them.
+  // Staged copies of approved capabilities live under the per-user cache: outside every grantable root
+  // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
+  const stageDir = path.join(cacheDir, 'stage');
+  await Promise.all([
+    ownFolder(secretDir(stateDir), 'state', 'CAPSULE_STATE_DIR or XDG_STATE_HOME'),
+    ownFolder(stageDir, 'cache', 'XDG_CACHE_HOME'),
+  ]);
   const snapshots =
     options.stateDir === false ? undefined : new PolicySnapshotStore({ stateDir, key: stateKey });
   const starting = await resolveStartingPolicy({
@@ -261,15 +270,6 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     options.parser !== undefined ? Promise.resolve(options.parser) : undefined;
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
-  const cacheDir = options.cacheDir ?? userCacheDir(env);
-  // They exist before the first host run, so the confinement can bind (or hide) them.
-  await Promise.all(
-    [cacheDir, stateDir, secretDir(stateDir)].map((d) => mkdir(d, { recursive: true, mode: 0o700 })),
-  );
-  // Staged copies of approved capabilities live under the per-user cache: outside every grantable root
-  // and read-only to confined host processes, so nothing a run starts can swap approved bytes.
-  const stageDir = path.join(cacheDir, 'stage');
-  await mkdir(stageDir, { recursive: true, mode: 0o700 });
   // The project's state folder too: one that is not there yet cannot be bound read-only, and a host
   // command could plant it (a hard link as the audit log) for capsule to write into later.
   await mkdir(protectedPaths(root).stateDir).catch((err: NodeJS.ErrnoException) => {
@@ -352,4 +352,22 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       });
     },
   };
+}
+
+/**
+ * Creates one of capsule's per-user folders (mode 0700). One that cannot be made (an unwritable or missing
+ * home, a variable naming a file) is the user's set-up, not a bug: say which folder and how to choose another.
+ */
+async function ownFolder(dir: string, what: 'state' | 'cache', variables: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    throw new CapsuleError(
+      'CONFIG_INVALID',
+      `capsule cannot create its per-user ${what} folder ${dir} (${code}): set ${variables} to a folder you can write, or make your home folder writable.`,
+      {},
+      { cause: err },
+    );
+  }
 }

@@ -57,4 +57,34 @@ describe('user mistakes get their documented exit code, never 70', () => {
     expect(r.code).toBe(66);
     expect(existsSync(marker)).toBe(false);
   });
+
+  it.each([
+    ['state', 'XDG_STATE_HOME'],
+    ['cache', 'XDG_CACHE_HOME'],
+  ])(
+    'a per-user %s folder that cannot be made is named with the variable that moves it (78)',
+    async (what, variable) => {
+      const file = path.join(root, `a-file-${what}`);
+      await writeFile(file, '');
+      const env = { ...process.env, CAPSULE_STATE_DIR: undefined, [variable]: path.join(file, 'below') };
+      const marker = path.join(root, `ran-${what}`);
+      await writeCapability(
+        path.join(root, 'capabilities'),
+        `marks-${what}`,
+        {},
+        {
+          'run.sh': `touch ${marker}\necho "{}"\n`,
+        },
+      );
+      const r = await cli(['run', `marks-${what}`, '--grant', `run_capability:marks-${what}`], {
+        cwd: root,
+        env,
+      });
+      expect(r.stderr).not.toMatch(/internal error|This is a bug/);
+      expect(r.stderr).toContain(path.join(file, 'below'));
+      expect(r.stderr).toContain(variable);
+      expect(r.code).toBe(78);
+      expect(existsSync(marker)).toBe(false);
+    },
+  );
 });
