@@ -20,6 +20,22 @@ const KEEPALIVE_DIR = '/.capsule-keepalive';
 /** PID 1's identity: a uid no call has, and only what the reset and the switch to the call user need. */
 const KEEPALIVE_USER = '0:0';
 const KEEPALIVE_CAPS = ['KILL', 'SETUID', 'SETGID'];
+/**
+ * Where PID 1's own copy of busybox lives (a tmpfs only PID 1's user can enter, the one that allows exec):
+ * mode 0111, so PID 1 cannot read the file it runs, and the kernel makes a process that runs an unreadable
+ * file non-dumpable. Then not even a process of PID 1's own uid may trace it or open /proc/1/mem.
+ */
+const KEEPER_DIR = '/.capsule-keeper';
+/** Its size: room for busybox, added to the container's memory so the copy costs the calls none of theirs. */
+const KEEPER_BYTES = 4 * 1024 * 1024;
+/** PID 1's first step: its unreadable copy of busybox, then the keep-alive in it (no PATH lookup). */
+const KEEPER_PRELUDE = [
+  'bb=$1 s=$2',
+  'shift 2',
+  `k=${KEEPER_DIR}/sh`,
+  '$bb cp "$bb" "$k" && $bb chmod 0111 "$k" || exit 125',
+  'exec "$k" -c "$s" capsule-keepalive "$@"',
+].join('\n');
 
 /**
  * PID 1 of a warm container (busybox sh exists in every capsule image). It lives while capsule holds its
@@ -193,6 +209,8 @@ export interface ExecPoolOptions {
    * separation between PID 1 and the calls switched off), so attack tests can show what it defends against.
    */
   keepaliveAsCallUser?: boolean | undefined;
+  /** Tests only, never set by capsule: PID 1 runs from a readable file, so it stays dumpable. */
+  keepaliveDumpable?: boolean | undefined;
 }
 
 interface Warm {
@@ -259,6 +277,7 @@ export class ExecPool {
   private readonly maxPerKey: number;
   private readonly idleMs: number;
   private readonly keepaliveAsCallUser: boolean;
+  private readonly keepaliveDumpable: boolean;
   private closed = false;
 
   constructor(engine: DockerEngine, options: ExecPoolOptions = {}) {
@@ -267,6 +286,7 @@ export class ExecPool {
     this.maxPerKey = Math.max(1, options.maxPerKey ?? 8);
     this.idleMs = options.idleMs ?? 15_000;
     this.keepaliveAsCallUser = options.keepaliveAsCallUser === true;
+    this.keepaliveDumpable = options.keepaliveDumpable === true;
   }
 
   /** Whether a spec can be reset at all: kill -9 -1 and the IPC check need the container's own namespaces. */
@@ -667,14 +687,16 @@ export class ExecPool {
     // Every applet PID 1 runs as root by an absolute path (capsule's images have /bin/busybox; any other
     // image gets capsule's read-only copy): never a PATH lookup that a writable mount could answer.
     const bb = tools.bb === '' ? '/bin/busybox' : tools.bb;
+    const owner = separate ? '' : `,uid=${uid},gid=${gid}`;
     const id = await this.engine.createContainer({
       ...spec,
       // Whole seconds: the keep-alive counts its deadline with shell arithmetic.
       entrypoint: [
         ...tools.sh,
         '-c',
-        KEEPALIVE_SCRIPT,
-        'capsule-keepalive',
+        ...(this.keepaliveDumpable
+          ? [KEEPALIVE_SCRIPT, 'capsule-keepalive']
+          : [KEEPER_PRELUDE, 'capsule-keeper', bb, KEEPALIVE_SCRIPT]),
         String(Math.ceil(lifeMs / 1000)),
         bb,
         uid,
@@ -688,9 +710,16 @@ export class ExecPool {
       // Only what PID 1 needs: a capability the manifest adds was never a call's (a non-root process loses
       // it at execve), and PID 1 has no use for it.
       capAdd: separate ? [...KEEPALIVE_CAPS] : spec.capAdd,
+      ...(this.keepaliveDumpable
+        ? {}
+        : {
+            memoryBytes: spec.memoryBytes + KEEPER_BYTES,
+            memorySwapBytes: spec.memorySwapBytes + KEEPER_BYTES,
+          }),
       tmpfs: {
         ...spec.tmpfs,
-        [KEEPALIVE_DIR]: `rw,noexec,nosuid,nodev,size=64k,mode=0700${separate ? '' : `,uid=${uid},gid=${gid}`}`,
+        [KEEPALIVE_DIR]: `rw,noexec,nosuid,nodev,size=64k,mode=0700${owner}`,
+        [KEEPER_DIR]: `rw,exec,nosuid,nodev,size=${KEEPER_BYTES},mode=0700${owner}`,
       },
       openStdin: true,
       labels: { ...spec.labels, [ROLE_LABEL]: 'warm' },

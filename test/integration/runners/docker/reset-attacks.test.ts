@@ -149,10 +149,11 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
 
   /**
    * One container at most (the next call waits for the reset of the same one, or its replacement when the
-   * reset fails). `control`: the keep-alive runs as the call user, the defence off.
+   * reset fails). `control`: the keep-alive runs as the call user, the defence off; `'same-uid'`: as the
+   * call user, but from its unreadable copy of busybox (non-dumpable), so that layer is judged alone.
    */
   function pool(
-    control: boolean,
+    control: boolean | 'same-uid',
     via: DockerEngine = engine,
   ): {
     run: (input: string, timeoutMs?: number) => Promise<CallOutcome>;
@@ -161,7 +162,11 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
     processesWhenReady: () => Promise<number[]>;
     close: () => Promise<void>;
   } {
-    const execPool = new ExecPool(via, { maxPerKey: 1, keepaliveAsCallUser: control });
+    const execPool = new ExecPool(via, {
+      maxPerKey: 1,
+      keepaliveAsCallUser: control !== false,
+      keepaliveDumpable: control === true,
+    });
     const spec = buildContainerSpec(capability, {
       capabilityFiles: { type: 'bind', hostPath: capability.dir },
       labels: { ...ownerLabels(owner), [CAPABILITY_LABEL]: 'reset-attack' },
@@ -227,6 +232,26 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
         // The same container, "reset and verified", still holds what the attacking call left.
         expect(after.host).toBe(baseline.host);
         expect(after.files).toContain('leak-file');
+      } finally {
+        await p.close();
+      }
+    });
+  }
+
+  for (const [attack, what] of [
+    ['mem', 'a write to /proc/1/mem'],
+    ['ptrace', 'ptrace (POKEDATA) of PID 1'],
+  ] as const) {
+    it(`${what} by PID 1's own uid: refused, because PID 1 runs a file it cannot read (non-dumpable)`, async () => {
+      const p = pool('same-uid');
+      try {
+        const baseline = await p.probe();
+        expectFresh(baseline);
+        const r = await p.run(`${attack}\n`);
+        expect(r.stdout).toMatch(new RegExp(`^${attack}:denied:`, 'm'));
+        const after = await p.probe();
+        expect(after.host).toBe(baseline.host);
+        expectFresh(after);
       } finally {
         await p.close();
       }
