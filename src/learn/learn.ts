@@ -435,10 +435,12 @@ async function bind(
     await rm(aside, { recursive: true, force: true });
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EEXIST' || code === 'ENOTEMPTY') {
-      throw new CapsuleError('ALREADY_EXISTS', `${target} already exists: nothing is written.`, {
-        file: target,
-        hint: 'Remove or rename it, then run capsule learn again.',
-      });
+      throw new CapsuleError(
+        'ALREADY_EXISTS',
+        `${target} already exists: nothing is written.`,
+        { file: target, hint: 'Remove or rename it, then run capsule learn again.' },
+        { cause: err },
+      );
     }
     throw err;
   }
