@@ -53,6 +53,8 @@ export interface Proof {
   minimalityNote?: string | undefined;
   /** Why the proof failed, in words. */
   failure?: string | undefined;
+  /** What the re-runs were compared with, when not the learning run. */
+  reference?: string | undefined;
 }
 
 export interface LearnReport {
@@ -171,12 +173,24 @@ export async function learnCapability(options: LearnOptions): Promise<Learned> {
         `the proposed manifest is refused: ${first?.field ?? ''} ${first?.message ?? ''}`.trim();
     } else {
       options.onProgress?.(`proving in ${targetEnv}`);
-      const runs = await proveRuns(
+      // A learning run that was refused a request it now gets cannot print what a granted run prints: then
+      // a first run with the proposed grants is the reference, and a second one must agree with it.
+      let reference = learned.results;
+      const refused = learned.observations.filter(
+        (o) => o.outcome === 'refused' && (o.op === 'http' || o.op === 'connect') && o.host !== undefined,
+      );
+      if (refused.length > 0 && grants.network.length > 0) {
+        reference = (
+          await proveRuns(executor, loaded.capability, targetEnv, inputs, undefined, options.signal)
+        ).results;
+        report.proof.reference = `a run with the proposed grants: the learning run was refused ${refused.length} request(s) it would now be granted`;
+      }
+      const { runs } = await proveRuns(
         executor,
         loaded.capability,
         targetEnv,
         inputs,
-        learned.results,
+        reference,
         options.signal,
       );
       report.proof.runs = runs;
@@ -193,7 +207,7 @@ export async function learnCapability(options: LearnOptions): Promise<Learned> {
           image,
           targetEnv,
           inputs,
-          expected: learned.results,
+          expected: reference,
         });
       } else if (targetEnv === 'shell') {
         report.proof.minimalityNote =
@@ -263,19 +277,22 @@ async function proveRuns(
   candidate: Capability,
   environment: Environment,
   inputs: readonly LearnInput[],
-  expected: readonly RunResult[],
+  /** What each run must agree with (none: the runs are the reference). */
+  expected: readonly RunResult[] | undefined,
   signal: AbortSignal | undefined,
-): Promise<ProofRun[]> {
+): Promise<{ runs: ProofRun[]; results: RunResult[] }> {
   const plan = await executor.planVariants(candidate, [environment]);
   try {
     const permit = await executor.approve(plan, { learning: true, signal });
     const runs: ProofRun[] = [];
+    const results: RunResult[] = [];
     for (const [i, input] of inputs.entries()) {
       const text = await executor.validateInput(plan.capability, inputDocumentText(input.input ?? {}));
       const result = await executor.runApproved(permit, plan.capability, text, signal);
       if (result.canceled) throw new CapsuleError('CANCELED', 'Canceled: nothing was written.');
       const broke = input.check === undefined ? undefined : judgeCase(input.check, result);
-      const learnedRun = expected[i];
+      results.push(result);
+      const learnedRun = expected === undefined ? result : expected[i];
       const equal = learnedRun !== undefined && sameOutput(result, learnedRun);
       runs.push({
         input: input.name,
@@ -286,7 +303,7 @@ async function proveRuns(
         stderr: equal ? undefined : result.stderr.slice(0, 2000),
       });
     }
-    return runs;
+    return { runs, results };
   } finally {
     await plan.release();
   }
@@ -327,7 +344,7 @@ async function minimality(
       checks.push({ grant: drop.label, unneeded: false });
       continue;
     }
-    const runs = await proveRuns(
+    const { runs } = await proveRuns(
       options.executor,
       loaded.capability,
       c.targetEnv,

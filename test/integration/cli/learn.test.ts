@@ -1,10 +1,10 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli } from '../../helpers/cli.js';
+import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 
 interface LearnJson {
@@ -365,5 +365,89 @@ describe('capsule learn --promote docker', () => {
     expect(code).toBe(1);
     expect(existsSync(path.join(capRoot, 'hosty-docker'))).toBe(false);
     await rm(path.join(root, 'out'), { recursive: true });
+  });
+});
+
+describe('capsule learn in Wasm and Docker: every limit stays, what is refused is recorded', () => {
+  it('a Wasm component refused a host it was not granted: the learning run reaches nothing, the proposal names it', async () => {
+    const { root, capRoot } = await project();
+    const repoCap = path.join(REPO_ROOT, 'capabilities', 'fetch-wasm');
+    const dir = path.join(capRoot, 'fetch-wasm');
+    await cp(repoCap, dir, { recursive: true });
+    const manifest = JSON.parse(await readFile(path.join(dir, 'capability.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    manifest.grants = { network: [] };
+    await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest));
+    const before = hits;
+    const { doc } = await learn(root, [
+      'fetch-wasm',
+      '--input',
+      JSON.stringify({ url: `http://127.0.0.1:${port}/` }),
+      '--grant',
+      'run_capability:fetch-wasm',
+    ]);
+    expect(doc.observed).toContainEqual(
+      expect.objectContaining({
+        op: 'http',
+        host: '127.0.0.1',
+        port,
+        outcome: 'refused',
+        verdict: 'proposed',
+      }),
+    );
+    expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
+    // The proof's two granted runs reached it; the learning run (refused) and the run without the grant did not.
+    expect(doc.proof.ok).toBe(true);
+    expect(hits - before).toBe(2);
+    expect(doc.proof.minimality).toEqual([{ grant: `network 127.0.0.1:${port}`, unneeded: false }]);
+  });
+
+  it('a docker capability refused a port it was not granted: recorded by the egress proxy, proposed, the unused grant dropped', async () => {
+    const { root, capRoot } = await project();
+    await writeCapability(
+      capRoot,
+      'caller',
+      {
+        environment: 'docker',
+        entry: 'run.mjs',
+        interpreter: 'node',
+        docker: { image: 'capsule/node:1' },
+        grants: { network: [{ host: '127.0.0.1', ports: [1] }] },
+      },
+      {
+        'run.mjs': `import http from 'node:http';
+import fs from 'node:fs';
+const input = JSON.parse(fs.readFileSync(0, 'utf8'));
+const url = 'http://127.0.0.1:' + input.port + '/';
+const req = http.request({ socketPath: process.env.CAPSULE_EGRESS_SOCKET, path: url, headers: { host: '127.0.0.1:' + input.port } });
+req.on('response', (r) => { let b = ''; r.on('data', (d) => (b += d)); r.on('end', () => console.log(r.statusCode, b)); });
+req.on('error', (e) => console.log('error', e.message));
+req.end();
+`,
+      },
+    );
+    const before = hits;
+    const { doc, stderr } = await learn(root, [
+      'caller',
+      '--input',
+      JSON.stringify({ port }),
+      '--grant',
+      'run_capability:caller',
+    ]);
+    expect(doc.observed, stderr).toContainEqual(
+      expect.objectContaining({
+        op: 'http',
+        host: '127.0.0.1',
+        port,
+        method: 'GET',
+        outcome: 'refused',
+        via: 'egress',
+      }),
+    );
+    expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
+    expect(doc.proof.ok).toBe(true);
+    expect(hits - before).toBe(2);
   });
 });
