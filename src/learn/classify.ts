@@ -154,8 +154,12 @@ export function classify(observations: readonly Observation[], place: LearnPlace
       });
       continue;
     }
-    if (o.outcome !== 'ok') {
-      observed.push({ ...entry, verdict: 'not-found', note: `it ${o.outcome}; nothing to grant` });
+    if (o.outcome === 'failed') {
+      observed.push({
+        ...entry,
+        verdict: 'not-found',
+        note: 'it failed by itself (not there); nothing to grant',
+      });
       continue;
     }
     // The narrowest folder that covers it: its own folder for a listing, the folder holding a file otherwise.
@@ -197,7 +201,8 @@ function foldGrants(wanted: ReadonlyMap<string, boolean>, observed: ObservedEntr
   for (const o of observed) {
     if (o.verdict !== 'proposed' || o.path === undefined) continue;
     const g = kept.find((k) => o.path === k.path || isInside(k.path, o.path as string));
-    if (g !== undefined) o.note = `covered by ${g.path} (${g.mode})`;
+    if (g !== undefined)
+      o.note = `${o.outcome === 'refused' ? 'refused in the learning run; ' : ''}covered by ${g.path} (${g.mode})`;
   }
   return kept;
 }

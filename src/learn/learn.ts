@@ -176,14 +176,12 @@ export async function learnCapability(options: LearnOptions): Promise<Learned> {
       // A learning run that was refused a request it now gets cannot print what a granted run prints: then
       // a first run with the proposed grants is the reference, and a second one must agree with it.
       let reference = learned.results;
-      const refused = learned.observations.filter(
-        (o) => o.outcome === 'refused' && (o.op === 'http' || o.op === 'connect') && o.host !== undefined,
-      );
-      if (refused.length > 0 && grants.network.length > 0) {
+      const refused = report.observed.filter((o) => o.outcome === 'refused' && o.verdict === 'proposed');
+      if (refused.length > 0) {
         reference = (
           await proveRuns(executor, loaded.capability, targetEnv, inputs, undefined, options.signal)
         ).results;
-        report.proof.reference = `a run with the proposed grants: the learning run was refused ${refused.length} request(s) it would now be granted`;
+        report.proof.reference = `a run with the proposed grants: the learning run was refused ${refused.length} call(s) it would now be granted`;
       }
       const { runs } = await proveRuns(
         executor,

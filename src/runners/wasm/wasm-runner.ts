@@ -12,6 +12,7 @@ import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
 import { PREVIEW2_INTERFACES, type GuestPreopen, type Job } from './protocol.js';
+import type { FileLogEntry } from './confined-dir.js';
 import { assertDirGrants, guestPathFor } from './dir-grants.js';
 import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
@@ -60,12 +61,16 @@ export interface WasmRunSpec {
    * with the same answer as always and recorded (learning never widens a run).
    */
   refusedHttp?: ((request: HttpRequestWire) => void) | undefined;
+  /** A learning run: capsule's filesystem hosts record every call (WasmRawResult.files). */
+  record?: boolean | undefined;
 }
 
 /** RunResult with the guest's raw bytes, for callers that must pass output through unchanged. */
 export interface WasmRawResult extends Omit<RunResult, 'stdout' | 'stderr'> {
   stdout: Uint8Array;
   stderr: Uint8Array;
+  /** A learning run's filesystem calls (spec.record). */
+  files?: FileLogEntry[] | undefined;
 }
 
 /**
@@ -152,19 +157,23 @@ export class WasmRunner implements Runner {
       writeBytes: limits.writeBytes,
       signal: request.signal,
       egress,
+      record: request.learn === true,
       refusedHttp:
         request.learn === true && egress === undefined
           ? (wire) => observations.push(refusedObservation(wire))
           : undefined,
     }).finally(() => egress?.close());
+    const { files, ...rest } = raw;
+    const via = 'wasm host';
+    for (const f of files ?? []) observations.unshift({ op: f.op, path: f.path, outcome: f.outcome, via });
     return {
-      ...raw,
+      ...rest,
       ...(request.learn === true
         ? {
             observed: {
               observations,
               unobserved: [
-                "files: a guest resolves its paths against the folders it was given (its preopens) itself, so what it looked for elsewhere never reaches capsule's host",
+                "files outside the granted folders: a guest resolves its paths against its preopens itself, so a name under no granted folder never reaches capsule's host (what it tried inside or above one is recorded)",
                 'environment variables read',
               ],
             },
@@ -269,6 +278,7 @@ export class WasmRunner implements Runner {
       base.truncated = reply.truncated;
       base.oomKilled = reply.oomKilled;
       if (reply.writeLimited) base.writeLimited = true;
+      if (reply.files !== undefined) base.files = reply.files;
     } else if (outcome.crash !== undefined) {
       base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
       base.oomKilled = /memory/i.test(outcome.crash);
@@ -304,6 +314,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
       outputBytes: spec.outputBytes,
       writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
       maxPages: prepared.maxPages,
+      record: spec.record,
     };
   }
   return {
@@ -319,6 +330,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     outputBytes: spec.outputBytes,
     writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
     maxPages: prepared.maxPages,
+    record: spec.record,
   };
 }
 

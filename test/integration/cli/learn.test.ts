@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { assemble } from '../runners/wasm/helpers.js';
 
 interface LearnJson {
   proposal: {
@@ -402,6 +403,32 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
     expect(doc.proof.ok).toBe(true);
     expect(hits - before).toBe(2);
     expect(doc.proof.minimality).toEqual([{ grant: `network 127.0.0.1:${port}`, unneeded: false }]);
+  });
+
+  it('a preview1 module that climbs out of its grant: refused and recorded by the host, the proposal names it, nothing outside changes', async () => {
+    const { root, capRoot } = await project();
+    const dir = path.join(capRoot, 'probe');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'probe.wasm'), assemble('probe.wat'));
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'probe',
+        description: 'climbs out of data',
+        environment: 'wasm',
+        entry: 'probe.wasm',
+        args: ['write', '../out/pwned'],
+        grants: { fs: [{ path: 'data', mode: 'ro' }] },
+      }),
+    );
+    const { doc } = await learn(root, ['probe', '--input', '{}', '--grant', 'run_capability:probe']);
+    expect(doc.observed).toContainEqual(
+      expect.objectContaining({ op: 'create', path: 'out/pwned', outcome: 'refused', verdict: 'proposed' }),
+    );
+    // The grant it was given and never used is not proposed again; the one it tried is.
+    expect(doc.proposal.grants.fs).toEqual([{ path: 'out', mode: 'rw' }]);
+    expect(existsSync(path.join(root, 'out', 'pwned'))).toBe(false);
   });
 
   it('a docker capability refused a port it was not granted: recorded by the egress proxy, proposed, the unused grant dropped', async () => {
