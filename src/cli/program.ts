@@ -8,6 +8,7 @@ import { registerExplain } from './commands/explain.js';
 import { registerGrants } from './commands/grants.js';
 import { registerImages } from './commands/images.js';
 import { registerKey } from './commands/key.js';
+import { registerLearn } from './commands/learn.js';
 import { registerList } from './commands/list.js';
 import { registerMcp } from './commands/mcp.js';
 import { registerNew } from './commands/new.js';
@@ -53,6 +54,7 @@ export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   registerMcp(program, io);
   registerCi(program, io);
   registerCompare(program, io);
+  registerLearn(program, io);
   registerImages(program, io);
   registerEngines(program, io);
   registerExec(program, io);

@@ -1,3 +1,4 @@
+import { realpath } from 'node:fs/promises';
 import type { PermissionMode } from '../config/modes.js';
 import type { LoadedProjectConfig } from '../config/project-config.js';
 import type { Executor } from '../executor/executor.js';
@@ -35,6 +36,10 @@ export interface CliSession {
   engine: PermissionEngine;
   /** What a confined host process may not change or see (capsule's state, the per-user cache and state). */
   hostProtection: HostProtection;
+  /** capsule's own state: the project's protected paths and the per-user cache and state folders. */
+  protectedPaths: string[];
+  /** The real paths of the project's capability roots (those that exist). */
+  realRoots(): Promise<string[]>;
   close(): Promise<void>;
 }
 
@@ -108,6 +113,11 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     executor,
     engine,
     hostProtection: runtime.hostProtection,
+    protectedPaths: runtime.protectedPaths.all,
+    realRoots: async () => {
+      const real = await Promise.all(runtime.registry.roots.map((r) => realpath(r).catch(() => undefined)));
+      return real.filter((r): r is string => r !== undefined);
+    },
     close: () => executor.close(),
   };
 }

@@ -58,6 +58,14 @@ export function columnName(e: Pick<EnvironmentReport, 'environment' | 'engine'>)
   return e.engine !== undefined ? `${e.environment}@${e.engine}` : e.environment;
 }
 
+/** Two runs agree when they printed the same stdout and ended with the same exit code (compare's rule). */
+export function sameOutput(
+  a: Pick<RunResult, 'stdout' | 'exitCode'>,
+  b: Pick<RunResult, 'stdout' | 'exitCode'>,
+): boolean {
+  return a.stdout === b.stdout && a.exitCode === b.exitCode;
+}
+
 export function percentile(samples: readonly number[], q: number): number {
   const sorted = [...samples].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
@@ -149,7 +157,7 @@ export async function compareCapability(options: {
             medianMs: percentile(durations, 0.5),
             p95Ms: percentile(durations, 0.95),
             limitHits: [...new Set(results.flatMap(limitHits))],
-            stable: results.every((r) => r.stdout === first.stdout && r.exitCode === first.exitCode),
+            stable: results.every((r) => sameOutput(r, first)),
           });
         }
       } catch (err) {
@@ -174,7 +182,10 @@ export async function compareCapability(options: {
     const agreement = options.inputs.map((input, i) => {
       const reference = ran[0]?.runs[i];
       const differing = ran
-        .filter((e) => e.runs[i]?.stdout !== reference?.stdout || e.runs[i]?.exitCode !== reference?.exitCode)
+        .filter((e) => {
+          const run = e.runs[i];
+          return run === undefined || reference === undefined || !sameOutput(run, reference);
+        })
         .map(columnName);
       return { input: input.name, equal: differing.length === 0, differing };
     });

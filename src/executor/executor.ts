@@ -6,7 +6,7 @@ import type { Capability, Environment } from '../manifest/types.js';
 import type { Decision, PermissionGate, PermissionRequest } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
 import { ShellRunner } from '../runners/shell-runner.js';
-import type { RunResult, Runner } from '../runners/types.js';
+import type { Observation, RunResult, Runner } from '../runners/types.js';
 import type { CapabilityContext, RunPermit } from '../tools/ports.js';
 
 export type { RunPermit };
@@ -174,7 +174,11 @@ export class Executor {
     inputText: string,
     signal?: AbortSignal,
     /** `engine`: run on this configured Docker engine only (compare across engines). */
-    options: { engine?: string | undefined } = {},
+    options: {
+      engine?: string | undefined;
+      /** A learning run: the runner observes what it reaches (RunResult.observed); every limit stays. */
+      learn?: boolean | undefined;
+    } = {},
   ): Promise<RunResult> {
     const covered = permit === undefined ? undefined : this.#permits.get(permit);
     if (covered === undefined || !covered.has(capability)) {
@@ -200,6 +204,8 @@ export class Executor {
     // Requests the run's egress policy refused: part of the result, so every caller (ci above all)
     // sees that the capability tried to reach what it was not granted, whatever it printed.
     const refused: string[] = [];
+    // A learning run also keeps every request capsule's egress policy judged, allowed or refused.
+    const requests: Observation[] = [];
     try {
       result = this.#checkOutput(
         capability,
@@ -210,13 +216,28 @@ export class Executor {
           engine: options.engine,
           // Judged sandboxed: the runner re-checks that against what it measures where the call lands.
           requireSandboxed: this.#judgedSandboxed.has(permit as RunPermit),
+          learn: options.learn,
           egressAudit: async (record) => {
             if (record.decision === 'deny') refused.push(`${record.method} ${record.host}:${record.port}`);
+            if (options.learn === true) {
+              requests.push({
+                op: 'http',
+                host: record.host,
+                port: record.port,
+                method: record.method,
+                outcome: record.decision === 'allow' ? 'ok' : 'refused',
+                via: 'egress',
+              });
+            }
             await gate.recordNetwork?.(record);
           },
         }),
       );
       if (refused.length > 0) result = { ...result, networkDenied: refused };
+      if (options.learn === true) {
+        const seen = result.observed ?? { observations: [], unobserved: [] };
+        result = { ...result, observed: { ...seen, observations: [...seen.observations, ...requests] } };
+      }
     } catch (err) {
       if (inCall === undefined) span.end(err);
       throw err;
@@ -327,8 +348,9 @@ export class Executor {
    * Stage `name` once and derive the variant it would run as in each of `environments`. Nothing is
    * asked or run yet: approve() asks the gate once for the whole plan.
    */
-  async planVariants(name: string, environments: readonly Environment[]): Promise<VariantPlan> {
-    const capability = await this.#prepare(name);
+  async planVariants(name: string | Capability, environments: readonly Environment[]): Promise<VariantPlan> {
+    // A capability given as loaded (a candidate `capsule learn` proves before it is written) is staged as is.
+    const capability = typeof name === 'string' ? await this.#prepare(name) : await this.#stage.stage(name);
     for (const environment of environments) await this.#measure(environment);
     const variants: PlannedVariant[] = [];
     const cleanups: Array<() => Promise<void>> = [];
@@ -381,7 +403,12 @@ export class Executor {
    */
   async approve(
     plan: VariantPlan,
-    options: { environments?: readonly Environment[] | undefined; signal?: AbortSignal | undefined } = {},
+    options: {
+      environments?: readonly Environment[] | undefined;
+      signal?: AbortSignal | undefined;
+      /** Runs of `capsule learn`: asked and decided like any run, and recorded as learning. */
+      learning?: boolean | undefined;
+    } = {},
   ): Promise<RunPermit> {
     const permits = this.#plans.get(plan);
     if (permits === undefined) {
@@ -405,6 +432,7 @@ export class Executor {
       sandboxed: runnable.every((v) => v.isolation.sandboxed),
       isolation: weakest?.isolation.summary,
       contentHash: plan.capability.contentHash,
+      learning: options.learning === true ? true : undefined,
     };
     // One decision for a plan's runs: a span of its own (each run gets one too).
     const span = this.#telemetry.startToolCall({ tool: 'run_capability' });

@@ -17,6 +17,11 @@ const IMAGE_FOR_INTERPRETER: Partial<Record<string, string>> = {
   node: SANDBOX_IMAGES.node,
 };
 
+/** The sandbox image a shell capability's interpreter runs in (docker variants, `capsule learn --promote`). */
+export function sandboxImageFor(interpreter: string | undefined): string | undefined {
+  return interpreter === undefined ? undefined : IMAGE_FOR_INTERPRETER[interpreter];
+}
+
 export type Variant =
   | { ok: true; capability: Capability; how: string; cleanup?: () => Promise<void> }
   | { ok: false; reason: string };
@@ -111,7 +116,7 @@ export async function deriveVariant(
   }
 
   if (capability.environment === 'shell' && environment === 'docker') {
-    const image = m.interpreter === undefined ? undefined : IMAGE_FOR_INTERPRETER[m.interpreter];
+    const image = sandboxImageFor(m.interpreter);
     if (image === undefined) {
       return {
         ok: false,

@@ -60,6 +60,8 @@ export interface AuditEvent {
   answer?: string | undefined;
   contentHash?: string | undefined;
   sandboxed?: boolean | undefined;
+  /** The run was asked for to learn what the capability needs (`capsule learn`): a run like any other. */
+  learning?: boolean | undefined;
   /** A network request a capability made through capsule (tool `network`): where, how, how much. */
   network?: NetworkAuditFields | undefined;
 }
@@ -109,6 +111,10 @@ const auditRecordSchema = z
     answer: z.string().optional(),
     contentHash: z.string().optional(),
     sandboxed: z.boolean().optional(),
+    learning: z
+      .literal(true)
+      .optional()
+      .describe('Present on the decisions of a learning run (`capsule learn`); absent otherwise.'),
     network: networkAuditSchema.optional(),
     prev: z.string().regex(HEX64),
     hash: z.string().regex(HEX64),
@@ -188,6 +194,7 @@ function canonicalBody(r: AuditBody): string {
     ...(r.answer !== undefined ? { answer: r.answer } : {}),
     ...(r.contentHash !== undefined ? { contentHash: r.contentHash } : {}),
     ...(r.sandboxed !== undefined ? { sandboxed: r.sandboxed } : {}),
+    ...(r.learning === true ? { learning: true } : {}),
     ...(r.network !== undefined ? { network: canonicalNetwork(r.network) } : {}),
     prev: r.prev,
   });
@@ -705,6 +712,7 @@ export class JsonlAuditLog implements AuditSink {
       answer: e.answer,
       contentHash: e.contentHash,
       sandboxed: e.sandboxed,
+      learning: e.learning === true ? true : undefined,
       network: e.network,
       prev,
     };

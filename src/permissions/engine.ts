@@ -720,6 +720,7 @@ export class PermissionEngine implements PermissionGate {
       mode: this.modeValue,
       contentHash: request.contentHash,
       sandboxed: request.sandboxed,
+      learning: request.learning === true ? true : undefined,
       // The same mapping the denial a caller sees is built with (denialOf), so log and answer agree.
       deniedBy: event.decision === 'deny' ? deniedByOf(event.source, ceilingSkipped === true) : undefined,
       ...fields,

@@ -55,6 +55,8 @@ export interface PermissionRequest {
   isolation?: string | undefined;
   /** Content hash of the capability the key refers to; project grants are bound to it. */
   contentHash?: string | undefined;
+  /** A run asked for by `capsule learn` (recorded as such; decided exactly like any other run). */
+  learning?: boolean | undefined;
   /**
    * For a compound command: every simple command inside it (normalized). Deny rules are matched
    * against each part as well as the whole; allow rules never are.

@@ -165,6 +165,20 @@ export class Registry {
     return result;
   }
 
+  /**
+   * Load a capability folder that is not (yet) under a root — a candidate `capsule learn` proves before it
+   * writes it — by exactly the rules of this project's roots: its grants are judged as if it were one of them.
+   */
+  async loadCandidate(folder: string): Promise<Awaited<ReturnType<typeof loadCapability>>> {
+    return loadCapability(folder, {
+      root: await realpath(path.dirname(folder)),
+      projectRoot: await realpath(this.options.projectRoot),
+      protectedPaths: this.options.protectedPaths ?? [],
+      capabilityRoots: this.roots,
+      inputValidator: this.inputValidator,
+    });
+  }
+
   /** The last scan, or a fresh one. */
   async current(): Promise<ScanResult> {
     return this.last ?? this.scan();

@@ -1,9 +1,12 @@
-import { access, constants } from 'node:fs/promises';
+import { access, constants, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from '../manifest/types.js';
 import { protectedPaths, type HostProtection } from '../permissions/protected-state.js';
 import { HostProcesses, type HostConfinement } from './host-process.js';
-import { emptyResult, type RunRequest, type RunResult, type Runner } from './types.js';
+import { parseTrace, TRACER, tracerArgs } from './tracer.js';
+import { emptyResult, type RunObservations, type RunRequest, type RunResult, type Runner } from './types.js';
 
 /** PATH given to shell capabilities: a fixed system path, never the caller's (which may hold user dirs). */
 export const SHELL_PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -22,9 +25,17 @@ export interface ShellRunnerOptions {
   hostProcesses?: HostProcesses | undefined;
 }
 
-/** The scrubbed environment: a fixed PATH plus exactly the granted variables that exist on the host. */
-export function scrubbedEnv(capability: Capability, hostEnv: NodeJS.ProcessEnv): Record<string, string> {
+/**
+ * The scrubbed environment: a fixed PATH, the project's folder (as in docker, where it is /project, so one
+ * script reads its granted files in both), plus exactly the granted variables that exist on the host.
+ */
+export function scrubbedEnv(
+  capability: Capability,
+  hostEnv: NodeJS.ProcessEnv,
+  projectRoot?: string,
+): Record<string, string> {
   const env: Record<string, string> = { PATH: SHELL_PATH };
+  if (projectRoot !== undefined) env.CAPSULE_PROJECT_DIR = projectRoot;
   for (const name of capability.manifest.grants.env) {
     const value = hostEnv[name];
     if (value !== undefined) env[name] = value;
@@ -50,9 +61,11 @@ export class ShellRunner implements Runner {
   private readonly hostEnv: NodeJS.ProcessEnv;
   private readonly protection: HostProtection;
   private readonly processes: HostProcesses;
+  private readonly projectRoot: string | undefined;
 
   constructor(options: ShellRunnerOptions = {}) {
     this.hostEnv = options.hostEnv ?? {};
+    this.projectRoot = options.projectRoot;
     this.protection = options.protection ?? {
       readOnly: options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : [],
       hidden: [],
@@ -76,7 +89,7 @@ export class ShellRunner implements Runner {
   async run(request: RunRequest): Promise<RunResult> {
     const { capability, input, signal } = request;
     const { limits } = capability.manifest;
-    const { file, args } = commandLine(capability);
+    const command = commandLine(capability);
     if (capability.manifest.interpreter === undefined) {
       try {
         await access(capability.entryPath, constants.X_OK);
@@ -89,20 +102,37 @@ export class ShellRunner implements Runner {
       }
     }
 
-    const done = await this.processes.run({
-      file,
-      args,
-      cwd: capability.dir,
-      env: scrubbedEnv(capability, this.hostEnv),
-      input,
-      output: 'capture',
-      outputBytes: limits.outputBytes,
-      timeoutMs: limits.timeoutMs,
-      signal,
-      protection: this.protection,
-      memoryBytes: limits.memoryMb * 1024 * 1024,
-      pids: limits.pids,
-    });
+    // A learning run starts the tracer as the run's first process, inside the same confinement: it sees
+    // what the capability does there and widens nothing. Its output goes to a private folder of capsule's.
+    const traceDir = request.learn ? await mkdtemp(path.join(tmpdir(), 'capsule-trace-')) : undefined;
+    const { file, args } =
+      traceDir === undefined
+        ? command
+        : {
+            file: TRACER,
+            args: tracerArgs(path.join(traceDir, 'trace'), [command.file, ...command.args]),
+          };
+    const done = await this.processes
+      .run({
+        file,
+        args,
+        cwd: capability.dir,
+        env: scrubbedEnv(capability, this.hostEnv, this.projectRoot),
+        input,
+        output: 'capture',
+        outputBytes: limits.outputBytes,
+        timeoutMs: limits.timeoutMs,
+        signal,
+        protection: this.protection,
+        memoryBytes: limits.memoryMb * 1024 * 1024,
+        // The tracer is one more process of the run.
+        pids: traceDir === undefined ? limits.pids : limits.pids + 1,
+      })
+      .catch(async (err: unknown) => {
+        if (traceDir !== undefined) await rm(traceDir, { recursive: true, force: true });
+        throw err;
+      });
+    const observed = traceDir === undefined ? undefined : await readTrace(traceDir);
     if (done.startError !== undefined) {
       // Could not start at all (ENOENT for the interpreter, EACCES …): not a run result.
       throw new CapsuleError('RUNNER_FAILED', `Could not start ${file}: ${done.startError}`, {
@@ -121,6 +151,25 @@ export class ShellRunner implements Runner {
     result.oomKilled = done.oomKilled;
     if (done.pidsLimited) result.pidsLimited = true;
     result.durationMs = done.durationMs;
+    if (observed !== undefined) result.observed = observed;
     return result;
+  }
+}
+
+/** The tracer's files of one run, parsed and removed. */
+async function readTrace(dir: string): Promise<RunObservations> {
+  try {
+    const names = (await readdir(dir)).filter((n) => n.startsWith('trace')).sort();
+    const texts = await Promise.all(names.map((n) => readFile(path.join(dir, n), 'utf8')));
+    return {
+      observations: parseTrace(texts),
+      unobserved: [
+        'environment variables read (a tracer sees system calls; a variable is read inside the process)',
+        'host names (a tracer sees the addresses connected to, not the names looked up)',
+        'HTTP methods (a tracer sees connections, not requests)',
+      ],
+    };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
 }

@@ -38,6 +38,29 @@ export interface RunResult {
    * only when there were any: the capability tried to reach what its grants.network does not name.
    */
   networkDenied?: readonly string[] | undefined;
+  /** A learning run (RunRequest.learn): what the run was seen to reach, and what could not be seen. */
+  observed?: RunObservations | undefined;
+}
+
+/** One thing a learning run was seen to try. */
+export interface Observation {
+  /** Files: what was done to `path`; `connect`: a socket address; `http`: a request through capsule. */
+  op: 'read' | 'list' | 'write' | 'create' | 'rename' | 'remove' | 'exec' | 'connect' | 'http';
+  /** Absolute host path (files, unix sockets). */
+  path?: string | undefined;
+  host?: string | undefined;
+  port?: number | undefined;
+  method?: string | undefined;
+  /** `ok`: it happened; `failed`: the call failed by itself (a missing file); `refused`: the run's limits refused it. */
+  outcome: 'ok' | 'failed' | 'refused';
+  /** Who saw it: `tracer`, `egress`, … */
+  via: string;
+}
+
+export interface RunObservations {
+  observations: Observation[];
+  /** What this runner could not observe (said in the proposal, never guessed). */
+  unobserved: string[];
 }
 
 export interface RunRequest {
@@ -59,6 +82,11 @@ export interface RunRequest {
    * sandbox, and refuses it (PERMISSION_DENIED) when the measurement changed to a weaker one since.
    */
   requireSandboxed?: boolean | undefined;
+  /**
+   * A learning run: the runner records what the run reaches (RunResult.observed), keeping every limit it
+   * has (what is not granted stays refused, and is recorded). A runner that cannot observe says so.
+   */
+  learn?: boolean | undefined;
 }
 
 /** One interface per runner; implementations live beside it (shell, wasm, docker). */

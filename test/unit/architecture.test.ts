@@ -25,6 +25,7 @@ const RANK: Record<string, number> = {
   executor: 3,
   compare: 4,
   ci: 4,
+  learn: 5,
   runtime: 5,
   agent: 6,
   // interfaces

@@ -52,6 +52,7 @@ import {
 } from 'node:fs';
 import type { BigIntStats, Dirent } from 'node:fs';
 import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 
 /** Symlinks one walk may follow before it is ELOOP (Linux's own limit is 40). */
 export const MAX_SYMLINK_HOPS = 40;
@@ -103,6 +104,33 @@ export interface ConfinedDirOptions {
   hidden?: ((name: string) => boolean) | undefined;
   /** The run's write cap: every entry this directory (and those beneath it) creates counts. */
   writes?: WriteBudget | undefined;
+  /** A learning run: every call through this directory (and those beneath it) is recorded, refused or not. */
+  log?: FileLog | undefined;
+}
+
+/** One filesystem call of a learning run, as capsule's host saw it. */
+export interface FileLogEntry {
+  op: 'read' | 'list' | 'write' | 'create' | 'remove';
+  /** Host path the guest named (its grant's folder joined with the guest's path, not resolved). */
+  path: string;
+  outcome: 'ok' | 'failed' | 'refused';
+}
+
+/** What the guest may not do, as opposed to what is not there: recorded as refused. */
+const REFUSALS = new Set(['ENOTCAPABLE', 'EROFS', 'EACCES', 'EPERM', 'EXDEV', 'ENOSPC']);
+
+/** The calls of one learning run, shared by every directory of the call (bounded: a loop does not grow it). */
+export class FileLog {
+  static readonly MAX_ENTRIES = 10_000;
+  readonly entries: FileLogEntry[] = [];
+  readonly #seen = new Set<string>();
+
+  add(entry: FileLogEntry): void {
+    const key = `${entry.op}\0${entry.outcome}\0${entry.path}`;
+    if (this.#seen.has(key) || this.entries.length >= FileLog.MAX_ENTRIES) return;
+    this.#seen.add(key);
+    this.entries.push(entry);
+  }
 }
 
 /**
@@ -221,6 +249,7 @@ export class ConfinedDir {
    * opened beneath it. Renames and hard links never cross it (see {@link ConfinedDir.link}).
    */
   readonly #grant: object;
+  readonly #log: FileLog | undefined;
   #closed = false;
 
   private constructor(
@@ -229,7 +258,9 @@ export class ConfinedDir {
     hidden: (name: string) => boolean,
     writes: WriteBudget | undefined,
     grant: object,
+    log: FileLog | undefined,
   ) {
+    this.#log = log;
     this.#writes = writes;
     this.#grant = grant;
     this.fd = fd;
@@ -261,7 +292,42 @@ export class ConfinedDir {
       options.hidden ?? (() => false),
       options.writes,
       {},
+      options.log,
     );
+  }
+
+  /**
+   * A call its host refused before it reached this directory (a write on a read-only grant): recorded like
+   * one refused here, so a learning run sees every refusal.
+   */
+  refused(op: FileLogEntry['op'], guestPath: string): void {
+    try {
+      this.#seen(op, guestPath, () => {
+        throw new ConfinedError('EROFS', `${guestPath}: read-only`);
+      });
+    } catch {
+      // Recorded; the caller answers the guest.
+    }
+  }
+
+  /** Runs one call of the guest's, recorded in the learning run's log (when there is one). */
+  #seen<T>(op: FileLogEntry['op'], guestPath: string, call: () => T): T {
+    const log = this.#log;
+    if (log === undefined) return call();
+    let at: string;
+    try {
+      at = path.resolve(this.hostPath(), guestPath);
+    } catch {
+      return call();
+    }
+    try {
+      const done = call();
+      log.add({ op, path: at, outcome: 'ok' });
+      return done;
+    } catch (err) {
+      log.add({ op, path: at, outcome: REFUSALS.has(code(err) ?? '') ? 'refused' : 'failed' });
+      throw err;
+    }
   }
 
   /** The directory's current host path (for messages and the after-open check). */
@@ -295,6 +361,21 @@ export class ConfinedDir {
    * is a host fd the caller owns.
    */
   openFile(guestPath: string, options: WalkOptions & { flags: number; mode?: number }): number {
+    const { flags } = options;
+    const op =
+      (flags & WRITE_FLAGS & ~O_CREAT) !== 0
+        ? (flags & O_CREAT) !== 0
+          ? 'create'
+          : 'write'
+        : (flags & O_CREAT) !== 0
+          ? 'create'
+          : (flags & O_DIRECTORY) !== 0
+            ? 'list'
+            : 'read';
+    return this.#seen(op, guestPath, () => this.#openFile(guestPath, options));
+  }
+
+  #openFile(guestPath: string, options: WalkOptions & { flags: number; mode?: number }): number {
     const { flags } = options;
     if (this.readOnly && (flags & WRITE_FLAGS) !== 0) {
       throw new ConfinedError('EROFS', `${guestPath}: read-only`);
@@ -343,13 +424,13 @@ export class ConfinedDir {
   /** Opens a directory beneath this one as a ConfinedDir of its own (same read-only-ness and hidden names). */
   openDir(guestPath: string, options: WalkOptions): ConfinedDir {
     const fd = this.openFile(guestPath, { ...options, flags: O_RDONLY | O_DIRECTORY });
-    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant, this.#log);
   }
 
   /** Wraps an fd this directory's openFile returned for a directory (for fd-based callers). */
   adoptDir(fd: number): ConfinedDir {
     if (!fstatSync(fd).isDirectory()) throw new ConfinedError('ENOTDIR', 'not a directory');
-    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant);
+    return new ConfinedDir(fd, this.readOnly, this.#hidden, this.#writes, this.#grant, this.#log);
   }
 
   /** Entries of this directory (no `.`/`..`), hidden names left out. */
@@ -359,6 +440,10 @@ export class ConfinedDir {
   }
 
   mkdir(guestPath: string, mode = 0o777): void {
+    this.#seen('create', guestPath, () => this.#mkdir(guestPath, mode));
+  }
+
+  #mkdir(guestPath: string, mode: number): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
       this.#entry(guestPath, 0, () => mkdirSync(r.path, mode));
@@ -366,6 +451,10 @@ export class ConfinedDir {
   }
 
   rmdir(guestPath: string): void {
+    this.#seen('remove', guestPath, () => this.#rmdir(guestPath));
+  }
+
+  #rmdir(guestPath: string): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
       if (r.name === '.')
@@ -376,6 +465,10 @@ export class ConfinedDir {
 
   /** Removes a non-directory. A trailing slash is ENOTDIR (on a file) or EISDIR (on a directory). */
   unlink(guestPath: string): void {
+    this.#seen('remove', guestPath, () => this.#unlink(guestPath));
+  }
+
+  #unlink(guestPath: string): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
       if (r.trailingSlash) {
@@ -397,6 +490,10 @@ export class ConfinedDir {
    * stay inside whatever the guest later renames or links. Use-time walks check every link anyway.
    */
   symlink(target: string, guestPath: string): void {
+    this.#seen('create', guestPath, () => this.#symlink(target, guestPath));
+  }
+
+  #symlink(target: string, guestPath: string): void {
     this.#writable(guestPath);
     this.at(guestPath, { follow: false }, (r) => {
       if (r.trailingSlash) throw new ConfinedError('ENOENT', `${guestPath}: trailing slash`);
@@ -409,6 +506,10 @@ export class ConfinedDir {
 
   /** Renames `from` (in this directory) to `to` in `toDir`, which must lie in the same grant. */
   rename(from: string, toDir: ConfinedDir, to: string): void {
+    this.#seen('remove', from, () => toDir.#seen('create', to, () => this.#rename(from, toDir, to)));
+  }
+
+  #rename(from: string, toDir: ConfinedDir, to: string): void {
     this.#writable(from);
     toDir.#writable(to);
     this.#sameGrant(toDir, from, to);
@@ -434,6 +535,10 @@ export class ConfinedDir {
    * granted for writing, and the new file has two links, so it is never opened for writing again.
    */
   link(from: string, options: WalkOptions, toDir: ConfinedDir, to: string): void {
+    toDir.#seen('create', to, () => this.#link(from, options, toDir, to));
+  }
+
+  #link(from: string, options: WalkOptions, toDir: ConfinedDir, to: string): void {
     toDir.#writable(to);
     this.#sameGrant(toDir, from, to);
     this.at(from, options, (a) =>

@@ -69,6 +69,9 @@ export function blockingHttp(
   return received?.message ?? { ok: false, error: 'capsule gave no answer' };
 }
 
+/** What a component without grants.network is answered, whoever answers it. */
+export const NO_NETWORK_GRANT = 'capsule refused the request: this capability has no grants.network';
+
 /** Main side: answer one call (no handler: the capability has no network grant). */
 export function answerHttp(
   call: HttpCall,
@@ -81,7 +84,7 @@ export function answerHttp(
     Atomics.notify(view, 0);
   };
   if (handler === undefined) {
-    done({ ok: false, error: 'capsule refused the request: this capability has no grants.network' });
+    done({ ok: false, error: NO_NETWORK_GRANT });
     return;
   }
   handler(call.request).then(done, (err: unknown) =>

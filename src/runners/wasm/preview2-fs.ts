@@ -20,6 +20,7 @@ import {
   ConfinedDir,
   ConfinedError,
   setTimes,
+  type FileLog,
   type FileTimes,
   type WriteBudget,
 } from './confined-dir.js';
@@ -310,7 +311,10 @@ class Descriptor {
       flags.mutateDirectory === true ||
       openFlags.create === true ||
       openFlags.truncate === true;
-    if (modifies && this.preopen.readOnly) throw 'read-only';
+    if (modifies && this.preopen.readOnly) {
+      dir.refused(openFlags.create === true ? 'create' : 'write', p);
+      throw 'read-only';
+    }
     // A descriptor never gains rights its parent lacks.
     if (modifies && this.flags.mutateDirectory !== true) throw 'not-permitted';
     let mode =
@@ -486,6 +490,7 @@ export function componentFilesystem(
   preopens: readonly GuestPreopen[],
   hidden: ((name: string) => boolean) | undefined,
   writes: WriteBudget,
+  log?: FileLog | undefined,
 ): ComponentFilesystem {
   const opened: Preopen[] = [];
   const roots: Array<readonly [Preopen, string, DescriptorFlags]> = [];
@@ -493,7 +498,7 @@ export function componentFilesystem(
   try {
     for (const p of preopens) {
       const pre: Preopen = {
-        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
+        root: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes, log }),
         readOnly: p.readOnly,
         files: new Set(),
         open,

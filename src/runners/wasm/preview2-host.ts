@@ -6,7 +6,7 @@
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import type { ComponentJob } from './protocol.js';
-import type { WriteBudget } from './confined-dir.js';
+import type { FileLog, WriteBudget } from './confined-dir.js';
 import { componentFilesystem, FS_RESOURCES } from './preview2-fs.js';
 import { requestFromGuest, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { InputStream, IoError, OutputStream, Pollable, memorySource, type ByteSink } from './preview2-io.js';
@@ -19,6 +19,8 @@ export interface Preview2Io {
   hidden: ((name: string) => boolean) | undefined;
   /** The call's cap on bytes written to its granted folders. */
   writes: WriteBudget;
+  /** A learning run's record of every filesystem call. */
+  log?: FileLog | undefined;
   /** Ends the call with the guest's exit code (throws). */
   exit(code: number): never;
   /** capsule's outgoing HTTP for this call (http-bridge.ts); absent without grants.network. */
@@ -71,7 +73,7 @@ export function preview2Imports(job: ComponentJob, io: Preview2Io): Preview2Host
   const stdinStream = new InputStream(memorySource(new Uint8Array(0)));
   const stdoutStream = new OutputStream(io.stdout);
   const stderrStream = new OutputStream(io.stderr);
-  const fs = componentFilesystem(job.preopens, io.hidden, io.writes);
+  const fs = componentFilesystem(job.preopens, io.hidden, io.writes, io.log);
   const deny = (): never => {
     throw 'access-denied';
   };

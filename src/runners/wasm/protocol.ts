@@ -2,6 +2,7 @@
  * Messages between the WasmRunner (main thread) and its pooled workers. Types and constants only:
  * the worker and what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
  */
+import type { FileLogEntry } from './confined-dir.js';
 import type { WasmModule } from './wasm-types.js';
 
 /**
@@ -86,6 +87,8 @@ export interface ModuleJob {
   writeBytes: number;
   /** Pages the (single) memory may reach after the rewrite, for OOM reporting. */
   maxPages: number;
+  /** A learning run: the host records every filesystem call (JobDone.files). */
+  record?: boolean | undefined;
 }
 
 export interface ComponentCode {
@@ -114,6 +117,8 @@ export interface ComponentJob {
   outputBytes: number;
   writeBytes: number;
   maxPages: number;
+  /** As for a module: a learning run records every filesystem call. */
+  record?: boolean | undefined;
 }
 
 export type Job = ModuleJob | ComponentJob;
@@ -134,6 +139,8 @@ export interface JobDone {
   oomKilled: boolean;
   /** A write was refused at the job's writeBytes. */
   writeLimited: boolean;
+  /** A learning run's filesystem calls, as capsule's host saw them (granted or refused). */
+  files?: FileLogEntry[] | undefined;
 }
 
 /** The job could not start (link error, missing export): the runner turns it into a CapsuleError. */

@@ -5,13 +5,14 @@ import { fileURLToPath } from 'node:url';
 import { CapsuleError } from '../../errors.js';
 import { DEFAULT_WRITE_BYTES } from '../../manifest/schema.js';
 import { EgressSession, type Resolver } from '../../network/egress.js';
-import type { HttpAnswer, HttpRequestWire } from './http-bridge.js';
+import { NO_NETWORK_GRANT, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../permissions/protected-state.js';
-import type { Runner, RunRequest, RunResult } from '../types.js';
+import type { Observation, Runner, RunRequest, RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
 import { PREVIEW2_INTERFACES, type GuestPreopen, type Job } from './protocol.js';
+import type { FileLogEntry } from './confined-dir.js';
 import { assertDirGrants, guestPathFor } from './dir-grants.js';
 import type { DirGrant } from './dir-grants.js';
 import { WorkerPool } from './worker-pool.js';
@@ -55,12 +56,21 @@ export interface WasmRunSpec {
   signal?: AbortSignal | undefined;
   /** The run's network (grants.network): only components get it, through capsule's http interface. */
   egress?: EgressSession | undefined;
+  /**
+   * A learning run without grants.network: each request still reaches the main thread, where it is refused
+   * with the same answer as always and recorded (learning never widens a run).
+   */
+  refusedHttp?: ((request: HttpRequestWire) => void) | undefined;
+  /** A learning run: capsule's filesystem hosts record every call (WasmRawResult.files). */
+  record?: boolean | undefined;
 }
 
 /** RunResult with the guest's raw bytes, for callers that must pass output through unchanged. */
 export interface WasmRawResult extends Omit<RunResult, 'stdout' | 'stderr'> {
   stdout: Uint8Array;
   stderr: Uint8Array;
+  /** A learning run's filesystem calls (spec.record). */
+  files?: FileLogEntry[] | undefined;
 }
 
 /**
@@ -129,6 +139,7 @@ export class WasmRunner implements Runner {
       grants.network.length > 0
         ? new EgressSession({ capability, resolve: this.#options.egressResolver, audit: request.egressAudit })
         : undefined;
+    const observations: Observation[] = [];
     const raw = await this.runRaw({
       file: capability.entryPath,
       args: capability.manifest.args,
@@ -146,9 +157,28 @@ export class WasmRunner implements Runner {
       writeBytes: limits.writeBytes,
       signal: request.signal,
       egress,
+      record: request.learn === true,
+      refusedHttp:
+        request.learn === true && egress === undefined
+          ? (wire) => observations.push(refusedObservation(wire))
+          : undefined,
     }).finally(() => egress?.close());
+    const { files, ...rest } = raw;
+    const via = 'wasm host';
+    for (const f of files ?? []) observations.unshift({ op: f.op, path: f.path, outcome: f.outcome, via });
     return {
-      ...raw,
+      ...rest,
+      ...(request.learn === true
+        ? {
+            observed: {
+              observations,
+              unobserved: [
+                "files outside the granted folders: a guest resolves its paths against its preopens itself, so a name under no granted folder never reaches capsule's host (what it tried inside or above one is recorded)",
+                'environment variables read',
+              ],
+            },
+          }
+        : {}),
       stdout: Buffer.from(raw.stdout).toString('utf8'),
       stderr: Buffer.from(raw.stderr).toString('utf8'),
     };
@@ -205,7 +235,12 @@ export class WasmRunner implements Runner {
     const outcome = await this.#pool.run(job, {
       timeoutMs: spec.timeoutMs,
       signal: spec.signal,
-      onHttp: egress === undefined ? undefined : (request) => httpThroughEgress(egress, request),
+      onHttp:
+        egress !== undefined
+          ? (request) => httpThroughEgress(egress, request)
+          : spec.refusedHttp !== undefined
+            ? refusedHttp(spec.refusedHttp)
+            : undefined,
     });
     const base: WasmRawResult = {
       environment: 'wasm',
@@ -243,6 +278,7 @@ export class WasmRunner implements Runner {
       base.truncated = reply.truncated;
       base.oomKilled = reply.oomKilled;
       if (reply.writeLimited) base.writeLimited = true;
+      if (reply.files !== undefined) base.files = reply.files;
     } else if (outcome.crash !== undefined) {
       base.stderr = Buffer.from(`capsule: the Wasm worker died: ${outcome.crash}\n`);
       base.oomKilled = /memory/i.test(outcome.crash);
@@ -278,6 +314,7 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
       outputBytes: spec.outputBytes,
       writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
       maxPages: prepared.maxPages,
+      record: spec.record,
     };
   }
   return {
@@ -288,11 +325,43 @@ function toJob(prepared: Prepared, spec: WasmRunSpec, preopens: GuestPreopen[]):
     args,
     env: spec.env,
     preopens,
-    network: spec.egress !== undefined,
+    network: spec.egress !== undefined || spec.refusedHttp !== undefined,
     hiddenNames: RESERVED_NAME_PATTERN,
     outputBytes: spec.outputBytes,
     writeBytes: spec.writeBytes ?? DEFAULT_WRITE_BYTES,
     maxPages: prepared.maxPages,
+    record: spec.record,
+  };
+}
+
+/** The answer a component without grants.network always gets, after `record` saw the request. */
+function refusedHttp(
+  record: (request: HttpRequestWire) => void,
+): (request: HttpRequestWire) => Promise<HttpAnswer> {
+  return (request) => {
+    record(request);
+    return Promise.resolve({ ok: false, error: NO_NETWORK_GRANT });
+  };
+}
+
+/** A refused request as a learning run records it: host, port and method, as the URL names them. */
+function refusedObservation(request: HttpRequestWire): Observation {
+  let host: string | undefined;
+  let port: number | undefined;
+  try {
+    const url = new URL(request.url);
+    host = url.hostname;
+    port = url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+  } catch {
+    // Not a URL: recorded without a host (nothing to propose).
+  }
+  return {
+    op: 'http',
+    host,
+    port,
+    method: request.method.toUpperCase(),
+    outcome: 'refused',
+    via: 'wasm http bridge',
   };
 }
 

@@ -9,7 +9,7 @@ import { setFlagsFromString } from 'node:v8';
 import { HOST_MEMORY_IMPORT } from './protocol.js';
 import type { ComponentJob, HostMemory, Job, JobReply, ModuleJob } from './protocol.js';
 import { createPreview1, Preview1Exit } from './preview1/host.js';
-import { WriteBudget } from './confined-dir.js';
+import { FileLog, WriteBudget } from './confined-dir.js';
 import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
 import { preview2Imports, type Preview2Host } from './preview2-host.js';
@@ -103,6 +103,7 @@ function doneReply(
   memories: WasmMemory[],
   maxPages: number,
   writes: WriteBudget,
+  log?: FileLog | undefined,
 ): JobReply {
   const errBytes = ran.stderr.bytes();
   const oomKilled =
@@ -118,6 +119,7 @@ function doneReply(
     truncated: ran.truncated,
     oomKilled,
     writeLimited: writes.exceeded,
+    ...(log !== undefined ? { files: log.entries } : {}),
   };
 }
 
@@ -175,6 +177,7 @@ function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
   let host: Preview1Host;
   const supplied = code.slot?.take();
   const writes = new WriteBudget(job.writeBytes);
+  const log = job.record === true ? new FileLog() : undefined;
   try {
     host = createPreview1({
       args: job.args,
@@ -186,6 +189,7 @@ function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
       memory: () => memory,
       hidden: hiddenBy(job.hiddenNames),
       writes,
+      log,
     });
   } catch (err) {
     return { type: 'failed', id, message: `a granted directory cannot be opened: ${describe(err)}` };
@@ -248,6 +252,7 @@ function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
     memory === undefined ? [] : [memory],
     job.maxPages,
     writes,
+    log,
   );
 }
 
@@ -275,11 +280,13 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
   const stderr = new Sink(job.outputBytes);
   const memories: WasmMemory[] = [];
   const writes = new WriteBudget(job.writeBytes);
+  const log = job.record === true ? new FileLog() : undefined;
   const host = preview2Imports(job, {
     stdout,
     stderr,
     hidden: hiddenBy(job.hiddenNames),
     writes,
+    log,
     exit: (status) => {
       throw new GuestExit(status);
     },
@@ -291,7 +298,7 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
   // Memories this call's instances got from their slots, handed back once the call is over.
   const supplied: Array<[MemorySlot, WasmMemory]> = [];
   try {
-    return callComponent(id, job, code, host, { stdout, stderr, memories, writes }, supplied);
+    return callComponent(id, job, code, host, { stdout, stderr, memories, writes, log }, supplied);
   } finally {
     host.dispose();
     for (const [slot, memory] of supplied) slot.give(memory);
@@ -303,10 +310,10 @@ function callComponent(
   job: ComponentJob,
   code: LoadedComponent,
   host: Preview2Host,
-  io: { stdout: Sink; stderr: Sink; memories: WasmMemory[]; writes: WriteBudget },
+  io: { stdout: Sink; stderr: Sink; memories: WasmMemory[]; writes: WriteBudget; log: FileLog | undefined },
   supplied: Array<[MemorySlot, WasmMemory]>,
 ): JobReply {
-  const { stdout, stderr, memories, writes } = io;
+  const { stdout, stderr, memories, writes, log } = io;
   let exports: Record<string, unknown>;
   let exitCode = 0;
   let truncated = false;
@@ -363,7 +370,7 @@ function callComponent(
       }
     }
   }
-  return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages, writes);
+  return doneReply(id, { exitCode, trapped, truncated, stdout, stderr }, memories, job.maxPages, writes, log);
 }
 
 /**

@@ -20,7 +20,7 @@ import {
 } from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { randomFillSync } from 'node:crypto';
-import { assertSingleLink, ConfinedDir, setTimes, type WriteBudget } from '../confined-dir.js';
+import { assertSingleLink, ConfinedDir, setTimes, type FileLog, type WriteBudget } from '../confined-dir.js';
 import type { FileTimes } from '../confined-dir.js';
 import {
   CLOCK,
@@ -66,6 +66,8 @@ export interface Preview1Options {
   hidden?: ((name: string) => boolean) | undefined;
   /** The call's cap on bytes written to its granted folders (limits.writeBytes). */
   writes: WriteBudget;
+  /** A learning run's record of every filesystem call. */
+  log?: FileLog | undefined;
 }
 
 /** Thrown by proc_exit; the runner catches it and reports `code`. */
@@ -187,7 +189,7 @@ export function createPreview1(options: Preview1Options): Preview1Host {
     options.preopens.forEach((p, i) => {
       table.set(3 + i, {
         kind: 'dir',
-        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes }),
+        dir: ConfinedDir.open(p.host, { readOnly: p.readOnly, hidden, writes, log: options.log }),
         preopen: p.guest,
         listing: undefined,
         rights: DIR_RIGHTS,
@@ -658,8 +660,14 @@ export function createPreview1(options: Preview1Options): Preview1Host {
       if ((fdflags & FDFLAGS.NONBLOCK) !== 0) flags |= O_NONBLOCK;
       if ((fdflags & (FDFLAGS.SYNC | FDFLAGS.RSYNC)) !== 0) flags |= O_SYNC;
       if ((fdflags & FDFLAGS.DSYNC) !== 0) flags |= O_DSYNC;
-      if (d.dir.readOnly && (write || (oflags & OFLAGS.CREAT) !== 0) && !asDir) return E.ROFS;
-      if (d.dir.readOnly && (oflags & (OFLAGS.CREAT | OFLAGS.TRUNC)) !== 0) return E.ROFS;
+      if (
+        d.dir.readOnly &&
+        (((write || (oflags & OFLAGS.CREAT) !== 0) && !asDir) ||
+          (oflags & (OFLAGS.CREAT | OFLAGS.TRUNC)) !== 0)
+      ) {
+        d.dir.refused((oflags & OFLAGS.CREAT) !== 0 ? 'create' : 'write', guestPath);
+        return E.ROFS;
+      }
       let hostFd: number;
       try {
         hostFd = d.dir.openFile(guestPath, { follow: follow(lookupflags), flags, mode: 0o666 });
