@@ -1,3 +1,4 @@
+import type { LimitedGrant } from '../permissions/grant-lifetime.js';
 import type { PermissionMode } from '../config/project-config.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
@@ -20,6 +21,8 @@ export interface OpenAgentSessionOptions {
   mode?: PermissionMode | undefined;
   /** `--grant KEY`: session grants given up front (canonicalized like the CLI's). */
   grants?: readonly string[] | undefined;
+  /** `--grant-for LIFETIME=KEY`: session grants that end after some uses or some time. */
+  limitedGrants?: readonly LimitedGrant[] | undefined;
   /** Who answers an Ask. Default: nobody (every Ask is a denial that says how to allow it). */
   prompter?: Prompter | undefined;
   approvePlan?: PlanApproval | undefined;
@@ -63,6 +66,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     cwd: options.cwd,
     env: options.env,
     grants: options.grants,
+    limitedGrants: options.limitedGrants,
     runners: options.runners,
     stateDir: options.stateDir,
     cacheDir: options.cacheDir,

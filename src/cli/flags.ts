@@ -14,6 +14,12 @@ export function addGateFlags(command: Command): Command {
       collect,
       [],
     )
+    .option(
+      '--grant-for <lifetime=key>',
+      'session grant that ends: once=KEY, 3x=KEY (uses), 10m=KEY (time: s, m, h, d), 3x,10m=KEY (repeatable)',
+      collect,
+      [],
+    )
     .option('--no-prompt', 'never ask: every Ask becomes a denial (exit 77)')
     .addOption(new Option('--mode <mode>', 'permission mode').choices(PERMISSION_MODES));
 }
@@ -30,6 +36,8 @@ export interface GateFlags {
   /** --engine (run, compare, ci). */
   engine?: string;
   grant: string[];
+  /** --grant-for LIFETIME=KEY, as typed (parsed by openSession). */
+  grantFor?: string[];
   /** commander maps --no-prompt to prompt=false. */
   prompt: boolean;
   mode?: PermissionMode;

@@ -11,6 +11,7 @@ import type { CommandParser } from '../permissions/command-parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import type { HostProtection } from '../permissions/protected-state.js';
 import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
+import { parseLimitedGrant } from '../permissions/grant-lifetime.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
 import type { CliIO } from './output.js';
@@ -19,6 +20,8 @@ export { projectRegistry };
 
 export interface SessionFlags {
   grants?: readonly string[];
+  /** `--grant-for LIFETIME=KEY`, as typed. */
+  grantFor?: readonly string[] | undefined;
   noPrompt?: boolean;
   /** `--mode`, already one of the modes (commander checks the choice: the CLI's one parse of it). */
   mode?: PermissionMode | undefined;
@@ -88,6 +91,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     cwd: io.cwd,
     env: io.env,
     grants: flags.grants,
+    limitedGrants: (flags.grantFor ?? []).map((g) => parseLimitedGrant(g)),
     parser: flags.parser,
     engine: flags.engine,
     onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   closeSync,
   constants,
+  fchownSync,
   fdatasync as fdatasyncCallback,
   fstatSync,
   ftruncateSync,
@@ -89,6 +90,7 @@ const networkAuditSchema = z.strictObject({
 });
 
 const HEX64 = /^[0-9a-f]{64}$/;
+const WRITER_ID = /^[0-9a-f]{16}$/;
 
 /** A write interrupted by a kill stops at a page boundary of the file. */
 const PAGE_BYTES = 4096;
@@ -116,6 +118,13 @@ const auditRecordSchema = z
       .optional()
       .describe('Present on the decisions of a learning run (`capsule learn`); absent otherwise.'),
     network: networkAuditSchema.optional(),
+    writer: z
+      .string()
+      .regex(WRITER_ID)
+      .optional()
+      .describe(
+        'Which state folder wrote the record (writerId of its key). Absent in lines written before several writers shared a log, and in logs kept without a head.',
+      ),
     prev: z.string().regex(HEX64),
     hash: z.string().regex(HEX64),
   })
@@ -132,6 +141,13 @@ const auditHeadBodySchema = z
     log: z.string().describe('For people: the log file.'),
     records: z.int().min(0).describe('How many records the log held after the last append.'),
     lastHash: z.string().regex(HEX64).describe('The hash of its last record (GENESIS_HASH when empty).'),
+    size: z
+      .int()
+      .min(0)
+      .optional()
+      .describe(
+        'Size of the log in bytes after the last append, so records other writers added after it are read without reading the whole log (absent in heads of earlier capsules).',
+      ),
     updated: z.string(),
     pending: z
       .strictObject({
@@ -165,6 +181,16 @@ export interface AuditHeadRef {
 
 const HEAD_MAC_PURPOSE = 'audit-head';
 
+/**
+ * The name a state folder writes into each of its records: derived from its key, so two folders (two
+ * users, sudo, a container, another XDG_STATE_HOME) never share one, and it tells nothing of the key.
+ */
+export async function writerId(key: StateKey): Promise<string> {
+  const mac = await key.sign('audit-writer', 'writer', {});
+  const hex = mac.slice(mac.indexOf(':') + 1);
+  return hex.slice(0, 16);
+}
+
 export interface AuditSink {
   append(event: AuditEvent): Promise<void>;
 }
@@ -196,6 +222,7 @@ function canonicalBody(r: AuditBody): string {
     ...(r.sandboxed !== undefined ? { sandboxed: r.sandboxed } : {}),
     ...(r.learning === true ? { learning: true } : {}),
     ...(r.network !== undefined ? { network: canonicalNetwork(r.network) } : {}),
+    ...(r.writer !== undefined ? { writer: r.writer } : {}),
     prev: r.prev,
   });
 }
@@ -284,7 +311,7 @@ export type AuditProblemKind =
   | 'torn'
   /** Fewer records than the head: the tail was cut, or the file emptied or deleted. */
   | 'truncated'
-  /** More records than the head. */
+  /** Records after the head that name this state folder as their writer: it never wrote them. */
   | 'extra'
   /** Same length, different last hash, or the record the head names is not there: a rewrite. */
   | 'rewritten'
@@ -309,12 +336,24 @@ export type AuditVerification =
        * append, which says so in its own record): the head vouches for them only from here on.
        */
       anchoredFrom: number;
+      /** The writer id of the verifying state folder (absent without a head). */
+      writer?: string | undefined;
+      /** Runs of records written from other state folders: recorded, not tampering (see docs/permissions.md). */
+      foreign: ForeignSegment[];
     }
   | { ok: false; records: number; line: number; kind: AuditProblemKind; problem: string };
 
 export interface VerifyOptions {
   /** The log's head; without it only the chain itself is checked. */
   head?: AuditHeadRef | undefined;
+}
+
+/** A run of consecutive records written from one state folder (writer undefined: it named none). */
+export interface WriterSegment {
+  writer: string | undefined;
+  /** seq of its first and last record. */
+  from: number;
+  to: number;
 }
 
 interface Walk {
@@ -329,16 +368,30 @@ interface Walk {
   anchoredFrom: number;
   /** The last note saying the chain began anew over a missing log (its seq and text). */
   restarted?: { seq: number; reason: string } | undefined;
+  /** Who wrote what, in order (only the records walked). */
+  writers: WriterSegment[];
 }
 
-function walkChain(buf: Buffer, hashAtCounts: readonly number[] = []): Walk {
-  let prev = GENESIS_HASH;
-  let records = 0;
+interface WalkOptions {
+  /** Record counts whose hash to keep (the head names them). */
+  hashAt?: readonly number[] | undefined;
+  /** The writer id of the state folder verifying: only its own notes say where its head begins. */
+  mine?: string | undefined;
+  /** Where `buf` starts in the chain: records before it and the hash of the last one. */
+  start?: { records: number; lastHash: string; offset: number } | undefined;
+}
+
+function walkChain(buf: Buffer, options: WalkOptions = {}): Walk {
+  const hashAtCounts = options.hashAt ?? [];
+  const base = options.start?.offset ?? 0;
+  let prev = options.start?.lastHash ?? GENESIS_HASH;
+  let records = options.start?.records ?? 0;
   const hashAt = new Map<number, string>();
-  if (hashAtCounts.includes(0)) hashAt.set(0, GENESIS_HASH);
+  if (hashAtCounts.includes(records)) hashAt.set(records, prev);
   let start = 0;
   let anchoredFrom = 0;
   let restarted: Walk['restarted'];
+  const writers: WriterSegment[] = [];
   while (start < buf.length) {
     const nl = buf.indexOf(0x0a, start);
     const fail = (kind: AuditProblemKind, problem: string): Walk => ({
@@ -347,6 +400,7 @@ function walkChain(buf: Buffer, hashAtCounts: readonly number[] = []): Walk {
       hashAt,
       anchoredFrom,
       restarted,
+      writers,
       failure: { ok: false, records, line: records + 1, kind, problem },
     });
     if (nl < 0) {
@@ -356,7 +410,7 @@ function walkChain(buf: Buffer, hashAtCounts: readonly number[] = []): Walk {
           'torn',
           `line ${records + 1} is a torn final line (${bytes.length} byte(s) with no newline): a crash during an append, or the log was cut inside a line`,
         ),
-        torn: { offset: start, bytes },
+        torn: { offset: base + start, bytes },
       };
     }
     const line = buf.subarray(start, nl);
@@ -367,25 +421,88 @@ function walkChain(buf: Buffer, hashAtCounts: readonly number[] = []): Walk {
       return fail('chain', `seq is ${r.seq}, expected ${records} (a line was deleted, inserted or moved)`);
     if (r.prev !== prev)
       return fail('chain', 'prev does not match the previous line (a line was deleted or moved)');
-    if (r.tool === AUDIT_TOOL && r.key === ANCHOR_KEY) anchoredFrom = r.seq;
+    const own = options.mine === undefined || r.writer === undefined || r.writer === options.mine;
+    if (r.tool === AUDIT_TOOL && r.key === ANCHOR_KEY && own) anchoredFrom = r.seq;
     if (r.tool === AUDIT_TOOL && r.key === RESTART_KEY) restarted = { seq: r.seq, reason: r.reason };
+    const run = writers.at(-1);
+    if (run !== undefined && run.writer === r.writer) run.to = r.seq;
+    else writers.push({ writer: r.writer, from: r.seq, to: r.seq });
     prev = r.hash;
     records++;
     if (hashAtCounts.includes(records)) hashAt.set(records, prev);
     start = nl + 1;
   }
-  return { records, lastHash: prev, hashAt, anchoredFrom, restarted };
+  return { records, lastHash: prev, hashAt, anchoredFrom, restarted, writers };
 }
 
-/** Compare a walked chain (of a log of `size` bytes) with its head. */
-function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number): AuditVerification {
+/** The first record at or after `from` that names `mine` as its writer (undefined: none). */
+function ownAfter(
+  writers: readonly WriterSegment[],
+  from: number,
+  mine: string | undefined,
+): number | undefined {
+  if (mine === undefined) return undefined;
+  for (const w of writers) if (w.writer === mine && w.to >= from) return Math.max(w.from, from);
+  return undefined;
+}
+
+/** Records written from state folders other than `mine`, and whether its head covers them. */
+export interface ForeignSegment {
+  /** The writer id the records name (null: they name none — an earlier capsule, or a log without a head). */
+  writer: string | null;
+  from: number;
+  to: number;
+  /**
+   * True when they come after this folder's last record: its head does not cover them, so only the
+   * folder that wrote them can tell whether they were cut or rewritten since.
+   */
+  afterHead: boolean;
+}
+
+function foreignSegments(
+  writers: readonly WriterSegment[],
+  mine: string | undefined,
+  headRecords: number,
+): ForeignSegment[] {
+  if (mine === undefined) return [];
+  const out: ForeignSegment[] = [];
+  for (const w of writers) {
+    if (w.writer === mine) continue;
+    // A run straddling the head's end is told as two: the part it covers and the part it does not.
+    if (w.from < headRecords && w.to >= headRecords) {
+      out.push({ writer: w.writer ?? null, from: w.from, to: headRecords - 1, afterHead: false });
+      out.push({ writer: w.writer ?? null, from: headRecords, to: w.to, afterHead: true });
+    } else out.push({ writer: w.writer ?? null, from: w.from, to: w.to, afterHead: w.from >= headRecords });
+  }
+  return out;
+}
+
+function ownAfterHeadProblem(own: number, head: AuditHead, said: string): string {
+  return `record ${own} names this state folder as its writer, yet ${said}: this folder never wrote it (it was forged), or the head was put back from an older copy`;
+}
+
+/** Compare a walked chain (of a log of `size` bytes) with the head of the state folder `mine`. */
+function againstHead(
+  walk: Walk,
+  head: AuditHead,
+  headFile: string,
+  size: number,
+  mine: string | undefined,
+): AuditVerification {
   const { records, lastHash } = walk;
   const batch = head.pending;
   if (batch !== undefined && walk.failure === undefined) {
-    // The announced batch is in the log whole: the kill came before the head could say so.
-    if (records === batch.records && size === batch.to && walk.hashAt.get(records) === batch.lastHash) {
+    // The announced batch is in the log whole (other writers may have added records after it): the
+    // kill came before the head could say so.
+    if (records >= batch.records && walk.hashAt.get(batch.records) === batch.lastHash) {
       const { pending: _landed, ...rest } = head;
-      return againstHead(walk, { ...rest, records, lastHash }, headFile, size);
+      return againstHead(
+        walk,
+        { ...rest, records: batch.records, lastHash: batch.lastHash, size: batch.to },
+        headFile,
+        size,
+        mine,
+      );
     }
     // Part of it, cut at a page boundary by a kill (a write interrupted between pages stops there).
     if (
@@ -405,12 +522,15 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number
       };
     }
   }
-  const said = `its head (${headFile}) says ${head.records} record(s)`;
+  const said = `this state folder's head (${headFile}) says the log held ${head.records} record(s) after its last write`;
   if (walk.failure !== undefined && walk.failure.kind !== 'torn') return walk.failure;
   if (walk.torn !== undefined) {
     // A torn fragment after exactly the records the head names is what a crash leaves.
     const failure = walk.failure as Extract<AuditVerification, { ok: false }>;
-    const matches = records === head.records && lastHash === head.lastHash;
+    const matches =
+      records >= head.records &&
+      walk.hashAt.get(head.records) === head.lastHash &&
+      ownAfter(walk.writers, head.records, mine) === undefined;
     return {
       ...failure,
       problem: `${failure.problem}; ${matches ? 'the records before it match the head' : `and ${said} while ${records} precede it`}`,
@@ -422,7 +542,7 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number
       records,
       line: records + 1,
       kind: 'truncated',
-      problem: `the log has ${records} record(s) but ${said}: its tail was cut, or it was emptied, deleted or replaced`,
+      problem: `the log has ${records} record(s) but ${said}: records were cut from its end, or it was emptied, deleted or replaced`,
     };
   }
   if (walk.hashAt.get(head.records) !== head.lastHash) {
@@ -431,16 +551,20 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number
       records,
       line: head.records,
       kind: 'rewritten',
-      problem: `record ${head.records} does not have the hash the head holds (${head.lastHash}): the log was rewritten`,
+      problem: `record ${head.records - 1} is not the one this state folder wrote there (its hash is not ${head.lastHash}, which its head holds): the log was rewritten`,
     };
   }
-  if (records > head.records) {
+  const own = ownAfter(walk.writers, head.records, mine);
+  if (own !== undefined || (mine === undefined && records > head.records)) {
     return {
       ok: false,
       records,
-      line: head.records + 1,
+      line: (own ?? head.records) + 1,
       kind: 'extra',
-      problem: `${records - head.records} record(s) after the last one ${said.replace('says', 'names')}: appended by something other than capsule, or a crash between an append and the head update`,
+      problem:
+        own !== undefined
+          ? ownAfterHeadProblem(own, head, said)
+          : `${records - head.records} record(s) after the last one its head names: appended by something other than capsule, or a crash between an append and the head update`,
     };
   }
   if (walk.restarted !== undefined) {
@@ -453,7 +577,15 @@ function againstHead(walk: Walk, head: AuditHead, headFile: string, size: number
       problem: `record ${walk.restarted.seq} says: ${walk.restarted.reason} (capsule audit reset acknowledges it and starts a clean chain)`,
     };
   }
-  return { ok: true, records, lastHash, anchored: true, anchoredFrom: walk.anchoredFrom };
+  return {
+    ok: true,
+    records,
+    lastHash,
+    anchored: true,
+    anchoredFrom: walk.anchoredFrom,
+    writer: mine,
+    foreign: foreignSegments(walk.writers, mine, head.records),
+  };
 }
 
 type HeadRead =
@@ -528,9 +660,11 @@ export async function verifyAuditLog(file: string, options: VerifyOptions = {}):
     }
     if (read.found) head = read.head;
   }
+  const mine = options.head !== undefined ? await writerId(options.head.key) : undefined;
   const counts = head === undefined ? [] : [head.records, ...(head.pending ? [head.pending.records] : [])];
-  const walk = walkChain(buf, counts);
-  if (head !== undefined && headFile !== undefined) return againstHead(walk, head, headFile, buf.length);
+  const walk = walkChain(buf, { hashAt: counts, mine });
+  if (head !== undefined && headFile !== undefined)
+    return againstHead(walk, head, headFile, buf.length, mine);
   if (walk.failure !== undefined) return walk.failure;
   if (headFile !== undefined && walk.records > 0) {
     return {
@@ -538,7 +672,7 @@ export async function verifyAuditLog(file: string, options: VerifyOptions = {}):
       records: walk.records,
       line: 0,
       kind: 'unanchored',
-      problem: `the chain of ${walk.records} record(s) is consistent, but it has no head (${headFile}): a cut, deleted or rewritten log cannot be told from it`,
+      problem: `the chain of ${walk.records} record(s) is consistent, but this state folder has no head for it (${headFile}; it never wrote to this log, or its head was deleted): a cut, deleted or rewritten log cannot be told from it here — verify from a state folder that wrote to it`,
     };
   }
   return {
@@ -547,6 +681,8 @@ export async function verifyAuditLog(file: string, options: VerifyOptions = {}):
     lastHash: walk.lastHash,
     anchored: headFile !== undefined,
     anchoredFrom: walk.anchoredFrom,
+    writer: mine,
+    foreign: [],
   };
 }
 
@@ -560,6 +696,7 @@ export function verifyAuditText(text: string): AuditVerification {
       lastHash: walk.lastHash,
       anchored: false,
       anchoredFrom: walk.anchoredFrom,
+      foreign: [],
     }
   );
 }
@@ -601,6 +738,7 @@ export class JsonlAuditLog implements AuditSink {
   private headDirReady = false;
   /** The head file is known to be exactly one page (checked on this instance's first write). */
   private headSized = false;
+  private writer: Promise<string | undefined> | undefined;
 
   constructor(
     readonly file: string,
@@ -667,37 +805,38 @@ export class JsonlAuditLog implements AuditSink {
 
   private async appendBatch(events: readonly AuditEvent[]): Promise<void> {
     // The lock below creates the folder too; this is only for a log this instance has not written yet.
-    if (this.tail === undefined) await mkdir(path.dirname(this.file), { recursive: true });
+    if (this.tail === undefined) await makeLogDir(path.dirname(this.file));
     await this.lock(async () => {
       const size = fileSize(this.file);
       const notes: AuditEvent[] = [];
       let last = this.tail !== undefined && this.tail.size === size ? this.tail : undefined;
       if (last === undefined) last = await this.establishTail(size, notes);
+      const writer = await this.writerName();
       let seq = last.seq;
       let prev = last.hash;
       let out = '';
       for (const e of [...notes, ...events]) {
         seq++;
-        const { line, hash } = lineFor(this.body(e, seq, prev));
+        const { line, hash } = lineFor(this.body(e, seq, prev, writer));
         out += `${line}\n`;
         prev = hash;
       }
       const bytes = Buffer.from(out, 'utf8');
       // Announce the batch, write it, then say it is there: a kill at any point leaves a log that
       // verifies (before, or after, the batch) or ends in a torn batch the next append removes.
-      await this.writeHead(last.seq + 1, last.hash, {
+      await this.writeHead(last.seq + 1, last.hash, last.size, {
         from: last.size,
         to: last.size + bytes.length,
         records: seq + 1,
         lastHash: prev,
       });
       await appendDurably(this.file, bytes);
-      await this.writeHead(seq + 1, prev);
+      await this.writeHead(seq + 1, prev, last.size + bytes.length);
       this.tail = { size: last.size + bytes.length, seq, hash: prev };
     });
   }
 
-  private body(e: AuditEvent, seq: number, prev: string): AuditBody {
+  private body(e: AuditEvent, seq: number, prev: string, writer: string | undefined): AuditBody {
     return {
       seq,
       time: new Date(this.clock.now()).toISOString(),
@@ -714,14 +853,17 @@ export class JsonlAuditLog implements AuditSink {
       sandboxed: e.sandboxed,
       learning: e.learning === true ? true : undefined,
       network: e.network,
+      writer,
       prev,
     };
   }
 
   /**
-   * The log's tail, checked against the head before anything is chained onto it. A torn final
-   * fragment after exactly the records the head names is a crashed append: it is cut off and the cut
-   * is recorded. Anything else that does not match is AUDIT_BROKEN: a broken chain is never extended.
+   * The log's tail, checked against this state folder's head before anything is chained onto it.
+   * Records other state folders appended after this folder's last one are theirs to vouch for: they
+   * are chained onto, and `verify` names them. A torn final fragment (a crashed append) is cut off and
+   * the cut is recorded. Anything else that does not match is AUDIT_BROKEN: a broken chain is never
+   * extended.
    */
   private async establishTail(
     size: number,
@@ -729,42 +871,53 @@ export class JsonlAuditLog implements AuditSink {
   ): Promise<{ size: number; seq: number; hash: string }> {
     const ref = this.options.head;
     const headFile = ref?.file;
+    const mine = await this.writerName();
     const read = ref !== undefined ? await readHead(ref) : ({ found: false } as HeadRead);
-    if ('broken' in read) throw this.broken(`its head ${headFile ?? ''} ${read.broken}`);
-    const head = read.found ? read.head : undefined;
-    // Only the end of the log is read: its last record must be the one the head names. Whatever is
-    // wrong further up is for `verify` to find; it is never hidden by extending the chain.
+    if ('broken' in read) throw this.broken(`this state folder's head ${headFile ?? ''} ${read.broken}`);
+    let head = read.found ? read.head : undefined;
+    // Only the end of the log is read: its last record must be the one the head names, or follow it.
+    // Whatever is wrong further up is for `verify` to find; it is never hidden by extending the chain.
     const tail = await readTail(this.file, size);
     const batch = head?.pending;
     if (head !== undefined && batch !== undefined) {
-      const landed =
-        tail.problem === undefined &&
-        tail.torn === undefined &&
-        size === batch.to &&
-        tail.records === batch.records &&
-        tail.lastHash === batch.lastHash;
-      // A writer was killed after writing its batch whole: the head written next says it is there.
-      if (landed) return { size, seq: tail.records - 1, hash: tail.lastHash };
-      const atHead = tail.records === head.records && tail.lastHash === head.lastHash;
-      if (!atHead && size > batch.from && size < batch.to) {
-        // Killed during the write: part of the batch reached the file. None of its decisions was
-        // returned (append resolves after the write), so it is cut back to where it began — if the
-        // record there is the one the head names — and the cut is recorded with what it removed.
-        const before = await readTail(this.file, batch.from);
+      const atTo =
+        batch.to === size ? tail : batch.to < size ? await readTail(this.file, batch.to) : undefined;
+      if (
+        atTo?.problem === undefined &&
+        atTo?.torn === undefined &&
+        atTo?.records === batch.records &&
+        atTo.lastHash === batch.lastHash
+      ) {
+        // A writer was killed after writing its batch whole: the head written next says it is there.
+        const { pending: _landed, ...rest } = head;
+        head = { ...rest, records: batch.records, lastHash: batch.lastHash, size: batch.to };
+      } else {
+        const atHead = tail.records === head.records && tail.lastHash === head.lastHash;
         if (
-          before.problem === undefined &&
-          before.torn === undefined &&
-          before.records === head.records &&
-          before.lastHash === head.lastHash
+          !atHead &&
+          size > batch.from &&
+          size < batch.to &&
+          !(await this.othersChained(head, batch.from, size, mine))
         ) {
-          const cut = await readRange(this.file, batch.from, Math.min(size - batch.from, 200));
-          await truncate(this.file, batch.from);
-          notes.push(
-            auditNote(
-              `a batch of ${batch.records - head.records} record(s) cut short by a crash during its write was removed from the log (${size - batch.from} of its ${batch.to - batch.from} byte(s) had been written; none of its decisions had been returned): ${JSON.stringify(cut.toString('utf8'))}${size - batch.from > 200 ? ' …' : ''}`,
-            ),
-          );
-          return { size: batch.from, seq: head.records - 1, hash: head.lastHash };
+          // Killed during the write: part of the batch reached the file. None of its decisions was
+          // returned (append resolves after the write), so it is cut back to where it began — if the
+          // record there is the one the head names — and the cut is recorded with what it removed.
+          const before = await readTail(this.file, batch.from);
+          if (
+            before.problem === undefined &&
+            before.torn === undefined &&
+            before.records === head.records &&
+            before.lastHash === head.lastHash
+          ) {
+            const cut = await readRange(this.file, batch.from, Math.min(size - batch.from, 200));
+            await truncate(this.file, batch.from);
+            notes.push(
+              auditNote(
+                `a batch of ${batch.records - head.records} record(s) cut short by a crash during its write was removed from the log (${size - batch.from} of its ${batch.to - batch.from} byte(s) had been written; none of its decisions had been returned): ${JSON.stringify(cut.toString('utf8'))}${size - batch.from > 200 ? ' …' : ''}`,
+              ),
+            );
+            return { size: batch.from, seq: head.records - 1, hash: head.lastHash };
+          }
         }
       }
     }
@@ -774,7 +927,7 @@ export class JsonlAuditLog implements AuditSink {
       if (headFile !== undefined && tail.records > 0) {
         notes.push(
           auditNote(
-            `this log had no head: the ${tail.records} record(s) before this one are anchored from here on, not before`,
+            `records written from the state folder ${path.dirname(path.dirname(headFile))}${uidText()} begin here${mine !== undefined ? `, as writer ${mine}` : ''}; that folder had no head for this log, so the ${tail.records} record(s) before this one are anchored by it from here on, not before`,
             ANCHOR_KEY,
           ),
         );
@@ -793,32 +946,125 @@ export class JsonlAuditLog implements AuditSink {
       );
       return { size, seq: -1, hash: tail.lastHash };
     }
-    if (tail.records === head.records && tail.lastHash === head.lastHash) {
+    // A head that knows the log's size must find it so: a line repeated at the end is not the head's.
+    const sized = head.size === undefined || (tail.torn?.offset ?? size) === head.size;
+    if (tail.records === head.records && tail.lastHash === head.lastHash && sized) {
       if (tail.torn === undefined) return { size, seq: tail.records - 1, hash: tail.lastHash };
-      // The records the head names, then a fragment: what a crash during an append leaves.
-      const { offset, bytes } = tail.torn;
-      await truncate(this.file, offset);
-      const shown = JSON.stringify(bytes.subarray(0, 200).toString('utf8'));
-      notes.push(
-        auditNote(
-          `a torn final line of ${bytes.length} byte(s) (a crash during an append) was removed from the log: ${shown}${bytes.length > 200 ? ' …' : ''}`,
-        ),
-      );
-      return { size: offset, seq: tail.records - 1, hash: tail.lastHash };
+      return this.cutTorn(tail.torn, tail.records, tail.lastHash, notes);
     }
-    // Broken: read it all once, to say precisely how.
+    return this.afterOthers(head, size, mine, notes);
+  }
+
+  /**
+   * The head names a record that is not the last: read on from it. Records other folders wrote are
+   * chained onto; a record naming this folder that its head does not cover, or any break, is not.
+   */
+  private async afterOthers(
+    head: AuditHead,
+    size: number,
+    mine: string | undefined,
+    notes: AuditEvent[],
+  ): Promise<{ size: number; seq: number; hash: string }> {
+    const ref = this.options.head;
+    let from: number | undefined;
+    if (head.size !== undefined && head.size <= size) {
+      const at = await readTail(this.file, head.size);
+      if (
+        at.problem === undefined &&
+        at.torn === undefined &&
+        at.records === head.records &&
+        at.lastHash === head.lastHash
+      )
+        from = head.size;
+    }
+    if (from !== undefined) {
+      const walk = walkChain(await readRange(this.file, from, size - from), {
+        mine,
+        start: { records: head.records, lastHash: head.lastHash, offset: from },
+      });
+      if (walk.failure === undefined || walk.failure.kind === 'torn') {
+        const own = ownAfter(walk.writers, head.records, mine);
+        if (own !== undefined)
+          throw this.broken(
+            ownAfterHeadProblem(
+              own,
+              head,
+              `this state folder's head (${ref?.file ?? ''}) ends at record ${head.records - 1}`,
+            ),
+          );
+        if (walk.torn !== undefined) return this.cutTorn(walk.torn, walk.records, walk.lastHash, notes);
+        return { size, seq: walk.records - 1, hash: walk.lastHash };
+      }
+    }
+    // A head of an earlier capsule (no size), or the log does not hold what it names: read it all,
+    // once, to judge it (and say precisely how it is broken).
     const verdict = await verifyAuditLog(this.file, { head: ref });
-    throw this.broken(verdict.ok ? 'it changed while it was being read' : verdict.problem);
+    if (verdict.ok) return { size, seq: verdict.records - 1, hash: verdict.lastHash };
+    throw this.broken(verdict.problem);
+  }
+
+  /**
+   * Whether records another state folder wrote follow the record the head names, chained onto it:
+   * then what lies between is not a batch of this folder's to cut back, whatever its length.
+   */
+  private async othersChained(
+    head: AuditHead,
+    from: number,
+    size: number,
+    mine: string | undefined,
+  ): Promise<boolean> {
+    const walk = walkChain(await readRange(this.file, from, size - from), {
+      mine,
+      start: { records: head.records, lastHash: head.lastHash, offset: from },
+    });
+    const clean = walk.failure === undefined || walk.failure.kind === 'torn';
+    return clean && walk.writers.some((w) => w.writer !== mine);
+  }
+
+  /** The records before a torn fragment are intact: the fragment (a crashed append) is cut and said. */
+  private async cutTorn(
+    torn: { offset: number; bytes: Buffer },
+    records: number,
+    lastHash: string,
+    notes: AuditEvent[],
+  ): Promise<{ size: number; seq: number; hash: string }> {
+    const { offset, bytes } = torn;
+    await truncate(this.file, offset);
+    const shown = JSON.stringify(bytes.subarray(0, 200).toString('utf8'));
+    notes.push(
+      auditNote(
+        `a torn final line of ${bytes.length} byte(s) (a crash during an append) was removed from the log: ${shown}${bytes.length > 200 ? ' …' : ''}`,
+      ),
+    );
+    return { size: offset, seq: records - 1, hash: lastHash };
+  }
+
+  /** This state folder's writer id (none without a head: such a log names no writer). */
+  private writerName(): Promise<string | undefined> {
+    const ref = this.options.head;
+    this.writer ??= ref !== undefined ? writerId(ref.key) : Promise.resolve(undefined);
+    return this.writer;
   }
 
   private broken(problem: string): CapsuleError {
-    return new CapsuleError('AUDIT_BROKEN', `The audit log ${this.file} is broken: ${problem}.`, {
-      file: this.file,
-      hint: 'Nothing is recorded (or run) on a broken chain. Run `capsule audit verify`, keep a copy, then `capsule audit reset` to start a new chain.',
-    });
+    return new CapsuleError(
+      'AUDIT_BROKEN',
+      `capsule cannot vouch for the audit log ${this.file}, so it records (and runs) nothing more on it: ${problem}.`,
+      {
+        file: this.file,
+        hint:
+          'A person chooses how to go on: look with `capsule audit verify`, keep a copy of the log, then ' +
+          '`capsule audit reset` moves it aside (never deleted) and starts a new chain that records that choice.',
+      },
+    );
   }
 
-  private async writeHead(records: number, lastHash: string, pending?: AuditHead['pending']): Promise<void> {
+  private async writeHead(
+    records: number,
+    lastHash: string,
+    size: number,
+    pending?: AuditHead['pending'],
+  ): Promise<void> {
     const ref = this.options.head;
     if (ref === undefined) return;
     const headFile = ref.file;
@@ -832,6 +1078,7 @@ export class JsonlAuditLog implements AuditSink {
       log: this.file,
       records,
       lastHash,
+      size,
       updated: new Date(this.clock.now()).toISOString(),
       ...(pending !== undefined ? { pending } : {}),
     };
@@ -849,7 +1096,7 @@ export class JsonlAuditLog implements AuditSink {
   }
 
   private async resetNow(reason: string): Promise<{ movedTo?: string | undefined }> {
-    await mkdir(path.dirname(this.file), { recursive: true });
+    await makeLogDir(path.dirname(this.file));
     let movedTo: string | undefined;
     await this.lock(async () => {
       const stamp = new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-');
@@ -872,12 +1119,13 @@ export class JsonlAuditLog implements AuditSink {
           ),
           0,
           GENESIS_HASH,
+          await this.writerName(),
         ),
       );
       const out = Buffer.from(`${line}\n`, 'utf8');
-      await this.writeHead(0, GENESIS_HASH, { from: 0, to: out.length, records: 1, lastHash: hash });
+      await this.writeHead(0, GENESIS_HASH, 0, { from: 0, to: out.length, records: 1, lastHash: hash });
       await appendDurably(this.file, out);
-      await this.writeHead(1, hash);
+      await this.writeHead(1, hash, out.length);
       this.tail = { size: out.length, seq: 0, hash };
     });
     return { movedTo };
@@ -893,9 +1141,43 @@ async function appendDurably(file: string, bytes: Buffer): Promise<void> {
   // disk, goes through the thread pool so the process keeps serving (and queueing) meanwhile.
   const fd = openSync(file, APPEND_FLAGS, 0o600);
   try {
+    if (process.geteuid?.() === 0) ownLikeFolder(fd, path.dirname(file));
     let done = 0;
     while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done);
     await fdatasync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Root writing into someone else's project (sudo, a container running as root): what it creates
+ * there takes the owner of the folder it is in, so that person's own later calls can still append
+ * to the log they share. Only root can, and only what root owns and is reachable by this one name
+ * (one link, never through a symlink: the fd was opened O_NOFOLLOW) is given away — never a file
+ * linked in from elsewhere.
+ */
+function ownLikeFolder(fd: number, folder: string): void {
+  const st = fstatSync(fd);
+  const dir = statSync(folder);
+  if (st.uid === 0 && dir.uid !== 0 && st.nlink === 1 && st.isFile()) fchownSync(fd, dir.uid, dir.gid);
+}
+
+/** The log's folder (`.capsule`), given the owner of the project when root made it. */
+async function makeLogDir(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  if (process.geteuid?.() !== 0) return;
+  let fd: number;
+  try {
+    fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch {
+    return; // not a plain folder (a symlink planted there): the append that follows says so
+  }
+  try {
+    const st = fstatSync(fd);
+    // A folder's link count is 2 + its subfolders: judge it as a folder, not by links.
+    const parent = statSync(path.dirname(dir));
+    if (st.uid === 0 && parent.uid !== 0) fchownSync(fd, parent.uid, parent.gid);
   } finally {
     closeSync(fd);
   }
@@ -917,6 +1199,11 @@ const AUDIT_TOOL = 'audit';
 const ANCHOR_KEY = 'audit:anchor';
 const RESTART_KEY = 'audit:restart';
 
+function uidText(): string {
+  const uid = process.getuid?.();
+  return uid !== undefined ? ` (uid ${uid})` : '';
+}
+
 function auditNote(reason: string, key = 'audit:log'): AuditEvent {
   return { tool: AUDIT_TOOL, key, decision: 'allow', source: 'audit', reason, mode: '-' };
 }
@@ -929,6 +1216,8 @@ interface Tail {
   torn?: { offset: number; bytes: Buffer } | undefined;
   /** The last complete line is not a valid record. */
   problem?: string | undefined;
+  /** The writer its last complete record names. */
+  writer?: string | undefined;
 }
 
 /** The last complete line of the log and any fragment after it, read from the end of the file. */
@@ -955,7 +1244,12 @@ async function readTail(file: string, size: number): Promise<Tail> {
       const checked = checkLine(buf.subarray(lineStart, lastNl));
       if (!checked.ok)
         return { records: 0, lastHash: GENESIS_HASH, torn, problem: `its last line ${checked.problem}` };
-      return { records: checked.record.seq + 1, lastHash: checked.record.hash, torn };
+      return {
+        records: checked.record.seq + 1,
+        lastHash: checked.record.hash,
+        torn,
+        writer: checked.record.writer,
+      };
     }
   } finally {
     await handle.close();

@@ -1,3 +1,4 @@
+import type { LimitedGrant } from './grant-lifetime.js';
 import { readdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
@@ -72,6 +73,8 @@ export interface PermissionEngineOptions {
   profileRules?: readonly RuleSource[] | undefined;
   /** Session grants given up front (`--grant KEY`), already canonical keys. */
   sessionGrants?: readonly string[] | undefined;
+  /** Session grants with a lifetime (`--grant-for LIFETIME=KEY`): canonicalized like sessionGrants. */
+  limitedGrants?: readonly LimitedGrant[] | undefined;
   prompter: Prompter;
   /** Where decisions go; default the JSONL log at `<root>/.capsule/audit.jsonl`; false: nowhere. */
   audit?: AuditSink | false | undefined;
@@ -206,14 +209,19 @@ export class PermissionEngine implements PermissionGate {
         : { trust: 'persistent', origin: PROJECT_CONFIG_FILE };
     this.profileRules = options.profileRules ?? [];
     this.state = this.buildState();
-    for (const key of options.sessionGrants ?? []) {
+    const given: LimitedGrant[] = [
+      ...(options.sessionGrants ?? []).map((key) => ({ key })),
+      ...(options.limitedGrants ?? []),
+    ];
+    for (const { key, uses, ttlMs } of given) {
       // One canonical form for every caller: patterns refused, a relative program resolved at the root.
       // A grant that can never match is refused here too (library callers), not only on the CLI.
       const canonical =
         this.parser !== undefined && key.startsWith(`${RUN_COMMAND}:`)
           ? canonicalGrantKey(this.parser, key, this.projectRoot)
           : parseGrant(key).raw;
-      this.grantSession(canonical, { origin: '--grant' });
+      const limited = uses !== undefined || ttlMs !== undefined;
+      this.grantSession(canonical, { origin: limited ? '--grant-for' : '--grant', uses, ttlMs });
     }
   }
 
@@ -233,7 +241,8 @@ export class PermissionEngine implements PermissionGate {
       (mentions(config.permissions.allow) ||
         mentions(config.permissions.deny) ||
         profiles.some((p) => mentions(p.allow) || mentions(p.deny)) ||
-        mentions(options.sessionGrants))
+        mentions(options.sessionGrants) ||
+        mentions(options.limitedGrants?.map((g) => g.key)))
     )
       options = { ...options, commandParser: await createCommandParser() };
     const profileHashes = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));

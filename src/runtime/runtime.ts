@@ -1,3 +1,4 @@
+import type { LimitedGrant } from '../permissions/grant-lifetime.js';
 import { mkdir, realpath } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
@@ -50,6 +51,8 @@ export interface RuntimeOptions {
   env?: NodeJS.ProcessEnv | undefined;
   /** `--grant KEY`s of this process, checked and canonicalized the same way on every surface. */
   grants?: readonly string[] | undefined;
+  /** `--grant-for LIFETIME=KEY`s: session grants that end after some uses or some time. */
+  limitedGrants?: readonly LimitedGrant[] | undefined;
   /** A bash parser the caller already has (it is built on first need otherwise). */
   parser?: CommandParser | undefined;
   /** Replace the runners (tests). Default: shell, wasm and docker, each starting lazily. */
@@ -270,6 +273,12 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     options.parser !== undefined ? Promise.resolve(options.parser) : undefined;
   const commandParser = (): Promise<CommandParser> => (parser ??= createCommandParser());
   const grants = await canonicalGrants(options.grants ?? [], commandParser);
+  const given = options.limitedGrants ?? [];
+  const limitedKeys = await canonicalGrants(
+    given.map((g) => g.key),
+    commandParser,
+  );
+  const limitedGrants = given.map((g, i) => ({ ...g, key: limitedKeys[i] as string }));
   // The project's state folder too: one that is not there yet cannot be bound read-only, and a host
   // command could plant it (a hard link as the audit log) for capsule to write into later.
   await mkdir(protectedPaths(root).stateDir).catch((err: NodeJS.ErrnoException) => {
@@ -299,7 +308,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       ),
     });
   const registry = registryFor(project.config.roots);
-  const warnings = await grantWarnings(grants, registry);
+  const warnings = await grantWarnings([...grants, ...limitedKeys], registry);
   const telemetry = options.telemetry ?? (await defaultTelemetry());
   return {
     project,
@@ -334,6 +343,8 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         modeSource: gate.modeSource,
         profileRules: gate.profileRules,
         sessionGrants: gate.sessionGrants ?? grants,
+        // A child session holds only the intersection its parent computed: no lifetimes of its own.
+        limitedGrants: gate.sessionGrants === undefined ? limitedGrants : undefined,
         prompter: gate.prompter,
         // The parser is needed only to key run_command; build it when something will.
         commandParser: parser !== undefined ? await parser : undefined,

@@ -2,7 +2,7 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
-import type { AuditHeadRef } from '../../permissions/audit-log.js';
+import type { AuditHeadRef, ForeignSegment } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -55,19 +55,40 @@ async function logAndHead(
   };
 }
 
+/** Records other state folders wrote, in plain words: theirs to vouch for, not tampering. */
+function foreignText(foreign: readonly ForeignSegment[], writer: string | undefined): string {
+  if (foreign.length === 0) return '';
+  const lines = foreign.map((f) => {
+    const who = f.writer !== null ? `writer ${f.writer}` : 'a writer that names none (an earlier capsule)';
+    const range = f.from === f.to ? `record ${f.from}` : `records ${f.from}-${f.to}`;
+    const covered = f.afterHead
+      ? "after this folder's last record: only the folder that wrote them can tell a cut or rewrite of them"
+      : "chained under this folder's own later records, so covered by its head";
+    return `  ${range}: ${who}; ${covered}\n`;
+  });
+  return (
+    `records written from other state folders (another user, sudo, a container, another XDG_STATE_HOME; this folder is writer ${writer ?? '?'}) — recorded, not tampering:\n` +
+    lines.join('')
+  );
+}
+
 export function registerAudit(program: Command, io: CliIO): void {
   const audit = program.command('audit').description('The hash-chained audit log of permission decisions.');
   audit
     .command('verify')
     .description(
       'Check .capsule/audit.jsonl against its chain and its head (kept in the per-user state directory): ' +
-        'exit 0 when intact, 1 naming the first problem (an edited, moved, non-canonical or torn line; a cut, emptied, deleted or rewritten log).',
+        'exit 0 when intact, 1 naming the first problem (an edited, moved, non-canonical or torn line; a cut, emptied, deleted or rewritten log). ' +
+        'Records other state folders wrote (another user, sudo, a container) are listed, not counted as tampering.',
     )
     .option(
       '--file <path>',
       'verify this log instead of the project one (no head: only its chain is checked)',
     )
-    .option('--json', 'print JSON: {file, head, ok, records, anchored?, lastHash?, line?, kind?, problem?}')
+    .option(
+      '--json',
+      'print JSON: {file, head, ok, records, anchored?, anchoredFrom?, lastHash?, writer?, foreign?, line?, kind?, problem?}',
+    )
     .action(
       action(io, async (opts: { file?: string; json?: boolean }) => {
         const { file, head } = await logAndHead(io, opts.file);
@@ -84,13 +105,12 @@ export function registerAudit(program: Command, io: CliIO): void {
             anchor += `; records 0-${result.anchoredFrom - 1} were written before the log had a head (not anchored)`;
           await write(
             io.stdout,
-            `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}; ${anchor}\n`,
+            `${file}: intact, ${result.records} record(s); last hash ${result.lastHash}; ${anchor}\n${foreignText(result.foreign, result.writer)}`,
           );
         } else {
           const next =
-            result.kind === 'forged' || result.kind === 'unauthenticated'
-              ? '\ncapsule: nothing is recorded onto this log until a person looks at it (keep a copy) and starts a new chain with an authenticated head: capsule audit reset'
-              : '';
+            '\ncapsule: nothing more is recorded (or run) on this log until a person chooses how to go on: ' +
+            'keep a copy of it, then `capsule audit reset` moves it aside (never deleted) and starts a new chain that says so';
           await write(io.stderr, `${file}: BROKEN (${result.kind}): ${result.problem}${next}\n`);
         }
         return result.ok ? EXIT.OK : EXIT.FAILURE;

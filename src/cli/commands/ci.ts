@@ -65,7 +65,7 @@ export function registerCi(program: Command, io: CliIO): void {
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(
         { ...io, interactive: false },
-        { grants: opts.grant, noPrompt: true, mode: opts.mode, engine: opts.engine },
+        { grants: opts.grant, grantFor: opts.grantFor, noPrompt: true, mode: opts.mode, engine: opts.engine },
       );
       try {
         const registry =

@@ -89,6 +89,7 @@ export function registerCompare(program: Command, io: CliIO): void {
           ]);
         const session = await openSession(io, {
           grants: opts.grant,
+          grantFor: opts.grantFor,
           noPrompt: !opts.prompt,
           mode: opts.mode,
           engine: opts.engine,

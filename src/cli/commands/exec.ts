@@ -46,6 +46,7 @@ export function registerExec(program: Command, io: CliIO): void {
       const parser = await createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
+        grantFor: opts.grantFor,
         noPrompt: !opts.prompt,
         mode: opts.mode,
         parser,

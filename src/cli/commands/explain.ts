@@ -56,6 +56,7 @@ export function registerExplain(program: Command, io: CliIO): void {
         parser = await (await import('../../permissions/command-parser.js')).createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
+        grantFor: opts.grantFor,
         noPrompt: !opts.prompt,
         mode: opts.mode,
         parser,

@@ -40,9 +40,14 @@ export function registerMcp(program: Command, io: CliIO): void {
       // A grant that can never match is refused before the server starts (exit 64), not at first use.
       const { canonicalGrants } = await import('../../runtime/runtime.js');
       const { createCommandParser } = await import('../../permissions/command-parser.js');
+      const { parseLimitedGrant } = await import('../../permissions/grant-lifetime.js');
+      const limitedGrants = (opts.grantFor ?? []).map((g) => parseLimitedGrant(g));
       let checkParser: Awaited<ReturnType<typeof createCommandParser>> | undefined;
       try {
-        await canonicalGrants(opts.grant, async () => (checkParser ??= await createCommandParser()));
+        await canonicalGrants(
+          [...opts.grant, ...limitedGrants.map((g) => g.key)],
+          async () => (checkParser ??= await createCommandParser()),
+        );
       } finally {
         checkParser?.close();
       }
@@ -55,6 +60,7 @@ export function registerMcp(program: Command, io: CliIO): void {
             profile: opts.profile,
             mode: opts.mode,
             grants: opts.grant,
+            limitedGrants,
             // --no-prompt: the client is never asked: every Ask is a denial naming the key, a plan
             // stays unapproved and a changed policy is not adopted.
             prompter: opts.prompt ? hooks.prompter : createNonInteractivePrompter(),

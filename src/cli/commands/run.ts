@@ -78,6 +78,7 @@ export function registerRun(program: Command, io: CliIO): void {
         const { openSession } = await import('../session.js');
         const session = await openSession(io, {
           grants: opts.grant,
+          grantFor: opts.grantFor,
           noPrompt: !opts.prompt,
           mode: opts.mode,
           engine: opts.engine,
