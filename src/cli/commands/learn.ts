@@ -1,6 +1,7 @@
 import { Option, type Command } from 'commander';
 import { CapsuleError } from '../../errors.js';
 import type { LearnInput, LearnReport } from '../../learn/learn.js';
+import type { unifiedDiff as UnifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
@@ -34,10 +35,7 @@ function parseInputs(texts: readonly string[]): LearnInput[] | undefined {
 }
 
 /** The report for a person: the grants against the manifest's, what was seen, the proof. */
-export async function renderLearn(
-  report: LearnReport,
-  unifiedDiff: typeof import('../../text-diff.js').unifiedDiff,
-): Promise<string> {
+export async function renderLearn(report: LearnReport, unifiedDiff: typeof UnifiedDiff): Promise<string> {
   const { proposal, proof } = report;
   const lines: string[] = [];
   const target = proposal.target;
