@@ -6,6 +6,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
+import { forgeChain } from '../../helpers/audit-forgery.js';
 
 /**
  * `capsule audit verify` against someone who can edit the project's .capsule/audit.jsonl but not
@@ -36,20 +37,6 @@ async function auditedProject(decisions = 4): Promise<{
 
 async function lines(file: string): Promise<string[]> {
   return (await readFile(file, 'utf8')).split('\n').filter((l) => l !== '');
-}
-
-/** What an attacker with a text editor and sha256 does: a whole new, self-consistent chain. */
-function forgeChain(records: Array<Record<string, unknown>>): string {
-  let prev = '0'.repeat(64);
-  return records
-    .map((r, seq) => {
-      const { hash: _old, ...rest } = r;
-      const body = { ...rest, seq, prev };
-      const hash = createHash('sha256').update(JSON.stringify(body)).digest('hex');
-      prev = hash;
-      return `${JSON.stringify({ ...body, hash })}\n`;
-    })
-    .join('');
 }
 
 describe('capsule audit verify detects what it claims', () => {

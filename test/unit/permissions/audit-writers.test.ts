@@ -14,6 +14,7 @@ import {
 } from '../../../src/permissions/audit-log.js';
 import { StateKey } from '../../../src/config/state-key.js';
 import { fakeClock, tempProject } from './helpers.js';
+import { forgeChain } from '../../helpers/audit-forgery.js';
 
 /**
  * One log, several honest state folders (two users, sudo, a container, another XDG_STATE_HOME):
@@ -60,20 +61,6 @@ async function records(file: string): Promise<Array<Record<string, unknown>>> {
     .split('\n')
     .filter((l) => l !== '')
     .map((l) => JSON.parse(l) as Record<string, unknown>);
-}
-
-/** What someone with an editor and sha256 does: the records re-chained from the first one. */
-function rechain(list: Array<Record<string, unknown>>): string {
-  let prev = '0'.repeat(64);
-  return list
-    .map((r, seq) => {
-      const { hash: _old, ...rest } = r;
-      const body = { ...rest, seq, prev };
-      const hash = createHash('sha256').update(JSON.stringify(body)).digest('hex');
-      prev = hash;
-      return `${JSON.stringify({ ...body, hash })}\n`;
-    })
-    .join('');
 }
 
 /** A, B, A, B: each append lands; returns the log's records. */
@@ -163,7 +150,7 @@ describe('an audit log shared by several state folders', () => {
     const list = await records(file);
     // Record 2 is B's, before A's last record: A's head covers it through the chain.
     list[2] = { ...list[2], decision: 'allow', reason: 'rewritten' };
-    await writeFile(file, rechain(list));
+    await writeFile(file, forgeChain(list));
     expect(await a.verify()).toMatchObject({ ok: false, kind: 'rewritten' });
     expect(await b.verify()).toMatchObject({ ok: false, kind: 'rewritten' });
     await expect(a.append(9)).rejects.toMatchObject({ code: 'AUDIT_BROKEN' });
