@@ -97,7 +97,6 @@ const UNOBSERVED: Partial<Record<Environment, string[]>> = {
     'environment variables read',
     'network reached other than through capsule (the container has no network of its own)',
   ],
-  wasm: ['files and environment: what the Wasm hosts refuse is refused, not yet recorded for learning'],
 };
 
 /**

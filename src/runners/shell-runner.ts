@@ -1,4 +1,5 @@
-import { access, constants, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { access, constants, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
@@ -108,7 +109,7 @@ export class ShellRunner implements Runner {
 
     // A learning run starts the tracer as the run's first process, inside the same confinement: it sees
     // what the capability does there and widens nothing. Its output goes to a private folder of capsule's.
-    const traceDir = request.learn ? await mkdtemp(path.join(tmpdir(), 'capsule-trace-')) : undefined;
+    const traceDir = request.learn ? mkdtempSync(path.join(tmpdir(), 'capsule-trace-')) : undefined;
     const { file, args } =
       traceDir === undefined
         ? command
@@ -136,7 +137,7 @@ export class ShellRunner implements Runner {
         if (traceDir !== undefined) await rm(traceDir, { recursive: true, force: true });
         throw err;
       });
-    const observed = traceDir === undefined ? undefined : await readTrace(traceDir, this.tracer);
+    const observed = traceDir === undefined ? undefined : readTrace(traceDir, this.tracer);
     if (done.startError !== undefined) {
       // Could not start at all (ENOENT for the interpreter, EACCES …): not a run result.
       throw new CapsuleError('RUNNER_FAILED', `Could not start ${file}: ${done.startError}`, {
@@ -160,11 +161,16 @@ export class ShellRunner implements Runner {
   }
 }
 
-/** The tracer's files of one run, parsed and removed. */
-async function readTrace(dir: string, tracer: string): Promise<RunObservations> {
+/**
+ * The tracer's files of one run, parsed and removed. Synchronously: a few small files of capsule's own, read
+ * before the next prestarted init (started as this run ends) can hold the event loop.
+ */
+function readTrace(dir: string, tracer: string): RunObservations {
   try {
-    const names = (await readdir(dir)).filter((n) => n.startsWith('trace')).sort();
-    const texts = await Promise.all(names.map((n) => readFile(path.join(dir, n), 'utf8')));
+    const names = readdirSync(dir)
+      .filter((n) => n.startsWith('trace'))
+      .sort();
+    const texts = names.map((n) => readFileSync(path.join(dir, n), 'utf8'));
     // No record at all: the tracer never started (not installed, or refused where this run is confined).
     // An empty proposal then means "not seen", never "needs nothing": it says so first.
     const blind =
@@ -183,6 +189,6 @@ async function readTrace(dir: string, tracer: string): Promise<RunObservations> 
       ],
     };
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   }
 }
