@@ -60,10 +60,9 @@ function writeQuestion(doc: LearnResultDocument): { target: string; text: string
   const unneeded = proof.minimality.filter((m) => m.unneeded).map((m) => m.grant);
   if (unneeded.length > 0)
     lines.push(`Flagged unneeded (dropping it changed nothing): ${unneeded.join('; ')}`);
-  const rw = proposal.grants.fs.filter((g) => g.mode === 'rw').map((g) => g.path);
-  if (rw.length > 0)
+  if (proposal.ceiling !== undefined)
     lines.push(
-      `Writes to the host through: ${rw.join(', ')} (a capability with a rw grant is not sandboxed for the ceiling).`,
+      `${proposal.ceiling.sandboxed ? 'Sandboxed: it can be allowed for the project' : 'NOT sandboxed: a session grant at most'} (${proposal.ceiling.why}).`,
     );
   for (const u of proposal.unobserved) lines.push(`Not observed: ${u}`);
   return { target: proposal.target.name, text: lines.join('\n') };

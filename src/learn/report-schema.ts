@@ -30,6 +30,16 @@ export const learnResultSchema = z
       unobserved: z
         .array(z.string())
         .describe('What the runners could not observe here: the proposal does not guess it.'),
+      ceiling: z
+        .object({
+          sandboxed: z.boolean(),
+          highest: z.enum(['AlwaysThisProject', 'AlwaysThisSession']),
+          why: z.string(),
+        })
+        .optional()
+        .describe(
+          'The target with exactly these grants, judged as at run time: sandboxed (may be allowed for the project) or not (a session grant at most), and why (a rw grant writes to the host).',
+        ),
       written: z
         .string()
         .nullable()
@@ -84,6 +94,7 @@ export const learnResultSchema = z
       reference: z.string().optional(),
     }),
     message: z.string().optional().describe('What happened to a write that was asked for, in words.'),
+    warnings: z.array(z.string()).optional().describe("capsule's own warnings (a protected file changed)."),
   })
   .describe('A learned grant proposal, its proof, and whether it was written.');
 

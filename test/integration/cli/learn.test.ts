@@ -13,6 +13,7 @@ interface LearnJson {
     target: { name: string; environment: string };
     grants: { fs: unknown[]; network: unknown[]; env: string[] };
     written: string | null;
+    ceiling?: { sandboxed: boolean; highest: string; why: string };
   };
   observed: Array<{ op: string; path?: string; host?: string; verdict: string }>;
   outside: Array<{ path: string; what: string }>;
@@ -117,6 +118,8 @@ describe('capsule learn (shell, traced)', () => {
     expect(await readFile(path.join(root, 'out', 'res.txt'), 'utf8')).toBe('HELLO');
     expect(doc.proof.ok).toBe(true);
     expect(doc.proposal.written).toBeNull();
+    // In shell it stays a host process whatever it is granted: a session grant at most.
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: false, highest: 'AlwaysThisSession' });
     // The interpreter's own files are reported as what they are, never proposed.
     expect(doc.outside.some((o) => o.path === process.execPath || o.what.startsWith('system files'))).toBe(
       true,
@@ -281,6 +284,9 @@ describe('capsule learn --promote docker', () => {
     expect(doc.proof.ok).toBe(true);
     expect(doc.proof.minimality.map((m) => m.unneeded)).toEqual([false, false, false]);
     expect(doc.proposal.target).toMatchObject({ name: 'fetcher-docker', environment: 'docker' });
+    // Reported before anything is written: the rw grant keeps it from the project allowlist.
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: false, highest: 'AlwaysThisSession' });
+    expect(doc.proposal.ceiling?.why).toContain('out (rw)');
     const promoted = JSON.parse(
       await readFile(path.join(capRoot, 'fetcher-docker', 'capability.json'), 'utf8'),
     ) as {
@@ -334,6 +340,7 @@ describe('capsule learn --promote docker', () => {
     ]);
     expect(code).toBe(0);
     expect(doc.proposal.grants.fs).toEqual([{ path: 'data', mode: 'ro' }]);
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: true, highest: 'AlwaysThisProject' });
     const explain = await cli(['explain', '--capability', 'reader-docker', '--json'], { cwd: root });
     const doc2 = JSON.parse(explain.stdout) as { request: { sandboxed: boolean }; options: string[] };
     expect(doc2.request.sandboxed).toBe(true);

@@ -204,4 +204,29 @@ describe('learn_capability over MCP', () => {
     expect(h.elicitations).toHaveLength(0);
     expect(await p.read()).toBe(p.manifest);
   });
+
+  it('promote: docker proves it in a container and, on a yes, writes NAME-docker beside it (read-only: sandboxed)', async () => {
+    const { root, capRoot } = await tempProject('capsule-mcp-learn-');
+    await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
+    await mkdir(path.join(root, 'data'));
+    await writeFile(path.join(root, 'data', 'in.txt'), 'hello\n');
+    await writeCapability(capRoot, 'reader', {}, { 'run.sh': 'cat "$CAPSULE_PROJECT_DIR/data/in.txt"\n' });
+    const h = await connect({ cwd: root, answer: answers('AlwaysThisSession', 'write') });
+    const r = await learn(h, { name: 'reader', inputs: [{}], promote: 'docker', write: true });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const doc = r.structuredContent as unknown as Structured & {
+      proposal: { ceiling: { sandboxed: boolean } };
+    };
+    expect(doc.proposal.target.name).toBe('reader-docker');
+    expect(doc.proposal.ceiling.sandboxed).toBe(true);
+    // Each run asked on its own key: the learning run on reader, the proof in docker on reader-docker.
+    const keys = new Set(h.elicitations.map((e) => /permission needed: (\S+)/.exec(e.message)?.[1]));
+    expect(keys).toEqual(new Set(['run_capability:reader', 'run_capability:reader-docker', undefined]));
+    expect(h.elicitations.find((e) => !isPermission(e))?.message).toContain('Sandboxed');
+    const promoted = JSON.parse(
+      await readFile(path.join(capRoot, 'reader-docker', 'capability.json'), 'utf8'),
+    ) as { environment: string; grants: unknown };
+    expect(promoted.environment).toBe('docker');
+    expect(promoted.grants).toEqual({ fs: [{ path: 'data', mode: 'ro' }], network: [], env: [] });
+  });
 });
