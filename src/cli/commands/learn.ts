@@ -4,6 +4,7 @@ import type { LearnInput, LearnReport } from '../../learn/learn.js';
 import type { unifiedDiff as UnifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
+import { exitCodesHelp } from '../help.js';
 import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 
 type LearnOptions = GateFlags & {
@@ -136,22 +137,25 @@ export function registerLearn(program: Command, io: CliIO): void {
         .option('--json', 'print {"proposal", "observed", "outside", "proof"} as JSON')
         .addHelpText(
           'after',
-          [
-            '',
-            'Exit codes:',
-            '  0   proved (and, with --write, written after a yes)',
-            '  1   the proof failed, NAME-docker exists already, or it cannot be promoted',
-            '      there: nothing written',
-            '  64  usage error (a flag; no cases.json and no --input)',
-            '  65  an --input is not JSON or fails the input schema; an invalid manifest',
-            '  66  no such capability',
-            '  69  the runner is unavailable (no Docker engine for --promote docker)',
-            '  77  a run was denied by the gate, or --write was not confirmed (--no-prompt,',
-            '      no terminal, a no): nothing written',
-            '  130 canceled (Ctrl-C): nothing written',
-            '',
+          exitCodesHelp(
+            [
+              [0, 'proved (and, with --write, written after a yes)'],
+              [
+                1,
+                'the proof failed, NAME-docker exists already, or it cannot be promoted there: nothing written',
+              ],
+              [64, 'usage error (a flag; no cases.json and no --input)'],
+              [65, 'an --input is not JSON or fails the input schema; an invalid manifest'],
+              [66, 'no such capability'],
+              [69, 'the runner is unavailable (no Docker engine for --promote docker)'],
+              [
+                77,
+                'a run was denied by the gate, or --write was not confirmed (--no-prompt, no terminal, a no): nothing written',
+              ],
+              [130, 'canceled (Ctrl-C, SIGTERM): nothing written'],
+            ],
             'See docs/learn.md.',
-          ].join('\n'),
+          ),
         ),
     ),
   ).action(
