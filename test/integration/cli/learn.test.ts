@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 interface LearnJson {
@@ -410,6 +411,63 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
     expect(doc.proof.ok).toBe(true);
     expect(hits - before).toBe(2);
     expect(doc.proof.minimality).toEqual([{ grant: `network 127.0.0.1:${port}`, unneeded: false }]);
+  });
+
+  it('a Wasm component that tries a file and a host it was not granted: the learning run reaches neither, the proposal names both', async () => {
+    const { root, capRoot } = await project();
+    const source = `import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
+import { fetch } from 'capsule:capability/http@0.1.0';
+export function run(input) {
+  const { url } = JSON.parse(input);
+  const out = {};
+  const [[dir]] = getDirectories();
+  try { dir.openAt({}, '../out/pwned', { create: true }, { write: true }); out.escape = 'opened'; } catch { out.escape = 'refused'; }
+  try { out.read = dir.openAt({}, 'in.txt', {}, { read: true }).read(100, 0)[0].length; } catch { out.read = 'refused'; }
+  try { out.status = fetch({ method: 'GET', url, headers: [], body: null }).status; } catch { out.status = 'refused'; }
+  return JSON.stringify(out);
+}
+`;
+    const dir = path.join(capRoot, 'tryer');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'tryer.js'), source);
+    await writeFile(
+      path.join(dir, 'tryer.wasm'),
+      (await componentizeJs(source, { file: 'tryer.js' })).component,
+    );
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'tryer',
+        description: 'tries a file and a host',
+        environment: 'wasm',
+        entry: 'tryer.wasm',
+        source: 'tryer.js',
+        grants: { fs: [{ path: 'data', mode: 'ro' }] },
+      }),
+    );
+    const before = hits;
+    const { doc, stderr } = await learn(root, [
+      'tryer',
+      '--input',
+      JSON.stringify({ url: `http://127.0.0.1:${port}/` }),
+      '--grant',
+      'run_capability:tryer',
+    ]);
+    expect(doc.observed, stderr).toContainEqual(
+      expect.objectContaining({ op: 'create', path: 'out/pwned', outcome: 'refused', verdict: 'proposed' }),
+    );
+    expect(doc.observed).toContainEqual(
+      expect.objectContaining({ op: 'http', host: '127.0.0.1', port, outcome: 'refused' }),
+    );
+    expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
+    expect(doc.proof.ok).toBe(true);
+    // The escape stays refused with every grant, so the grant it asked for is flagged as doing nothing.
+    expect(doc.proof.minimality).toContainEqual({ grant: 'fs out (rw)', unneeded: true });
+    // Runs with the host granted: the reference, the proof, and each minimality run that kept it (one per
+    // fs grant). The learning run (refused) and the run without the host reached the listener 0 times.
+    expect(hits - before).toBe(2 + doc.proposal.grants.fs.length);
+    expect(existsSync(path.join(root, 'out', 'pwned'))).toBe(false);
   });
 
   it('a preview1 module that climbs out of its grant: refused and recorded by the host, the proposal names it, nothing outside changes', async () => {

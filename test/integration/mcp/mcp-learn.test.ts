@@ -205,6 +205,37 @@ describe('learn_capability over MCP', () => {
     expect(await p.read()).toBe(p.manifest);
   });
 
+  it('the gate decides each run as for run_capability: plan mode and a deny rule on it stop learning before anything runs', async () => {
+    const plan = await project();
+    const before = hits;
+    const inPlan = await connect({
+      cwd: plan.root,
+      args: ['--mode', 'plan', '--grant', 'run_capability:fetcher'],
+      answer: answers('Once', 'write'),
+    });
+    const r = await learn(inPlan, { name: 'fetcher', inputs: [{ port }], write: true });
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/plan/i);
+    const denied = await project();
+    await writeFile(
+      path.join(denied.root, 'capsule.json'),
+      JSON.stringify({ schemaVersion: 1, permissions: { deny: ['run_capability(fetcher)'] } }),
+    );
+    const ruled = await connect({
+      cwd: denied.root,
+      args: ['--grant', 'run_capability:fetcher'],
+      answer: answers('Once', 'write'),
+    });
+    const d = await learn(ruled, { name: 'fetcher', inputs: [{ port }], write: true });
+    expect(d.isError).toBe(true);
+    expect(textOf(d)).toContain('run_capability(fetcher)');
+    expect(hits - before).toBe(0);
+    for (const p of [plan, denied]) {
+      expect(existsSync(path.join(p.root, 'out', 'res.txt'))).toBe(false);
+      expect(await p.read()).toBe(p.manifest);
+    }
+  });
+
   it('promote: docker proves it in a container and, on a yes, writes NAME-docker beside it (read-only: sandboxed)', async () => {
     const { root, capRoot } = await tempProject('capsule-mcp-learn-');
     await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
