@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { learnResultSchema } from '../../../src/learn/report-schema.js';
 import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
@@ -119,6 +120,8 @@ describe('capsule learn (shell, traced)', () => {
     expect(await readFile(path.join(root, 'out', 'res.txt'), 'utf8')).toBe('HELLO');
     expect(doc.proof.ok).toBe(true);
     expect(doc.proposal.written).toBeNull();
+    // The CLI's document is the one learn_capability's outputSchema describes.
+    expect(learnResultSchema.safeParse(doc).error).toBeUndefined();
     // In shell it stays a host process whatever it is granted: a session grant at most.
     expect(doc.proposal.ceiling).toMatchObject({ sandboxed: false, highest: 'AlwaysThisSession' });
     // The interpreter's own files are reported as what they are, never proposed.
