@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { benchDocker } from './docker.mjs';
+import { benchLearn } from './learn.mjs';
 import { benchLimits } from './limits.mjs';
 import { benchEgress } from './egress.mjs';
 import { benchEnginePin } from './engine-pin.mjs';
@@ -34,6 +35,7 @@ const suites = [
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
   ['limits', () => benchLimits({ root })],
+  ['learn', () => benchLearn({ root })],
 ];
 // `npm run bench -- process wasm` (or BENCH=process,wasm) runs only those suites; the full run is what
 // docs/benchmarks.md reports.

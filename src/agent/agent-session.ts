@@ -28,6 +28,7 @@ import { DEFAULT_SLEEP_MAX_SECONDS } from '../tools/control-tools.js';
 import type { AgentTool } from '../tools/define.js';
 import { Workspace } from '../tools/workspace.js';
 import type { AgentProfile, ProfileCatalog } from './profile.js';
+import { createLearnCapabilityTool, type WriteConfirmer } from './learn-tool.js';
 import { createRunSubagentTool } from './subagent-tool.js';
 
 /** The gate an agent session steers: the permission engine's surface for modes, rules and reload. */
@@ -65,6 +66,8 @@ export interface AgentSessionOptions {
   componentize?: Componentize | undefined;
   /** Who approves exit_plan_mode (MCP: elicitation). Default: nobody, so plans stay unapproved. */
   approvePlan?: PlanApproval | undefined;
+  /** Who says yes before learn_capability writes grants (MCP: elicitation). Default: nobody, so it never writes. */
+  confirmWrite?: WriteConfirmer | undefined;
   /** Needed to create sub-agents (run_subagent); without it run_subagent is not offered. */
   childGate?: ChildGateFactory | undefined;
   sleepMaxSeconds?: number | undefined;
@@ -128,6 +131,20 @@ export class AgentSession {
     });
     const tools = createToolCatalog({ env: options.env });
     if (this.depth === 0 && options.childGate !== undefined) tools.push(createRunSubagentTool());
+    if (this.depth === 0)
+      tools.push(
+        createLearnCapabilityTool({
+          executor: this.executor,
+          confirmWrite: options.confirmWrite,
+          place: async () => ({
+            projectRoot: workspace.root,
+            capabilityRoots: (
+              await Promise.all(options.registry.roots.map((r) => realpath(r).catch(() => undefined)))
+            ).filter((r): r is string => r !== undefined),
+            protectedPaths: protectedPaths(workspace.root, options.cacheDir, options.stateDir).all,
+          }),
+        }),
+      );
     this.catalog = new Map(tools.map((t) => [t.name, t]));
     this.profileValue = options.profile;
     this.control = {
@@ -287,6 +304,7 @@ export class AgentSession {
       profile,
       depth: 1,
       approvePlan: undefined,
+      confirmWrite: undefined,
       childGate: undefined,
     });
     return child;

@@ -8,6 +8,7 @@ import { openRuntime } from '../runtime/runtime.js';
 import type { Telemetry } from '../telemetry/telemetry.js';
 import type { Componentize } from '../tools/ports.js';
 import { AgentSession, type PlanApproval } from './agent-session.js';
+import type { WriteConfirmer } from './learn-tool.js';
 import { ProfileCatalog } from './profile.js';
 
 export interface OpenAgentSessionOptions {
@@ -28,6 +29,8 @@ export interface OpenAgentSessionOptions {
   approvePlan?: PlanApproval | undefined;
   /** Who confirms a changed policy on reload (MCP: elicitation). Default: nobody, so it is never adopted. */
   confirmPolicy?: PolicyConfirmer | undefined;
+  /** Who says yes before learn_capability writes (MCP: elicitation). Default: nobody, so it never writes. */
+  confirmWrite?: WriteConfirmer | undefined;
   /**
    * capsule's per-user state folder, where the confirmed policy of each project is kept
    * (default: userStateDir(env)). false: keep nothing across sessions (the files at start are taken).
@@ -107,6 +110,7 @@ export async function openAgentSession(options: OpenAgentSessionOptions): Promis
     profile,
     componentize: options.componentize ?? defaultComponentize,
     approvePlan: options.approvePlan,
+    confirmWrite: options.confirmWrite,
     childGate: async ({ grants: childGrants, profile: childProfile }) =>
       // A child never prompts, never writes the audit chain of its parent, and starts from no project
       // grants: it holds only the intersection computed by the parent.

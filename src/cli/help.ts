@@ -46,3 +46,30 @@ function indented(helper: Help, text: string, indent: number, width: number): st
   const pad = ' '.repeat(indent);
   return pad + helper.boxWrap(text, Math.max(1, width - indent)).replace(/\n/g, `\n${pad}`);
 }
+
+/**
+ * An "Exit codes:" section for `addHelpText('after', …)`: one row per code, each meaning wrapped between
+ * words at the help's own width and continued under itself.
+ */
+export function exitCodesHelp(
+  rows: ReadonlyArray<readonly [code: number, meaning: string]>,
+  footer?: string,
+): (context: { command: Command }) => string {
+  return ({ command }) => {
+    const helper = command.createHelp();
+    const width = helper.helpWidth ?? 80;
+    const term = Math.max(...rows.map(([code]) => String(code).length)) + 2;
+    const lines = ['', 'Exit codes:'];
+    for (const [code, meaning] of rows) {
+      const wrapped = helper.boxWrap(meaning, Math.max(1, width - ITEM_INDENT - term));
+      const [first = '', ...rest] = wrapped.split('\n');
+      const pad = ' '.repeat(ITEM_INDENT + term);
+      lines.push(
+        `${' '.repeat(ITEM_INDENT)}${String(code).padEnd(term)}${first}`,
+        ...rest.map((l) => pad + l),
+      );
+    }
+    if (footer !== undefined) lines.push('', helper.boxWrap(footer, width));
+    return lines.join('\n');
+  };
+}

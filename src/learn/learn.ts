@@ -67,6 +67,12 @@ export interface LearnReport {
     current: Grants;
     /** What the runners could not observe (the proposal does not guess it). */
     unobserved: string[];
+    /**
+     * The ceiling for the target with exactly these grants, judged as at run time: sandboxed (it may be
+     * allowed for the project) or not (a session grant at most), and why — a rw grant writes to the host.
+     */
+    ceiling?:
+      { sandboxed: boolean; highest: 'AlwaysThisProject' | 'AlwaysThisSession'; why: string } | undefined;
   };
   observed: ObservedEntry[];
   outside: OutsideEntry[];
@@ -97,7 +103,6 @@ const UNOBSERVED: Partial<Record<Environment, string[]>> = {
     'environment variables read',
     'network reached other than through capsule (the container has no network of its own)',
   ],
-  wasm: ['files and environment: what the Wasm hosts refuse is refused, not yet recorded for learning'],
 };
 
 /**
@@ -172,6 +177,16 @@ export async function learnCapability(options: LearnOptions): Promise<Learned> {
       report.proof.failure =
         `the proposed manifest is refused: ${first?.field ?? ''} ${first?.message ?? ''}`.trim();
     } else {
+      const isolation = executor.isolation(loaded.capability);
+      const rw = grants.fs.filter((g) => g.mode === 'rw').map((g) => `${g.path} (rw)`);
+      report.proposal.ceiling = {
+        sandboxed: isolation.sandboxed,
+        highest: isolation.sandboxed ? 'AlwaysThisProject' : 'AlwaysThisSession',
+        why:
+          !isolation.sandboxed && targetEnv !== 'shell' && rw.length > 0
+            ? `a rw grant writes to the host: ${rw.join(', ')} — not sandboxed, so it can be allowed for this session at most (${isolation.summary})`
+            : isolation.summary,
+      };
       options.onProgress?.(`proving in ${targetEnv}`);
       // A learning run that was refused a request it now gets cannot print what a granted run prints: then
       // a first run with the proposed grants is the reference, and a second one must agree with it.

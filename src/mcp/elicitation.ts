@@ -1,5 +1,6 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { PlanApproval } from '../agent/agent-session.js';
+import type { WriteConfirmer } from '../agent/learn-tool.js';
 import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer } from '../permissions/types.js';
@@ -224,4 +225,41 @@ export function agentDenialText(denial: Denial, canElicit: boolean): string {
       break;
   }
   return lines.join('\n');
+}
+
+/**
+ * learn_capability's write over MCP: the proposal and its proof are shown and only an explicit "write"
+ * writes. No elicitation, a decline, a timeout, a failure: nothing is written.
+ */
+export function createElicitationWriteConfirmer(server: Server): WriteConfirmer {
+  return async (question, signal) => {
+    if (!clientCanElicit(server) || signal?.aborted === true) return false;
+    try {
+      const result = await server.elicitInput(
+        {
+          mode: 'form',
+          // The proposal carries manifest- and capability-controlled text: each line escaped and marked.
+          message: planText(question.text),
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              decision: {
+                type: 'string',
+                title: `Write ${promptSafe(question.target, 200)}?`,
+                oneOf: [
+                  { const: 'keep', title: 'Do not write it' },
+                  { const: 'write', title: 'Write it' },
+                ],
+              },
+            },
+            required: ['decision'],
+          },
+        },
+        { signal, timeout: ELICITATION_TIMEOUT_MS },
+      );
+      return result.action === 'accept' && result.content?.decision === 'write';
+    } catch {
+      return false;
+    }
+  };
 }

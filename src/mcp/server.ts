@@ -10,6 +10,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { AgentSession, PlanApproval } from '../agent/agent-session.js';
+import type { WriteConfirmer } from '../agent/learn-tool.js';
 import { CapsuleError } from '../errors.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { Prompter } from '../permissions/prompter.js';
@@ -26,6 +27,7 @@ import {
   createElicitationPlanApproval,
   createElicitationPolicyConfirmer,
   createElicitationPrompter,
+  createElicitationWriteConfirmer,
 } from './elicitation.js';
 
 export const MCP_SERVER_NAME = 'capsule';
@@ -35,6 +37,8 @@ export interface McpHumanHooks {
   prompter: Prompter;
   approvePlan: PlanApproval;
   confirmPolicy: PolicyConfirmer;
+  /** Who says yes before learn_capability writes grants. */
+  confirmWrite: WriteConfirmer;
 }
 
 export interface CapsuleMcpServerOptions {
@@ -50,12 +54,22 @@ export function mcpToolOf(tool: AgentTool): McpTool {
     unknown
   >;
   delete schema.$schema;
+  let outputSchema: McpTool['outputSchema'];
+  if (tool.output !== undefined) {
+    const output = z.toJSONSchema(tool.output, { io: 'output', unrepresentable: 'any' }) as Record<
+      string,
+      unknown
+    >;
+    delete output.$schema;
+    outputSchema = { ...output, type: 'object' } as McpTool['outputSchema'];
+  }
   const annotations = TOOL_ANNOTATIONS[tool.name as ToolName];
   return {
     name: tool.name,
     ...(annotations?.title !== undefined ? { title: annotations.title } : {}),
     description: `${tool.description} [${tool.kind === 'READ_ONLY' ? 'read-only, no permission needed' : 'asks permission'}]`,
     inputSchema: { ...schema, type: 'object' } as McpTool['inputSchema'],
+    ...(outputSchema !== undefined ? { outputSchema } : {}),
     // A tool without an entry (none today) is described as the most dangerous kind.
     annotations: annotations ?? {
       readOnlyHint: false,
@@ -382,6 +396,7 @@ export class CapsuleMcpServer {
       prompter: createElicitationPrompter(this.server),
       approvePlan: createElicitationPlanApproval(this.server),
       confirmPolicy: createElicitationPolicyConfirmer(this.server),
+      confirmWrite: createElicitationWriteConfirmer(this.server),
     });
     await this.server.connect(transport);
   }

@@ -75,6 +75,14 @@ export const TOOL_ANNOTATIONS: Record<ToolName, ToolAnnotations> = {
     // Any capability, shell ones included: a host process. Each capability's own tool says more.
     openWorldHint: true,
   },
+  learn_capability: {
+    title: 'Learn, prove and (on a yes) write the grants a capability needs',
+    readOnlyHint: false,
+    // It runs the capability (a host process for a shell one) and, on a person's yes, writes a manifest.
+    destructiveHint: true,
+    idempotentHint: false,
+    openWorldHint: true,
+  },
   enter_plan_mode: {
     title: 'Enter plan mode',
     // It changes the session's mode, not the project.

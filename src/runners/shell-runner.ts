@@ -1,4 +1,5 @@
-import { access, constants, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { access, constants, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
@@ -23,6 +24,8 @@ export interface ShellRunnerOptions {
   protection?: HostProtection | undefined;
   /** How host processes are started (default: a new one, probing this machine on first use). */
   hostProcesses?: HostProcesses | undefined;
+  /** The tracer program of learning runs (default: Debian's strace, found on PATH). */
+  tracer?: string | undefined;
 }
 
 /**
@@ -62,8 +65,10 @@ export class ShellRunner implements Runner {
   private readonly protection: HostProtection;
   private readonly processes: HostProcesses;
   private readonly projectRoot: string | undefined;
+  private readonly tracer: string;
 
   constructor(options: ShellRunnerOptions = {}) {
+    this.tracer = options.tracer ?? TRACER;
     this.hostEnv = options.hostEnv ?? {};
     this.projectRoot = options.projectRoot;
     this.protection = options.protection ?? {
@@ -104,12 +109,12 @@ export class ShellRunner implements Runner {
 
     // A learning run starts the tracer as the run's first process, inside the same confinement: it sees
     // what the capability does there and widens nothing. Its output goes to a private folder of capsule's.
-    const traceDir = request.learn ? await mkdtemp(path.join(tmpdir(), 'capsule-trace-')) : undefined;
+    const traceDir = request.learn ? mkdtempSync(path.join(tmpdir(), 'capsule-trace-')) : undefined;
     const { file, args } =
       traceDir === undefined
         ? command
         : {
-            file: TRACER,
+            file: this.tracer,
             args: tracerArgs(path.join(traceDir, 'trace'), [command.file, ...command.args]),
           };
     const done = await this.processes
@@ -132,7 +137,7 @@ export class ShellRunner implements Runner {
         if (traceDir !== undefined) await rm(traceDir, { recursive: true, force: true });
         throw err;
       });
-    const observed = traceDir === undefined ? undefined : await readTrace(traceDir);
+    const observed = traceDir === undefined ? undefined : readTrace(traceDir, this.tracer);
     if (done.startError !== undefined) {
       // Could not start at all (ENOENT for the interpreter, EACCES …): not a run result.
       throw new CapsuleError('RUNNER_FAILED', `Could not start ${file}: ${done.startError}`, {
@@ -156,20 +161,34 @@ export class ShellRunner implements Runner {
   }
 }
 
-/** The tracer's files of one run, parsed and removed. */
-async function readTrace(dir: string): Promise<RunObservations> {
+/**
+ * The tracer's files of one run, parsed and removed. Synchronously: a few small files of capsule's own, read
+ * before the next prestarted init (started as this run ends) can hold the event loop.
+ */
+function readTrace(dir: string, tracer: string): RunObservations {
   try {
-    const names = (await readdir(dir)).filter((n) => n.startsWith('trace')).sort();
-    const texts = await Promise.all(names.map((n) => readFile(path.join(dir, n), 'utf8')));
+    const names = readdirSync(dir)
+      .filter((n) => n.startsWith('trace'))
+      .sort();
+    const texts = names.map((n) => readFileSync(path.join(dir, n), 'utf8'));
+    // No record at all: the tracer never started (not installed, or refused where this run is confined).
+    // An empty proposal then means "not seen", never "needs nothing": it says so first.
+    const blind =
+      names.length === 0
+        ? [
+            `nothing: the tracer (${tracer}) left no record, so it did not run here (is it installed, and may it trace inside the confinement?); nothing this run did was observed`,
+          ]
+        : [];
     return {
       observations: parseTrace(texts),
       unobserved: [
+        ...blind,
         'environment variables read (a tracer sees system calls; a variable is read inside the process)',
         'host names (a tracer sees the addresses connected to, not the names looked up)',
         'HTTP methods (a tracer sees connections, not requests)',
       ],
     };
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -40,6 +40,7 @@ export const TOOL_NAMES = [
   'generate_wasm_capability',
   'generate_docker_capability',
   'run_capability',
+  'learn_capability',
   'enter_plan_mode',
   'exit_plan_mode',
   'sleep',
@@ -73,7 +74,10 @@ export interface ToolCatalogOptions {
   env: NodeJS.ProcessEnv;
 }
 
-/** A fresh catalog of the built-in tools (run_subagent is added by the agent session that owns it). */
+/**
+ * A fresh catalog of the built-in tools (run_subagent and learn_capability are added by the agent session
+ * that owns them).
+ */
 export function createToolCatalog(options: ToolCatalogOptions): AgentTool[] {
   return [
     createReadFileTool(),

@@ -23,6 +23,8 @@ export interface Tool<
   readonly description: string;
   readonly kind: ToolKind;
   readonly parameters: Schema;
+  /** The shape of its result, when it has one (MCP: the tool's outputSchema, the result its structuredContent). */
+  readonly output?: z.ZodType | undefined;
   permission(args: z.infer<Schema>, context: Ctx): Promise<PermissionCheck>;
   execute(args: z.infer<Schema>, context: Ctx): Promise<Result>;
 }

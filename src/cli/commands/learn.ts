@@ -4,6 +4,7 @@ import type { LearnInput, LearnReport } from '../../learn/learn.js';
 import type { unifiedDiff as UnifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
+import { exitCodesHelp } from '../help.js';
 import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 
 type LearnOptions = GateFlags & {
@@ -67,6 +68,13 @@ export async function renderLearn(report: LearnReport, unifiedDiff: typeof Unifi
     lines.push('', 'Outside the project (reported, never proposed; --json lists each):');
     for (const [what, n] of byWhat) lines.push(`  ${n} × ${what}`);
   }
+  if (proposal.ceiling !== undefined) {
+    lines.push(
+      '',
+      `Ceiling: ${proposal.ceiling.sandboxed ? 'sandboxed — it can be allowed for the project' : 'NOT sandboxed — it can be allowed for this session at most'}`,
+      `  ${proposal.ceiling.why}`,
+    );
+  }
   if (proposal.unobserved.length > 0) {
     lines.push('', 'Not observable here (not guessed):');
     for (const u of proposal.unobserved) lines.push(`  - ${u}`);
@@ -103,8 +111,7 @@ export function registerLearn(program: Command, io: CliIO): void {
           'Learn the grants a capability needs: run it through the gate (a normal run, marked as learning) for each\n' +
             "--input or each case of its cases.json, observe what it reaches, propose grants in the manifest's shape,\n" +
             'prove them (re-run with exactly those grants and compare; drop each in turn to find unneeded ones) and,\n' +
-            "with --write and a person's yes, write them. Exit 0 proved (and written when asked), 1 the proof failed,\n" +
-            '77 denied or not confirmed (nothing written). See docs/learn.md.',
+            "with --write and a person's yes, write them.",
         )
         .argument('<name>', 'capability name (see capsule list)')
         .option(
@@ -127,7 +134,29 @@ export function registerLearn(program: Command, io: CliIO): void {
           '--yes',
           'with --write: the person running this says yes in advance (never implied by --no-prompt)',
         )
-        .option('--json', 'print {"proposal", "observed", "outside", "proof"} as JSON'),
+        .option('--json', 'print {"proposal", "observed", "outside", "proof"} as JSON')
+        .addHelpText(
+          'after',
+          exitCodesHelp(
+            [
+              [0, 'proved (and, with --write, written after a yes)'],
+              [
+                1,
+                'the proof failed, NAME-docker exists already, or it cannot be promoted there: nothing written',
+              ],
+              [64, 'usage error (a flag; no cases.json and no --input)'],
+              [65, 'an --input is not JSON or fails the input schema; an invalid manifest'],
+              [66, 'no such capability'],
+              [69, 'the runner is unavailable (no Docker engine for --promote docker)'],
+              [
+                77,
+                'a run was denied by the gate, or --write was not confirmed (--no-prompt, no terminal, a no): nothing written',
+              ],
+              [130, 'canceled (Ctrl-C, SIGTERM): nothing written'],
+            ],
+            'See docs/learn.md.',
+          ),
+        ),
     ),
   ).action(
     action(io, async (name: string, opts: LearnOptions) => {

@@ -66,6 +66,8 @@ export function registerMcp(program: Command, io: CliIO): void {
             prompter: opts.prompt ? hooks.prompter : createNonInteractivePrompter(),
             approvePlan: opts.prompt ? hooks.approvePlan : noPromptPlanApproval,
             confirmPolicy: opts.prompt ? hooks.confirmPolicy : undefined,
+            // and learn_capability writes nothing.
+            confirmWrite: opts.prompt ? hooks.confirmWrite : undefined,
             // stdout carries the protocol: everything else goes to stderr.
             logger: (m) => void write(io.stderr, `capsule: ${m}\n`),
             onRunnerProgress: (m) => void write(io.stderr, `capsule: ${m}\n`),

@@ -6,6 +6,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { learnResultSchema } from '../../../src/learn/report-schema.js';
+import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 interface LearnJson {
@@ -13,6 +15,7 @@ interface LearnJson {
     target: { name: string; environment: string };
     grants: { fs: unknown[]; network: unknown[]; env: string[] };
     written: string | null;
+    ceiling?: { sandboxed: boolean; highest: string; why: string };
   };
   observed: Array<{ op: string; path?: string; host?: string; verdict: string }>;
   outside: Array<{ path: string; what: string }>;
@@ -117,6 +120,10 @@ describe('capsule learn (shell, traced)', () => {
     expect(await readFile(path.join(root, 'out', 'res.txt'), 'utf8')).toBe('HELLO');
     expect(doc.proof.ok).toBe(true);
     expect(doc.proposal.written).toBeNull();
+    // The CLI's document is the one learn_capability's outputSchema describes.
+    expect(learnResultSchema.safeParse(doc).error).toBeUndefined();
+    // In shell it stays a host process whatever it is granted: a session grant at most.
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: false, highest: 'AlwaysThisSession' });
     // The interpreter's own files are reported as what they are, never proposed.
     expect(doc.outside.some((o) => o.path === process.execPath || o.what.startsWith('system files'))).toBe(
       true,
@@ -281,6 +288,9 @@ describe('capsule learn --promote docker', () => {
     expect(doc.proof.ok).toBe(true);
     expect(doc.proof.minimality.map((m) => m.unneeded)).toEqual([false, false, false]);
     expect(doc.proposal.target).toMatchObject({ name: 'fetcher-docker', environment: 'docker' });
+    // Reported before anything is written: the rw grant keeps it from the project allowlist.
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: false, highest: 'AlwaysThisSession' });
+    expect(doc.proposal.ceiling?.why).toContain('out (rw)');
     const promoted = JSON.parse(
       await readFile(path.join(capRoot, 'fetcher-docker', 'capability.json'), 'utf8'),
     ) as {
@@ -334,6 +344,7 @@ describe('capsule learn --promote docker', () => {
     ]);
     expect(code).toBe(0);
     expect(doc.proposal.grants.fs).toEqual([{ path: 'data', mode: 'ro' }]);
+    expect(doc.proposal.ceiling).toMatchObject({ sandboxed: true, highest: 'AlwaysThisProject' });
     const explain = await cli(['explain', '--capability', 'reader-docker', '--json'], { cwd: root });
     const doc2 = JSON.parse(explain.stdout) as { request: { sandboxed: boolean }; options: string[] };
     expect(doc2.request.sandboxed).toBe(true);
@@ -403,6 +414,63 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
     expect(doc.proof.ok).toBe(true);
     expect(hits - before).toBe(2);
     expect(doc.proof.minimality).toEqual([{ grant: `network 127.0.0.1:${port}`, unneeded: false }]);
+  });
+
+  it('a Wasm component that tries a file and a host it was not granted: the learning run reaches neither, the proposal names both', async () => {
+    const { root, capRoot } = await project();
+    const source = `import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
+import { fetch } from 'capsule:capability/http@0.1.0';
+export function run(input) {
+  const { url } = JSON.parse(input);
+  const out = {};
+  const [[dir]] = getDirectories();
+  try { dir.openAt({}, '../out/pwned', { create: true }, { write: true }); out.escape = 'opened'; } catch { out.escape = 'refused'; }
+  try { out.read = dir.openAt({}, 'in.txt', {}, { read: true }).read(100, 0)[0].length; } catch { out.read = 'refused'; }
+  try { out.status = fetch({ method: 'GET', url, headers: [], body: null }).status; } catch { out.status = 'refused'; }
+  return JSON.stringify(out);
+}
+`;
+    const dir = path.join(capRoot, 'tryer');
+    await mkdir(dir);
+    await writeFile(path.join(dir, 'tryer.js'), source);
+    await writeFile(
+      path.join(dir, 'tryer.wasm'),
+      (await componentizeJs(source, { file: 'tryer.js' })).component,
+    );
+    await writeFile(
+      path.join(dir, 'capability.json'),
+      JSON.stringify({
+        schemaVersion: 1,
+        name: 'tryer',
+        description: 'tries a file and a host',
+        environment: 'wasm',
+        entry: 'tryer.wasm',
+        source: 'tryer.js',
+        grants: { fs: [{ path: 'data', mode: 'ro' }] },
+      }),
+    );
+    const before = hits;
+    const { doc, stderr } = await learn(root, [
+      'tryer',
+      '--input',
+      JSON.stringify({ url: `http://127.0.0.1:${port}/` }),
+      '--grant',
+      'run_capability:tryer',
+    ]);
+    expect(doc.observed, stderr).toContainEqual(
+      expect.objectContaining({ op: 'create', path: 'out/pwned', outcome: 'refused', verdict: 'proposed' }),
+    );
+    expect(doc.observed).toContainEqual(
+      expect.objectContaining({ op: 'http', host: '127.0.0.1', port, outcome: 'refused' }),
+    );
+    expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
+    expect(doc.proof.ok).toBe(true);
+    // The escape stays refused with every grant, so the grant it asked for is flagged as doing nothing.
+    expect(doc.proof.minimality).toContainEqual({ grant: 'fs out (rw)', unneeded: true });
+    // Runs with the host granted: the reference, the proof, and each minimality run that kept it (one per
+    // fs grant). The learning run (refused) and the run without the host reached the listener 0 times.
+    expect(hits - before).toBe(2 + doc.proposal.grants.fs.length);
+    expect(existsSync(path.join(root, 'out', 'pwned'))).toBe(false);
   });
 
   it('a preview1 module that climbs out of its grant: refused and recorded by the host, the proposal names it, nothing outside changes', async () => {
@@ -476,5 +544,23 @@ req.end();
     expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
     expect(doc.proof.ok).toBe(true);
     expect(hits - before).toBe(2);
+  });
+});
+
+describe('capsule learn --help', () => {
+  it('has an Exit codes section: the same codes as docs/learn.md, each one a code of docs/cli.md', async () => {
+    const r = await cli(['learn', '--help'], { env: { ...process.env, COLUMNS: '100' } });
+    expect(r.code).toBe(0);
+    const section = r.stdout.slice(r.stdout.indexOf('Exit codes:'));
+    expect(section.startsWith('Exit codes:')).toBe(true);
+    const helpCodes = [...section.matchAll(/^ {2}(\d+) /gm)].map((m) => m[1]);
+    expect(helpCodes).toEqual(['0', '1', '64', '65', '66', '69', '77', '130']);
+    const learnDoc = await readFile(path.join(REPO_ROOT, 'docs', 'learn.md'), 'utf8');
+    const table = learnDoc.slice(learnDoc.indexOf('| code |'), learnDoc.indexOf('**Over MCP**'));
+    expect([...table.matchAll(/^\| (\d+) +\|/gm)].map((m) => m[1])).toEqual(helpCodes);
+    const cliDoc = await readFile(path.join(REPO_ROOT, 'docs', 'cli.md'), 'utf8');
+    const cliCodes = new Set([...cliDoc.matchAll(/^\| (\d+)(?:\+n)? +\|/gm)].map((m) => m[1]));
+    for (const code of helpCodes) expect(cliCodes.has(code), `docs/cli.md has exit code ${code}`).toBe(true);
+    expect(cliDoc).toMatch(/`learn`: the proof failed/);
   });
 });

@@ -54,7 +54,7 @@ describe('capsule mcp over stdio', () => {
     }
     const build = await connect({ cwd: root });
     const tools = (await build.client.listTools()).tools;
-    expect(tools).toHaveLength(18);
+    expect(tools).toHaveLength(19);
     const write = tools.find((t) => t.name === 'write_file');
     expect(write?.inputSchema).toMatchObject({ type: 'object', required: ['path', 'content'] });
     expect(write?.annotations?.readOnlyHint).toBe(false);

@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
@@ -105,5 +106,34 @@ describe('ShellRunner', () => {
       code: 'RUNNER_FAILED',
       details: { field: 'entry' },
     });
+  });
+});
+
+describe('ShellRunner learning runs', () => {
+  it('a tracer that cannot run here: the run says nothing was observed, instead of an empty record', async () => {
+    const { capability, root } = await makeCapability('seen', 'cat "$CAPSULE_PROJECT_DIR/in.txt"\n');
+    await writeFile(path.join(root, 'in.txt'), 'x\n');
+    const traced = new ShellRunner({ projectRoot: root });
+    const blind = new ShellRunner({ projectRoot: root, tracer: '/nonexistent/strace' });
+    try {
+      // Control: the real tracer sees the file read.
+      const seen = await traced.run({ capability, input: '{}', learn: true });
+      expect(seen.observed?.observations).toContainEqual(
+        expect.objectContaining({ op: 'read', path: path.join(root, 'in.txt'), via: 'tracer' }),
+      );
+      expect(seen.observed?.unobserved.some((u) => u.startsWith('nothing'))).toBe(false);
+      const unseen = await blind.run({ capability, input: '{}', learn: true }).catch((err: Error) => err);
+      // Confined, the tracer fails inside the confinement and leaves no record; unconfined, it cannot start.
+      if (unseen instanceof Error) expect(unseen.message).toContain('/nonexistent/strace');
+      else {
+        expect(unseen.observed?.observations).toEqual([]);
+        expect(unseen.observed?.unobserved[0]).toMatch(
+          /^nothing: the tracer \(\/nonexistent\/strace\) left no record/,
+        );
+      }
+    } finally {
+      await traced.close();
+      await blind.close();
+    }
   });
 });

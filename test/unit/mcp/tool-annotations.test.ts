@@ -39,7 +39,9 @@ const hintsOf = (c: Capability) => {
 describe('MCP tool annotations', () => {
   it('every catalog tool has a title and all four hints', () => {
     const tools = createToolCatalog({ env: {} }).map(mcpToolOf);
-    expect(tools.map((t) => t.name)).toEqual(TOOL_NAMES.filter((n) => n !== 'run_subagent'));
+    expect(tools.map((t) => t.name)).toEqual(
+      TOOL_NAMES.filter((n) => n !== 'run_subagent' && n !== 'learn_capability'),
+    );
     for (const t of tools) {
       expect(t.title, t.name).toBeTruthy();
       expect(Object.keys(t.annotations ?? {}).sort(), t.name).toEqual(

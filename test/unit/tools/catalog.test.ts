@@ -4,8 +4,10 @@ import { createToolCatalog, READ_ONLY_TOOL_NAMES, TOOL_NAMES } from '../../../sr
 describe('the tool catalog', () => {
   const catalog = createToolCatalog({ env: {} });
 
-  it('has every named tool once, in order (run_subagent is added by its session)', () => {
-    expect(catalog.map((t) => t.name)).toEqual(TOOL_NAMES.filter((n) => n !== 'run_subagent'));
+  it('has every named tool once, in order (run_subagent and learn_capability are added by their session)', () => {
+    expect(catalog.map((t) => t.name)).toEqual(
+      TOOL_NAMES.filter((n) => n !== 'run_subagent' && n !== 'learn_capability'),
+    );
   });
 
   it('a sub-agent’s read-only tools are all of kind READ_ONLY (the kind is what a mode allows)', () => {
