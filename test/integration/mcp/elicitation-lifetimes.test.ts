@@ -57,7 +57,7 @@ async function connect(answer: (p: ElicitRequest['params']) => ElicitResult, clo
 }
 
 /** The first elicitation answers with `first`; every later one declines (a denial). */
-function firstThenDecline(first: Record<string, unknown>) {
+function firstThenDecline(first: Record<string, string | number>) {
   let n = 0;
   return (): ElicitResult => (n++ === 0 ? { action: 'accept', content: first } : { action: 'decline' });
 }
@@ -66,7 +66,7 @@ describe('MCP elicitation: grant lifetimes', () => {
   it('offers once, a number of uses, a time and this session, with the fields they need', async () => {
     const c = await connect(firstThenDecline({ decision: 'Once' }));
     await c.call();
-    const schema = c.elicited[0]?.requestedSchema as {
+    const schema = (c.elicited[0] as { requestedSchema?: unknown } | undefined)?.requestedSchema as {
       properties: Record<string, { oneOf?: Array<{ const: string }>; type?: string }>;
     };
     expect(schema.properties.decision?.oneOf?.map((o) => o.const)).toEqual([
@@ -127,11 +127,12 @@ describe('MCP elicitation: grant lifetimes', () => {
   });
 
   it('a lifetime choice without a valid number is a denial, not a session grant', async () => {
-    for (const content of [
+    const answers: Array<Record<string, string | number>> = [
       { decision: 'Uses' },
       { decision: 'Uses', uses: 0 },
       { decision: 'Duration', minutes: -5 },
-    ]) {
+    ];
+    for (const content of answers) {
       const c = await connect(() => ({ action: 'accept', content }));
       const r = await c.call();
       expect(r.isError).toBe(true);
