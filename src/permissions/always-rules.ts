@@ -44,9 +44,12 @@ export function checkAllowPattern(text: string, request: PermissionRequest): str
     try {
       return parseRule(text.trim(), 'the prompt', 'persistent', 'allow');
     } catch (err) {
-      throw new CapsuleError('USAGE', err instanceof Error ? err.message : String(err), {
-        hint: `Write Tool(glob), e.g. ${proposedAllowRule(request)}.`,
-      });
+      throw new CapsuleError(
+        'USAGE',
+        err instanceof Error ? err.message : String(err),
+        { hint: `Write Tool(glob), e.g. ${proposedAllowRule(request)}.` },
+        { cause: err },
+      );
     }
   })();
   const ceiling = ceilingFor(request);
