@@ -34,7 +34,10 @@ export function registerRules(program: Command, io: CliIO): void {
         'each rule becomes and the difference; writes only with --write after a yes (terminal or --yes).\n' +
         'Deny rules are imported wherever capsule has the tool. An allow the ceiling rule forbids at project\n' +
         'level (Bash, Edit: host tools) is reported and left out, never widened; what has no counterpart\n' +
-        '(Read deny, WebFetch) is reported with the reason.',
+        '(Read deny, WebFetch) is reported with the reason.\n' +
+        'Exit codes: 0 shown (no --write), written, or nothing to write; 64 no --claude-settings, or the\n' +
+        'file is not a settings.json with a permissions block; 66 the file cannot be read; 77 --write but no\n' +
+        'yes (the answer was no, --no-prompt, or no terminal): nothing written; 78 capsule.json is invalid.',
     )
     .option(
       '--claude-settings <file>',
@@ -47,15 +50,6 @@ export function registerRules(program: Command, io: CliIO): void {
     )
     .option('--no-prompt', 'never ask: with --write, nothing is written (exit 77)')
     .option('--json', 'print {file, settings, entries, add, diff, written, message}')
-    .addHelpText(
-      'after',
-      '\nExit codes:\n' +
-        '  0   shown (no --write), written, or nothing to write\n' +
-        '  64  usage: no --claude-settings, or the file is not a settings.json with a permissions block\n' +
-        '  66  the settings file cannot be read\n' +
-        '  77  --write, but no yes (the answer was no, --no-prompt, or no terminal): nothing written\n' +
-        '  78  capsule.json is invalid (nothing written)\n',
-    )
     .action(
       action(io, async (opts: RulesImportOptions) => {
         const { rulesImport } = await import('./rules-import.js');
