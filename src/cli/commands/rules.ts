@@ -30,13 +30,13 @@ export function registerRules(program: Command, io: CliIO): void {
   rules
     .command('import')
     .description(
-      "Import a Claude Code settings.json's permissions (allow, deny, ask) into capsule.json. Shows what\n" +
-        'each rule becomes and the difference; writes only with --write after a yes (terminal or --yes).\n' +
-        'Deny rules are imported wherever capsule has the tool. An allow the ceiling rule forbids at project\n' +
-        'level (Bash, Edit: host tools) is reported and left out, never widened; what has no counterpart\n' +
-        '(Read deny, WebFetch) is reported with the reason.\n' +
-        'Exit codes: 0 shown (no --write), written, or nothing to write; 64 no --claude-settings, or the\n' +
-        'file is not a settings.json with a permissions block; 66 the file cannot be read; 77 --write but no\n' +
+      "Import a Claude Code settings.json's permissions (allow, deny, ask) into capsule.json. Shows what " +
+        'each rule becomes and the difference; writes only with --write after a yes (terminal or --yes). ' +
+        'Deny rules are imported wherever capsule has the tool. An allow the ceiling rule forbids at project ' +
+        'level (Bash, Edit: host tools) is reported and left out, never widened; what has no counterpart ' +
+        '(Read deny, WebFetch) is reported with the reason.\n\n' +
+        'Exit codes: 0 shown (no --write), written, or nothing to write; 64 no --claude-settings, or the ' +
+        'file is not a settings.json with a permissions block; 66 the file cannot be read; 77 --write but no ' +
         'yes (the answer was no, --no-prompt, or no terminal): nothing written; 78 capsule.json is invalid.',
     )
     .option(
