@@ -53,7 +53,7 @@ async function connect(answer: (p: ElicitRequest['params']) => ElicitResult, clo
   const runs = async (): Promise<number> =>
     (await readFile(path.join(root, 'marker'), 'utf8').catch(() => '')).split('\n').filter((l) => l !== '')
       .length;
-  return { client, elicited, call, runs };
+  return { client, elicited, call, runs, root: () => root };
 }
 
 /** The first elicitation answers with `first`; every later one declines (a denial). */
@@ -138,6 +138,19 @@ describe('MCP elicitation: grant lifetimes', () => {
       expect(r.isError).toBe(true);
       expect(await c.runs()).toBe(0);
     }
+  });
+
+  it('"deny always" is saved as a deny rule: the call does not run and is not asked again', async () => {
+    const c = await connect(firstThenDecline({ decision: 'DenyAlways' }));
+    expect((await c.call()).isError).toBe(true);
+    const saved = JSON.parse(await readFile(path.join(c.root(), 'capsule.json'), 'utf8')) as {
+      permissions?: { deny?: string[] };
+    };
+    expect(saved.permissions?.deny).toEqual(['run_capability(mark)']);
+    const again = await c.call();
+    expect(again.isError).toBe(true);
+    expect(c.elicited).toHaveLength(1);
+    expect(await c.runs()).toBe(0);
   });
 
   it('control: "this session" keeps allowing (the lifetime tests above can fail)', async () => {
