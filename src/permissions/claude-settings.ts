@@ -95,7 +95,7 @@ export function translateClaudeRule(
       note:
         target === undefined
           ? `${tool} has no capsule counterpart: not judged`
-          : `${tool} corresponds to ${target} (path globs differ: write the rule by hand)`,
+          : `${tool} corresponds to ${target}: not judged here (this check searches run_command rules); capsule rules import maps its paths`,
     };
   }
   const body = m[1];
