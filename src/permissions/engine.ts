@@ -669,7 +669,17 @@ export class PermissionEngine implements PermissionGate {
     let reason = `${key} allowed at the prompt (${answer}).`;
     if (answer === 'AlwaysThisSession') {
       // A lifetime's uses count this call: "3 uses" leaves two for later calls, "once" none.
-      const { uses, ttlMs } = reply.lifetime ?? {};
+      let { uses, ttlMs } = reply.lifetime ?? {};
+      const badUses = uses !== undefined && !(Number.isSafeInteger(uses) && uses >= 1);
+      const badTtl = ttlMs !== undefined && !(Number.isFinite(ttlMs) && ttlMs > 0);
+      if (badUses || badTtl) {
+        // A lifetime that is no lifetime never becomes a grant for the whole session: this call only.
+        this.logger(
+          `the prompt gave ${key} a lifetime that is not one (${JSON.stringify(reply.lifetime)}); allowed once.`,
+        );
+        uses = 1;
+        ttlMs = undefined;
+      }
       if (uses !== undefined || ttlMs !== undefined)
         reason = `${key} allowed at the prompt (${answer}, ${lifetimeText({ uses, ttlMs })}).`;
       if (uses === undefined || uses > 1)

@@ -113,6 +113,16 @@ describe('the engine and "always" answers', () => {
     expect(e.explain(capabilityRequest('x1', { sandboxed: true })).outcome).toBe('ask');
   });
 
+  it('a lifetime that is no lifetime (a prompter bug) allows this call only, never the session', async () => {
+    for (const lifetime of [{ uses: 0 }, { uses: 2.5 }, { ttlMs: -1 }, { ttlMs: Number.NaN }]) {
+      const { e, logs } = await engine([{ answer: 'AlwaysThisSession', lifetime }]);
+      const req = capabilityRequest('s', { sandboxed: false });
+      expect((await e.check(req)).outcome).toBe('allow');
+      expect((await e.check(req)).outcome, JSON.stringify(lifetime)).toBe('deny');
+      expect(logs.join('\n')).toContain('allowed once');
+    }
+  });
+
   it('a session grant with a lifetime: uses count this call; a time expires by the clock', async () => {
     const uses = await engine([{ answer: 'AlwaysThisSession', lifetime: { uses: 3 } }]);
     const req = capabilityRequest('s', { sandboxed: false });
