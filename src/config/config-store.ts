@@ -78,6 +78,37 @@ export function setAllowlistEntry(
   });
 }
 
+/**
+ * Add rules to `permissions.allow` or `permissions.deny` (the human side: an "always" answer, an
+ * import a person confirmed). Rules already there are kept once; returns the ones added. The whole
+ * result is validated before anything is written, so a rule that can never match writes nothing.
+ */
+export async function addPermissionRules(
+  file: string,
+  additions: { allow?: readonly string[]; deny?: readonly string[] },
+): Promise<{ allow: string[]; deny: string[] }> {
+  const added = { allow: [] as string[], deny: [] as string[] };
+  await updateProjectConfigFile(file, (raw) => {
+    const current = raw.permissions;
+    const permissions =
+      current !== null && typeof current === 'object' && !Array.isArray(current)
+        ? (current as Record<string, unknown>)
+        : {};
+    for (const kind of ['allow', 'deny'] as const) {
+      const list = Array.isArray(permissions[kind]) ? [...(permissions[kind] as unknown[])] : [];
+      for (const rule of additions[kind] ?? []) {
+        if (list.includes(rule) || added[kind].includes(rule)) continue;
+        list.push(rule);
+        added[kind].push(rule);
+      }
+      if (added[kind].length > 0) permissions[kind] = list;
+    }
+    if (added.allow.length === 0 && added.deny.length === 0) return false;
+    raw.permissions = permissions;
+  });
+  return added;
+}
+
 /** Remove one allowlist entry; reports whether it was there. */
 export async function removeAllowlistEntry(file: string, key: string): Promise<boolean> {
   let found = false;

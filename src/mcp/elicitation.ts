@@ -3,20 +3,72 @@ import type { PlanApproval } from '../agent/agent-session.js';
 import type { WriteConfirmer } from '../agent/learn-tool.js';
 import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/prompter.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
-import type { AskAnswer } from '../permissions/types.js';
+import type { AskAnswer, AskReply } from '../permissions/types.js';
 import { DENIED_BY_TEXT, type Denial } from '../permissions/denial.js';
 import { singleQuoted } from '../shell-quote.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
 export const ELICITATION_TIMEOUT_MS = 10 * 60_000;
 
-const ANSWER_TITLES: Record<AskAnswer, string> = {
+/** Elicitation choices: the engine's answers (but AllowPattern), and session grants with a lifetime. */
+type Choice = Exclude<AskAnswer, 'AllowPattern'> | 'Uses' | 'Duration';
+
+const ANSWER_TITLES: Record<Choice, string> = {
   Once: 'Allow once',
+  Uses: 'Allow for a number of uses (give "uses")',
+  Duration: 'Allow for a time (give "minutes")',
   AlwaysThisSession: 'Allow for this session',
   AlwaysThisProject: 'Allow for this project (saved in capsule.json)',
   Deny: 'Deny',
   DenyThisSession: 'Deny for this session (do not ask again)',
+  DenyAlways: 'Deny always (saved as a deny rule in capsule.json)',
 };
+
+/** Bounds of a lifetime given over MCP (the same as --grant-for's). */
+const MAX_USES = 1000;
+const MAX_MINUTES = 30 * 24 * 60;
+
+/**
+ * Pure: the choices an elicitation offers for the engine's options. "Always allow a pattern" needs the
+ * person to write and confirm a rule, which one form cannot show back: the terminal offers it, MCP not.
+ * Where a session grant is possible, it may also be given for a number of uses or a time.
+ */
+export function elicitationChoices(options: readonly AskAnswer[]): Choice[] {
+  const out: Choice[] = [];
+  for (const a of options) {
+    if (a === 'AllowPattern') continue;
+    if (a === 'AlwaysThisSession') out.push('Uses', 'Duration');
+    out.push(a);
+  }
+  return out;
+}
+
+/**
+ * Pure: the answer an accepted elicitation means. A lifetime choice without a valid number is a
+ * denial (fail closed), never a grant for the whole session.
+ */
+export function replyOfElicitation(
+  content: Record<string, unknown> | undefined,
+  options: readonly AskAnswer[],
+): AskAnswer | AskReply {
+  const decision = content?.decision;
+  const offered = elicitationChoices(options);
+  const chosen = offered.find((c) => c === decision);
+  if (chosen === undefined) return 'Deny';
+  const whole = (v: unknown, max: number): number | undefined =>
+    typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= max ? v : undefined;
+  if (chosen === 'Uses') {
+    const uses = whole(content?.uses, MAX_USES);
+    if (uses === undefined) return 'Deny';
+    return uses === 1 ? 'Once' : { answer: 'AlwaysThisSession', lifetime: { uses } };
+  }
+  if (chosen === 'Duration') {
+    const minutes = whole(content?.minutes, MAX_MINUTES);
+    if (minutes === undefined) return 'Deny';
+    return { answer: 'AlwaysThisSession', lifetime: { ttlMs: minutes * 60_000 } };
+  }
+  return chosen;
+}
 
 /** Whether the connected client declared form elicitation (known after initialize). */
 export function clientCanElicit(server: Server): boolean {
@@ -54,6 +106,7 @@ export function createElicitationPrompter(server: Server): Prompter {
     async ask(question, signal) {
       if (!clientCanElicit(server) || signal?.aborted === true) return 'Deny';
       const options = question.options;
+      const choices = elicitationChoices(options);
       try {
         const result = await server.elicitInput(
           {
@@ -65,8 +118,24 @@ export function createElicitationPrompter(server: Server): Prompter {
                 decision: {
                   type: 'string',
                   title: `Allow ${promptSafe(question.key, 200)}?`,
-                  oneOf: options.map((a) => ({ const: a, title: ANSWER_TITLES[a] })),
+                  oneOf: choices.map((a) => ({ const: a, title: ANSWER_TITLES[a] })),
                 },
+                ...(choices.includes('Uses')
+                  ? {
+                      uses: {
+                        type: 'integer',
+                        title: 'Number of uses, this call included (for "a number of uses")',
+                        minimum: 1,
+                        maximum: MAX_USES,
+                      },
+                      minutes: {
+                        type: 'integer',
+                        title: 'Minutes (for "a time")',
+                        minimum: 1,
+                        maximum: MAX_MINUTES,
+                      },
+                    }
+                  : {}),
               },
               required: ['decision'],
             },
@@ -74,8 +143,7 @@ export function createElicitationPrompter(server: Server): Prompter {
           { signal, timeout: ELICITATION_TIMEOUT_MS },
         );
         if (result.action !== 'accept') return 'Deny';
-        const decision = result.content?.decision;
-        return options.find((a) => a === decision) ?? 'Deny';
+        return replyOfElicitation(result.content, options);
       } catch {
         // A failed, timed-out or canceled elicitation is a denial, never an allow.
         return 'Deny';

@@ -2,7 +2,7 @@ import type { LimitedGrant } from './grant-lifetime.js';
 import { readdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
-import { setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
+import { addPermissionRules, setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
 import {
   normalizeAllowlist,
   PROJECT_CONFIG_FILE,
@@ -48,7 +48,9 @@ import {
   type SessionGrantOptions,
 } from './session-allowlist.js';
 import { deniedByOf, type Denial } from './denial.js';
-import type { AskAnswer, Decision, PermissionGate, PermissionRequest } from './types.js';
+import type { AskAnswer, AskReply, Decision, PermissionGate, PermissionRequest } from './types.js';
+import { checkAllowPattern, denyRulesFor } from './always-rules.js';
+import { lifetimeText } from './grant-lifetime.js';
 import type { EgressRecord } from '../network/egress.js';
 import { shellWord } from '../shell-quote.js';
 
@@ -129,11 +131,25 @@ export interface Explanation {
   error?: { code: string; message: string } | undefined;
 }
 
-/** The answers a prompt offers: decide()'s, plus "deny for this session" beside a plain deny. */
+/**
+ * The answers a prompt offers: decide()'s, plus "deny for this session" and "always deny" beside a
+ * plain deny (a deny never widens, so it may be saved at every ceiling), and "always allow a pattern"
+ * where a project grant is possible (sandboxed calls only).
+ */
 function withSessionDeny(options: readonly AskAnswer[]): AskAnswer[] {
-  return options.includes('Deny') && !options.includes('DenyThisSession')
-    ? [...options, 'DenyThisSession']
-    : [...options];
+  const out = [...options];
+  if (out.includes('AlwaysThisProject') && !out.includes('AllowPattern'))
+    out.splice(out.indexOf('AlwaysThisProject') + 1, 0, 'AllowPattern');
+  if (out.includes('Deny')) {
+    if (!out.includes('DenyThisSession')) out.push('DenyThisSession');
+    if (!out.includes('DenyAlways')) out.push('DenyAlways');
+  }
+  return out;
+}
+
+/** A prompter's answer in one shape. */
+function replyOf(answer: AskAnswer | AskReply): AskReply {
+  return typeof answer === 'string' ? { answer } : answer;
 }
 
 /** A denial as data (see denial.ts): the one place the engine builds it. */
@@ -470,6 +486,25 @@ export class PermissionEngine implements PermissionGate {
     await this.recordConfirmed('project grant at a prompt');
   }
 
+  /**
+   * Save rules a person gave at a prompt in capsule.json; only they are adopted (whatever else the
+   * file holds now was not confirmed by anyone).
+   */
+  private async saveRules(additions: { allow?: string[]; deny?: string[] }, by: string): Promise<void> {
+    await addPermissionRules(this.configFile, additions);
+    const { allow, deny } = this.fileConfig.permissions;
+    const union = (a: readonly string[], b: readonly string[] = []): string[] => [
+      ...a,
+      ...b.filter((r) => !a.includes(r)),
+    ];
+    this.fileConfig = {
+      ...this.fileConfig,
+      permissions: { allow: union(allow, additions.allow), deny: union(deny, additions.deny) },
+    };
+    this.state = this.buildState();
+    await this.recordConfirmed(by);
+  }
+
   /** Remove a project entry (`capsule grants revoke`): on disk and in effect, nothing else re-read. */
   async revokeProject(key: string): Promise<boolean> {
     const removed = await removeAllowlistEntry(this.configFile, key);
@@ -555,15 +590,21 @@ export class PermissionEngine implements PermissionGate {
     const key = request.key.raw;
     if (this.sessionDenials.has(key)) return this.deniedForSession(request);
     const options = withSessionDeny(verdict.options);
-    let answer: AskAnswer =
+    const reply: AskReply =
       signal?.aborted === true
-        ? 'Deny'
-        : await this.prompter.ask(
-            { request, key, options, ceiling: verdict.ceiling, note: verdict.note },
-            signal,
+        ? { answer: 'Deny' }
+        : replyOf(
+            await this.prompter.ask(
+              { request, key, options, ceiling: verdict.ceiling, note: verdict.note },
+              signal,
+            ),
           );
+    let answer = reply.answer;
     // What may break a deny rule is allowed one call at a time: a wider yes counts as this once.
-    if (verdict.unproven !== undefined && (answer === 'AlwaysThisSession' || answer === 'AlwaysThisProject'))
+    if (
+      verdict.unproven !== undefined &&
+      (answer === 'AlwaysThisSession' || answer === 'AlwaysThisProject' || answer === 'AllowPattern')
+    )
       answer = 'Once';
     if (!options.includes(answer)) {
       const err = new CapsuleError(
@@ -573,6 +614,23 @@ export class PermissionEngine implements PermissionGate {
       );
       await this.record(request, { decision: 'error', source: 'prompt', reason: err.message, answer });
       throw err;
+    }
+    if (answer === 'DenyAlways') {
+      this.sessionDenials.add(key);
+      const rules = denyRulesFor(request);
+      let saved = `saved as the deny rule(s) ${rules.join(', ')} in ${this.configFile}`;
+      try {
+        await this.saveRules({ deny: rules }, 'deny rule saved at a prompt');
+      } catch (err) {
+        // Not saved: still refused for the rest of this session, and said so.
+        const why = err instanceof Error ? err.message : String(err);
+        this.logger(`could not save the deny rule(s) ${rules.join(', ')} in ${this.configFile}: ${why}`);
+        saved = `not saved (${why}); refused for the rest of this session`;
+      }
+      const reason = `Permission denied: ${key} was refused at the prompt, always: ${saved}.`;
+      await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
+      const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
+      return { outcome: 'deny', source: 'prompt', reason, key, denial };
     }
     if (answer === 'DenyThisSession') {
       this.sessionDenials.add(key);
@@ -610,7 +668,38 @@ export class PermissionEngine implements PermissionGate {
     }
     let reason = `${key} allowed at the prompt (${answer}).`;
     if (answer === 'AlwaysThisSession') {
-      this.session.add(key, { contentHash: request.contentHash, origin: 'prompt' });
+      // A lifetime's uses count this call: "3 uses" leaves two for later calls, "once" none.
+      let { uses, ttlMs } = reply.lifetime ?? {};
+      const badUses = uses !== undefined && !(Number.isSafeInteger(uses) && uses >= 1);
+      const badTtl = ttlMs !== undefined && !(Number.isFinite(ttlMs) && ttlMs > 0);
+      if (badUses || badTtl) {
+        // A lifetime that is no lifetime never becomes a grant for the whole session: this call only.
+        this.logger(
+          `the prompt gave ${key} a lifetime that is not one (${JSON.stringify(reply.lifetime)}); allowed once.`,
+        );
+        uses = 1;
+        ttlMs = undefined;
+      }
+      if (uses !== undefined || ttlMs !== undefined)
+        reason = `${key} allowed at the prompt (${answer}, ${lifetimeText({ uses, ttlMs })}).`;
+      if (uses === undefined || uses > 1)
+        this.session.add(key, {
+          contentHash: request.contentHash,
+          origin: 'prompt',
+          uses: uses === undefined ? undefined : uses - 1,
+          ttlMs,
+        });
+    } else if (answer === 'AllowPattern') {
+      try {
+        const rule = checkAllowPattern(reply.rule ?? '', request);
+        await this.saveRules({ allow: [rule] }, 'allow rule saved at a prompt');
+        reason = `${key} allowed at the prompt: the rule ${rule} was saved in ${this.configFile}.`;
+      } catch (err) {
+        // The person said yes to this call; a rule that cannot be saved allows it once.
+        const why = err instanceof Error ? err.message : String(err);
+        this.logger(`could not save the allow rule for ${key} in ${this.configFile}: ${why}; allowed once.`);
+        reason = `${key} allowed once: saving the allow rule failed (${why}).`;
+      }
     } else if (answer === 'AlwaysThisProject') {
       try {
         await this.grantProject(request);

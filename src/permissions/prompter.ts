@@ -1,6 +1,7 @@
 import { createInterface } from 'node:readline';
 import type { CeilingVerdict } from './ceiling.js';
-import type { AskAnswer, PermissionRequest } from './types.js';
+import { checkAllowPattern, denyRulesFor, proposedAllowRule } from './always-rules.js';
+import type { AskAnswer, AskReply, PermissionRequest } from './types.js';
 
 export interface PromptQuestion {
   request: PermissionRequest;
@@ -52,7 +53,8 @@ export function promptSafe(text: string, max = PROMPT_FIELD_MAX_CHARS): string {
 export interface Prompter {
   /** False when no human can be asked: every Ask becomes a denial that says how to allow the key. */
   readonly interactive: boolean;
-  ask(question: PromptQuestion, signal?: AbortSignal): Promise<AskAnswer>;
+  /** An answer, or an answer with what it needs (a session grant's lifetime, AllowPattern's rule). */
+  ask(question: PromptQuestion, signal?: AbortSignal): Promise<AskAnswer | AskReply>;
 }
 
 /** `--no-prompt`, CI, no TTY: every Ask is a denial, immediately. */
@@ -62,7 +64,7 @@ export function createNonInteractivePrompter(): Prompter {
 
 /** Answers from a list, in order (then Deny): for tests and scripted sessions. */
 export function createScriptedPrompter(
-  answers: readonly AskAnswer[],
+  answers: ReadonlyArray<AskAnswer | AskReply>,
 ): Prompter & { asked: PromptQuestion[] } {
   const queue = [...answers];
   const asked: PromptQuestion[] = [];
@@ -85,8 +87,10 @@ const CHOICES: Record<AskAnswer, { letter: string; label: string }> = {
   Once: { letter: 'o', label: 'once' },
   AlwaysThisSession: { letter: 's', label: 'this session' },
   AlwaysThisProject: { letter: 'p', label: 'this project' },
+  AllowPattern: { letter: 'r', label: 'always allow a pattern (a rule)' },
   Deny: { letter: 'd', label: 'deny' },
   DenyThisSession: { letter: 'n', label: 'deny for this session' },
+  DenyAlways: { letter: 'x', label: 'always deny' },
 };
 
 /** Pure: what the prompt shows. */
@@ -98,7 +102,9 @@ export function renderQuestion(q: PromptQuestion): string {
   if (q.request.key.compound) lines.push('  compound command: approved as this exact string only');
   if (q.note !== undefined) lines.push(`  note: ${promptSafe(q.note)}`);
   if (q.ceiling.ceiling === 'session')
-    lines.push(`  not sandboxed (${promptSafe(q.ceiling.reason)}): session grant at most`);
+    lines.push(
+      `  not sandboxed (${promptSafe(q.ceiling.reason)}): session grant at most; a host tool is never allowed "always" (only "always deny" is saved)`,
+    );
   else lines.push(`  sandboxed (${promptSafe(q.ceiling.reason)})`);
   const menu = q.options.map((a) => `[${CHOICES[a].letter}] ${CHOICES[a].label}`).join('  ');
   lines.push(`  ${menu}  (default: deny)`);
@@ -133,6 +139,11 @@ export function createTerminalPrompter(options: TerminalPrompterOptions): Prompt
           const line = await lines.next();
           if (line === undefined) return 'Deny';
           const answer = parseAnswer(line, question.options);
+          if (answer === 'AllowPattern') return await askPattern(question, lines, options.output);
+          if (answer === 'DenyAlways') {
+            const rules = denyRulesFor(question.request).map((r) => promptSafe(r));
+            options.output.write(`  saving the deny rule(s) ${rules.join(', ')} in capsule.json\n`);
+          }
           if (answer !== undefined) return answer;
           options.output.write(
             `  please answer ${question.options.map((a) => CHOICES[a].letter).join('/')}\n> `,
@@ -144,6 +155,41 @@ export function createTerminalPrompter(options: TerminalPrompterOptions): Prompt
       }
     },
   };
+}
+
+/**
+ * "Always allow a pattern": the person writes (or keeps) the rule, sees what it means, and confirms
+ * it. A rule that does not fit this call is asked again; no rule, or no "y", is a denial: nothing saved.
+ */
+async function askPattern(
+  question: PromptQuestion,
+  lines: { next(): Promise<string | undefined> },
+  output: NodeJS.WritableStream,
+): Promise<AskAnswer | AskReply> {
+  const proposed = proposedAllowRule(question.request);
+  for (let attempt = 0; attempt < 3; attempt++) {
+    output.write(
+      `  the allow rule to save in capsule.json (Enter keeps ${promptSafe(proposed)}; * matches any characters):\n> `,
+    );
+    const line = await lines.next();
+    if (line === undefined) return 'Deny';
+    const text = line.trim() === '' ? proposed : line.trim();
+    let rule: string;
+    try {
+      rule = checkAllowPattern(text, question.request);
+    } catch (err) {
+      output.write(`  ${promptSafe(err instanceof Error ? err.message : String(err))}\n`);
+      continue;
+    }
+    output.write(
+      `  save the allow rule ${promptSafe(rule)} in capsule.json? Every sandboxed call it matches then runs without asking, in this and later sessions, whatever its content (host calls are never allowed by it). [y/N] `,
+    );
+    const yes = await lines.next();
+    if (yes !== undefined && /^(y|yes)$/i.test(yes.trim())) return { answer: 'AllowPattern', rule };
+    output.write('  not saved: denied\n');
+    return 'Deny';
+  }
+  return 'Deny';
 }
 
 /**

@@ -4,7 +4,7 @@ import { commandPermissionKey } from './command-parser.js';
 import { baseName, implicitRuns } from './command-semantics.js';
 import { GlobCache, hasGlobMeta } from './glob.js';
 import { grantCovers, RUN_COMMAND } from './keys.js';
-import { allowRuleMatches, judgeDenyRule, parseRule, rulePatternProgram, type Rule } from './rules.js';
+import { allowRuleMatches, judgeDenyRule, rulePatternProgram, type Rule } from './rules.js';
 import type { PermissionRequest } from './types.js';
 import { singleQuoted } from '../shell-quote.js';
 
@@ -393,67 +393,5 @@ export function checkRules(parser: CommandParser, input: CheckInput): RuleFindin
   return findings;
 }
 
-/** One Claude Code `permissions` rule and what capsule makes of it. */
-export interface ForeignRule {
-  kind: 'allow' | 'deny' | 'ask';
-  text: string;
-  /** capsule rules it maps to (empty: no capsule counterpart). */
-  capsule: string[];
-  /** How capsule keys a command the rule is written for (`run_command:git`, compound or not). */
-  key?: { key: string; compound: boolean } | undefined;
-  note: string;
-}
-
-/**
- * A Claude Code rule in capsule's terms. `Bash(prefix:*)` means the prefix followed by anything;
- * `Bash(text)` the exact command; other tools have no run_command counterpart.
- */
-export function translateClaudeRule(
-  parser: CommandParser,
-  kind: ForeignRule['kind'],
-  text: string,
-  cwd: string,
-): ForeignRule {
-  const m = /^Bash(?:\(([\s\S]*)\))?$/.exec(text.trim());
-  if (m === null) {
-    const tool = /^([A-Za-z]+)/.exec(text)?.[1] ?? text;
-    const map: Record<string, string> = { Edit: 'write_file', Write: 'write_file', MultiEdit: 'write_file' };
-    const target = map[tool];
-    return {
-      kind,
-      text,
-      capsule: [],
-      note:
-        target === undefined
-          ? `${tool} has no capsule counterpart: not judged`
-          : `${tool} corresponds to ${target} (path globs differ: write the rule by hand)`,
-    };
-  }
-  const body = m[1];
-  if (body === undefined || body === '*' || body === ':*')
-    return { kind, text, capsule: ['run_command'], note: 'every simple command (never a compound one)' };
-  const prefix = body.endsWith(':*') ? body.slice(0, -2) : body;
-  const capsule = body.endsWith(':*')
-    ? [`run_command(${prefix})`, `run_command(${prefix} *)`]
-    : [`run_command(${body})`];
-  const sample = prefix.replace(/\*/g, 'x').trim();
-  let key: ForeignRule['key'];
-  let note: string;
-  try {
-    const analysis = parser.analyze(sample);
-    const k = commandPermissionKey(analysis, cwd);
-    key = { key: k.raw, compound: k.compound };
-    if (kind === 'deny')
-      note = `denies "${sample}" wherever it runs: behind wrappers, paths, quotes, pipelines and nested shells`;
-    else if (kind === 'ask') note = `capsule asks for ${k.raw} unless a rule or grant covers it`;
-    else
-      note = k.compound
-        ? `capsule keys "${sample}" as a compound command (${analysis.reasons.join('; ')}): only the exact string matches`
-        : `capsule keys "${sample}" as ${k.raw}; the rule admits simple commands only, a compound one needs its own approval`;
-  } catch (err) {
-    if (!isCapsuleError(err)) throw err;
-    note = `not a command capsule can key: ${err.message}`;
-  }
-  for (const r of capsule) parseRule(r, 'claude-settings');
-  return { kind, text, capsule, key, note };
-}
+// Claude Code rules in capsule terms live with the rest of the Claude settings mapping.
+export { translateClaudeRule, type ForeignRule } from './claude-settings.js';

@@ -1,3 +1,4 @@
+import type { GrantLifetime } from './grant-lifetime.js';
 import type { Denial } from './denial.js';
 import type { EgressRecord } from '../network/egress.js';
 
@@ -36,8 +37,22 @@ export interface PermissionCheck {
 
 /** Answers to an Ask. */
 export type GrantLevel = 'Once' | 'AlwaysThisSession' | 'AlwaysThisProject';
-/** DenyThisSession: denied, and the same key is denied without asking for the rest of the session. */
-export type AskAnswer = GrantLevel | 'Deny' | 'DenyThisSession';
+/**
+ * DenyThisSession: denied, and the same key is denied without asking for the rest of the session.
+ * DenyAlways: denied, and saved as a deny rule in capsule.json (a deny never widens anything, so it
+ * is offered at every ceiling). AllowPattern: allowed, and a rule the person confirmed is saved in
+ * capsule.json (sandboxed calls only: an allow from a project file never reaches host code).
+ */
+export type AskAnswer = GrantLevel | 'Deny' | 'DenyThisSession' | 'DenyAlways' | 'AllowPattern';
+
+/** An answer with what it needs: the lifetime of a session grant, the rule of AllowPattern. */
+export interface AskReply {
+  answer: AskAnswer;
+  /** AlwaysThisSession only: how long the session grant lives (`uses` counts this call). */
+  lifetime?: GrantLifetime | undefined;
+  /** AllowPattern only: the allow rule the person confirmed, e.g. `run_capability(report-*)`. */
+  rule?: string | undefined;
+}
 
 /** Everything the gate needs to decide one call. */
 export interface PermissionRequest {

@@ -13,6 +13,7 @@ import {
 import { Registry } from '../../src/registry/registry.js';
 import { ShellRunner } from '../../src/runners/shell-runner.js';
 import type { AskAnswer } from '../../src/permissions/types.js';
+import type { Clock } from '../../src/permissions/session-allowlist.js';
 import type { Componentize } from '../../src/tools/ports.js';
 import { tempProject } from './capability.js';
 
@@ -36,6 +37,8 @@ export async function agentFixture(
     prompter?: Prompter;
     /** Capability roots, relative to the project (default: capabilities). */
     roots?: string[];
+    /** The engine's clock (session grants with a time expire by it). */
+    clock?: Clock;
   } = {},
 ): Promise<Fixture> {
   const { root, capRoot } = await tempProject('capsule-agent-');
@@ -51,6 +54,7 @@ export async function agentFixture(
     prompter: options.prompter ?? prompter,
     audit: false,
     commandParser: commands,
+    clock: options.clock,
   });
   const profiles = await ProfileCatalog.load({ projectRoot: root });
   const session = await AgentSession.create({

@@ -1,82 +1,26 @@
 // `capsule rules check`'s work, loaded only when the command runs (see rules.ts).
 import { accessSync, constants, readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { machine } from 'node:os';
 import path from 'node:path';
-import { z } from 'zod';
 import { ProfileCatalog } from '../../agent/profile.js';
 import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../config/project-config.js';
 import { CapsuleError } from '../../errors.js';
 import { canonicalGrantKey, createCommandParser } from '../../permissions/command-parser.js';
 import {
-  checkRules,
+  readClaudeSettings,
   translateClaudeRule,
   type ForeignRule,
-  type RuleFinding,
-} from '../../permissions/rule-check.js';
+} from '../../permissions/claude-settings.js';
+import { checkRules, type RuleFinding } from '../../permissions/rule-check.js';
 import { parseRule, type Rule } from '../../permissions/rules.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
-
-/** The `permissions` block of a Claude Code settings.json (other keys are ignored). */
-const claudeSettingsSchema = z.object({
-  permissions: z
-    .object({
-      allow: z
-        .array(z.string())
-        .default([])
-        .describe('Rules that run without asking, e.g. Bash(git diff:*).'),
-      deny: z.array(z.string()).default([]).describe('Rules that are always refused.'),
-      ask: z.array(z.string()).default([]).describe('Rules that always ask.'),
-    })
-    .describe('Claude Code permission rules.'),
-});
 
 export interface RulesCheckOptions {
   json?: boolean;
   profile?: string;
   grant: string[];
   claudeSettings?: string;
-}
-
-async function readClaudeSettings(file: string): Promise<z.infer<typeof claudeSettingsSchema>> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new CapsuleError(
-      'NOT_FOUND',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      {
-        file,
-        field: '--claude-settings',
-      },
-      { cause: err },
-    );
-  }
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError(
-      'USAGE',
-      `${file} is not JSON: ${(err as Error).message}`,
-      {
-        file,
-        field: '--claude-settings',
-      },
-      { cause: err },
-    );
-  }
-  const parsed = claudeSettingsSchema.safeParse(doc);
-  if (!parsed.success) {
-    throw new CapsuleError('USAGE', `${file} has no valid "permissions" block: ${parsed.error.message}`, {
-      file,
-      field: 'permissions',
-      hint: 'Expected {"permissions":{"allow":["Bash(git diff:*)"],"deny":[...]}}.',
-    });
-  }
-  return parsed.data;
 }
 
 function render(findings: readonly RuleFinding[], foreign: readonly ForeignRule[]): string {

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { action, type CliIO } from '../output.js';
 import type { RulesCheckOptions } from './rules-check.js';
+import type { RulesImportOptions } from './rules-import.js';
 
 export function registerRules(program: Command, io: CliIO): void {
   const rules = program.command('rules').description('Inspect permission rules.');
@@ -24,6 +25,35 @@ export function registerRules(program: Command, io: CliIO): void {
       action(io, async (opts: RulesCheckOptions) => {
         const { rulesCheck } = await import('./rules-check.js');
         return rulesCheck(io, opts);
+      }),
+    );
+  rules
+    .command('import')
+    .description(
+      "Import a Claude Code settings.json's permissions (allow, deny, ask) into capsule.json. Shows what " +
+        'each rule becomes and the difference; writes only with --write after a yes (terminal or --yes). ' +
+        'Deny rules are imported wherever capsule has the tool. An allow the ceiling rule forbids at project ' +
+        'level (Bash, Edit: host tools) is reported and left out, never widened; what has no counterpart ' +
+        '(Read deny, WebFetch) is reported with the reason.\n\n' +
+        'Exit codes: 0 shown (no --write), written, or nothing to write; 64 no --claude-settings, or the ' +
+        'file is not a settings.json with a permissions block; 66 the file cannot be read; 77 --write but no ' +
+        'yes (the answer was no, --no-prompt, or no terminal): nothing written; 78 capsule.json is invalid.',
+    )
+    .option(
+      '--claude-settings <file>',
+      'the Claude Code settings.json to import (e.g. .claude/settings.json)',
+    )
+    .option('--write', 'write the rules into capsule.json after a yes (atomic: all or nothing)')
+    .option(
+      '--yes',
+      'with --write: the person running this says yes in advance (never implied by --no-prompt)',
+    )
+    .option('--no-prompt', 'never ask: with --write, nothing is written (exit 77)')
+    .option('--json', 'print {file, settings, entries, add, diff, written, message}')
+    .action(
+      action(io, async (opts: RulesImportOptions) => {
+        const { rulesImport } = await import('./rules-import.js');
+        return rulesImport(io, opts);
       }),
     );
 }

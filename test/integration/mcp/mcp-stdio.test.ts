@@ -162,7 +162,15 @@ describe('capsule mcp over stdio', () => {
         requestedSchema: { properties: { decision: { oneOf: Array<{ const: string }> } } };
       }
     ).requestedSchema.properties.decision.oneOf.map((o) => o.const);
-    expect(options).toEqual(['Once', 'AlwaysThisSession', 'Deny', 'DenyThisSession']);
+    expect(options).toEqual([
+      'Once',
+      'Uses',
+      'Duration',
+      'AlwaysThisSession',
+      'Deny',
+      'DenyThisSession',
+      'DenyAlways',
+    ]);
     await call('echo three && touch marker');
     expect(h.elicitations.map((e) => keyOf(e.message))).toEqual([
       'run_command:echo',

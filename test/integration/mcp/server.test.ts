@@ -81,9 +81,12 @@ describe('MCP server (in-memory transport)', () => {
     };
     expect(schema.properties.decision.oneOf.map((o) => o.const)).toEqual([
       'Once',
+      'Uses',
+      'Duration',
       'AlwaysThisSession',
       'Deny',
       'DenyThisSession',
+      'DenyAlways',
     ]);
     expect(c.elicited[0]?.message).toMatch(/run_capability:fails[\s\S]*Not sandboxed/);
     // A failed run is an isError result with the exit code and stderr.

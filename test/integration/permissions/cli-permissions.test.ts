@@ -7,6 +7,7 @@ import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { BUILT_CLI, builtCli, cli, REPO_ROOT } from '../../helpers/cli.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { inTerminal } from '../../helpers/terminal.js';
 
 const run = promisify(execFile);
 
@@ -260,27 +261,6 @@ describe('--grant validation', () => {
     expect(BUILT_CLI).toBeTruthy();
   });
 });
-
-/** Run the built CLI under a pseudo-terminal (util-linux script), typing `answers` once the prompt shows. */
-async function inTerminal(
-  cwd: string,
-  args: string[],
-  answers: string,
-): Promise<{ code: number; output: string }> {
-  const quoted = ['node', BUILT_CLI, ...args].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
-  const child = execa('script', ['-qfec', quoted, '/dev/null'], { cwd, reject: false, timeout: 60_000 });
-  let output = '';
-  let typed = false;
-  child.stdout?.on('data', (c: Buffer) => {
-    output += c.toString();
-    if (!typed && output.includes('(default: deny)')) {
-      typed = true;
-      child.stdin?.write(answers);
-    }
-  });
-  const r = await child;
-  return { code: r.exitCode ?? -1, output };
-}
 
 describe('the interactive terminal prompt (a real pseudo-terminal)', () => {
   it('once runs the command; deny exits 77 and it does not run', async () => {

@@ -275,13 +275,23 @@ describe('project allowlist, ceiling rule and content-hash binding', () => {
     const { e, prompter } = await engine({}, {}, ['Once', 'Once']);
     await e.check(commandReq('git'));
     await e.check(capabilityRequest('w', { sandboxed: true }));
-    expect(prompter.asked[0]?.options).toEqual(['Once', 'AlwaysThisSession', 'Deny', 'DenyThisSession']);
+    // "Always deny" at every ceiling (a deny never widens); "always allow a pattern" only where a
+    // project grant is possible.
+    expect(prompter.asked[0]?.options).toEqual([
+      'Once',
+      'AlwaysThisSession',
+      'Deny',
+      'DenyThisSession',
+      'DenyAlways',
+    ]);
     expect(prompter.asked[1]?.options).toEqual([
       'Once',
       'AlwaysThisSession',
       'AlwaysThisProject',
+      'AllowPattern',
       'Deny',
       'DenyThisSession',
+      'DenyAlways',
     ]);
   });
 
