@@ -25,7 +25,8 @@ async function main(): Promise<never> {
   // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
   // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
   // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
-  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
+  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook')
+    setFlagsFromString('--liftoff-only');
 
   const code = await runCli(argv, {
     stdin: () => process.stdin,
