@@ -214,18 +214,22 @@ function trustOf(scope: ClaudeSettingsScope): 'process' | 'persistent' {
   return scope === 'user' ? 'process' : 'persistent';
 }
 
-/** Is the command capsule itself (it runs its arguments, and grants on its command line are the caller's word)? */
-function runsCapsule(parser: CommandParser, command: string): boolean {
+/**
+ * Does the command run capsule (by name, or this very CLI's entry file through node)? capsule runs its
+ * arguments, and a grant on its command line is the caller's word: such a command is always asked.
+ */
+function runsCapsule(parser: CommandParser, command: string, cwd: string): boolean {
   const facts = parser.analyze(command).facts;
-  const names = [
-    ...facts.commands.map((c) => c.name),
-    ...(facts.possible ?? []).map((c) => c.name),
-    ...(facts.opaque ?? []).flatMap((o) => [
-      o.via,
-      ...o.args.map((a) => (a === null ? '' : path.basename(a))),
-    ]),
-  ];
-  return names.some((n) => n === 'capsule' || n.startsWith('capsule ')) || /\bCAPSULE_[A-Z_]*=/.test(command);
+  const entry = process.argv[1] === undefined ? undefined : path.resolve(process.argv[1]);
+  const words = [
+    ...[...facts.commands, ...(facts.possible ?? [])].flatMap((c) => [c.name, ...c.args]),
+    ...(facts.opaque ?? []).flatMap((o) => [o.via, ...o.args]),
+  ].filter((w): w is string => w !== null);
+  const isCapsule = (w: string): boolean =>
+    path.basename(w) === 'capsule' ||
+    /^capsule\s/.test(w) ||
+    (entry !== undefined && path.resolve(cwd, w) === entry);
+  return words.some(isCapsule) || /\bCAPSULE_[A-Z_]*=/.test(command);
 }
 
 async function judgeBash(ctx: HookContext, envelope: PreToolUseEnvelope): Promise<HookAnswer> {
@@ -259,7 +263,7 @@ async function judgeBash(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
   else if (request.key.compound) {
     const reasons = parser.analyze(command).reasons.join('; ');
     asked = `${key} is a compound command (${reasons}): a rule for one program never covers it; approve this exact command.`;
-  } else if (runsCapsule(parser, command))
+  } else if (runsCapsule(parser, command, cwd))
     asked =
       'The command runs capsule, which runs its arguments: a grant written on its command line is the caller’s word, not the person’s.';
   if (asked !== undefined) {
