@@ -18,7 +18,7 @@ import { makeKey, WRITE_FILE } from '../../permissions/keys.js';
 import { promptSafe } from '../../permissions/prompter.js';
 import type { RuleSource } from '../../permissions/rules.js';
 import type { PermissionRequest } from '../../permissions/types.js';
-import type { Runtime } from '../../runtime/runtime.js';
+import type { StateKey } from '../../config/state-key.js';
 import { shellWord } from '../../shell-quote.js';
 import { EXIT } from '../exit-codes.js';
 import { write, type CliIO } from '../output.js';
@@ -146,10 +146,74 @@ export function parseEnvelope(text: string): PreToolUseEnvelope {
   return parsed.data;
 }
 
+/** Where the hook judges: the project's real root, and capsule's per-user folders and key. */
+interface HookPlace {
+  root: string;
+  stateDir: string;
+  stateKey: StateKey;
+  cacheDir: string;
+}
+
+/**
+ * The gate `capsule exec` opens (openRuntime's openGate): the same engine from the same starting policy
+ * (the one a person confirmed, tightened by what changed on disk since), without the registry and the
+ * runners a judge never uses, so Claude Code waits less on every tool call.
+ */
+async function openHookGate(
+  io: CliIO,
+  parser: CommandParser | undefined,
+  profileRules: (root: string) => Promise<RuleSource[]>,
+): Promise<{ place: HookPlace; engine: PermissionEngine }> {
+  const [
+    { loadProjectConfig },
+    { StateKey },
+    { userStateDir },
+    { userCacheDir },
+    { PolicySnapshotStore, resolveStartingPolicy },
+    { PermissionEngine },
+    { createNonInteractivePrompter },
+  ] = await Promise.all([
+    import('../../config/project-config.js'),
+    import('../../config/state-key.js'),
+    import('../../config/user-state.js'),
+    import('../../config/cache-dir.js'),
+    import('../../permissions/policy-snapshot.js'),
+    import('../../permissions/engine.js'),
+    import('../../permissions/prompter.js'),
+  ]);
+  const project = await loadProjectConfig(await realpath(claudeProjectDir(io)));
+  const root = await realpath(project.root);
+  const stateDir = userStateDir(io.env, homedir());
+  const stateKey = new StateKey({ stateDir });
+  const snapshots = new PolicySnapshotStore({ stateDir, key: stateKey });
+  const starting = await resolveStartingPolicy({
+    projectRoot: root,
+    file: project.file,
+    config: project.config,
+    store: snapshots,
+    recordFirstUse: false,
+  });
+  const engine = await PermissionEngine.create({
+    projectRoot: root,
+    configFile: project.file,
+    config: starting.config,
+    profiles: starting.profiles,
+    snapshots,
+    userStateDir: stateDir,
+    stateKey,
+    prompter: createNonInteractivePrompter(),
+    profileRules: await profileRules(root),
+    commandParser: parser,
+    audit: false,
+    logger: () => undefined,
+  });
+  return { place: { root, stateDir, stateKey, cacheDir: userCacheDir(io.env) }, engine };
+}
+
 interface HookContext {
   io: CliIO;
   opts: HookOptions;
-  runtime: Runtime;
+  runtime: HookPlace;
   parser: CommandParser | undefined;
   engine: PermissionEngine;
   home: string;
@@ -166,7 +230,7 @@ interface HookContext {
  * code run.
  */
 async function claudeRuleSources(
-  parser: CommandParser,
+  parser: CommandParser | undefined,
   root: string,
   home: string,
 ): Promise<{ sources: RuleSource[]; reads: string[]; edits: string[] }> {
@@ -194,7 +258,9 @@ async function claudeRuleSources(
             (outside[1] === 'Read' ? reads : edits).push(`${base}${outside[3] as string}`);
           }
         }
-        for (const rule of translateClaudeRule(parser, kind, text, root).capsule) {
+        // Without a parser (a file tool's call) only the paths above matter: Bash rules are not judged.
+        const mapped = parser === undefined ? [] : translateClaudeRule(parser, kind, text, root).capsule;
+        for (const rule of mapped) {
           try {
             // A rule that can never match decides nothing: left out (`capsule rules check` reports it).
             parseRule(rule, origin, trust, kind);
@@ -453,26 +519,23 @@ export async function judgeEnvelope(
     };
   let parser: CommandParser | undefined;
   try {
-    const [{ openRuntime }, { createCommandParser }, { createNonInteractivePrompter }] = await Promise.all([
-      import('../../runtime/runtime.js'),
-      import('../../permissions/command-parser.js'),
-      import('../../permissions/prompter.js'),
-    ]);
+    const { createCommandParser } = isBash
+      ? await import('../../permissions/command-parser.js')
+      : { createCommandParser: undefined };
     const home = homedir();
-    parser = await createCommandParser();
-    const runtime = await openRuntime({ cwd: claudeProjectDir(io), env: io.env, parser });
-    audit.root = runtime.root;
-    const claude = await claudeRuleSources(parser, runtime.root, home);
-    const engine = await runtime.openGate({
-      prompter: createNonInteractivePrompter(),
-      profileRules: claude.sources,
-      audit: false,
-      logger: () => undefined,
+    // The bash parser (a Wasm grammar) only for Bash: a file tool's call does not wait for it.
+    parser = createCommandParser === undefined ? undefined : await createCommandParser();
+    const p = parser;
+    let claude = { sources: [] as RuleSource[], reads: [] as string[], edits: [] as string[] };
+    const { place, engine } = await openHookGate(io, p, async (root) => {
+      claude = await claudeRuleSources(p, root, home);
+      return claude.sources;
     });
+    audit.root = place.root;
     const ctx: HookContext = {
       io,
       opts,
-      runtime,
+      runtime: place,
       parser,
       engine,
       home,
@@ -523,8 +586,8 @@ async function recordAnswer(
       ]);
     let root = knownRoot;
     if (root === undefined) {
-      const { openProjectAt } = await import('../../runtime/runtime.js');
-      root = (await openProjectAt(claudeProjectDir(io))).root;
+      const { loadProjectConfig } = await import('../../config/project-config.js');
+      root = await realpath((await loadProjectConfig(await realpath(claudeProjectDir(io)))).root);
     }
     const stateDir = userStateDir(io.env, homedir());
     const log = new JsonlAuditLog(auditLogPath(root), systemClock(), {
