@@ -123,9 +123,12 @@ export function parseEnvelope(text: string): PreToolUseEnvelope {
   try {
     doc = JSON.parse(text);
   } catch (err) {
-    throw new CapsuleError('USAGE', `the hook input is not JSON (${(err as Error).message})`, {
-      field: 'stdin',
-    });
+    throw new CapsuleError(
+      'USAGE',
+      `the hook input is not JSON (${(err as Error).message})`,
+      { field: 'stdin' },
+      { cause: err },
+    );
   }
   const parsed = preToolUseEnvelopeSchema.safeParse(doc);
   if (!parsed.success) {

@@ -15,7 +15,16 @@ import { shellWord } from '../../shell-quote.js';
 import { unifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { write, type CliIO } from '../output.js';
-import type { HookCommandOptions } from './hook.js';
+
+/** The flags of `capsule hook claude` (commander's parse). */
+export interface HookCommandOptions {
+  confine?: boolean;
+  install?: boolean;
+  uninstall?: boolean;
+  project?: boolean;
+  user?: boolean;
+  yes?: boolean;
+}
 
 /** The tools the installed hook is asked about (Claude Code reads the matcher as a regular expression). */
 export const HOOK_MATCHER = 'Bash|Read|Edit|Write|MultiEdit|NotebookEdit|Glob|Grep|LS';
@@ -138,10 +147,7 @@ async function readRecord(key: StateKey, stateDir: string, file: string): Promis
  * The change is shown first and written only after a person's yes (`--yes`; no terminal and no --yes:
  * nothing is written), atomically.
  */
-export async function hookInstall(
-  io: CliIO,
-  opts: HookCommandOptions & { confine?: boolean },
-): Promise<number> {
+export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<number> {
   if (opts.install === true && opts.uninstall === true)
     throw new CapsuleError('USAGE', '--install and --uninstall exclude each other.', { field: '--install' });
   if (opts.user === true && opts.project === true)

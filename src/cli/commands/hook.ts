@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { action, type CliIO } from '../output.js';
+import type { HookCommandOptions } from './hook-install.js';
 
 export function registerHook(program: Command, io: CliIO): void {
   const hook = program
@@ -38,13 +39,4 @@ export function registerHook(program: Command, io: CliIO): void {
         return hookClaude(io, { confine: opts.confine });
       }),
     );
-}
-
-export interface HookCommandOptions {
-  confine?: boolean;
-  install?: boolean;
-  uninstall?: boolean;
-  project?: boolean;
-  user?: boolean;
-  yes?: boolean;
 }
