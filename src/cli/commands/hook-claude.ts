@@ -397,9 +397,10 @@ async function confine(
   const bash = bashInputSchema.parse(envelope.tool_input);
   const timeoutMs = Math.min(Math.ceil(bash.timeout ?? BASH_DEFAULT_TIMEOUT_MS), RUN_COMMAND_MAX_TIMEOUT_MS);
   const main = process.argv[1] ?? 'capsule';
+  // A subshell: Claude Code's Bash keeps its working directory from call to call, and this cd is capsule's.
   const rewritten =
-    `cd -- ${shellWord(root)} && ${shellWord(process.execPath)} ${shellWord(main)} exec ` +
-    `--grant-id ${id} --timeout-ms ${timeoutMs} -- ${shellWord(inner)}`;
+    `(cd -- ${shellWord(root)} && exec ${shellWord(process.execPath)} ${shellWord(main)} exec ` +
+    `--grant-id ${id} --timeout-ms ${timeoutMs} -- ${shellWord(inner)})`;
   return { ...answer, updatedInput: { ...envelope.tool_input, command: rewritten } };
 }
 
