@@ -10,7 +10,6 @@ import {
 } from '../../config/claude-settings.js';
 import { CapsuleError, isCapsuleError } from '../../errors.js';
 import { isInside } from '../../manifest/paths.js';
-import type { AuditSink } from '../../permissions/audit-log.js';
 import type { CommandParser } from '../../permissions/command-parser.js';
 import type { PermissionEngine } from '../../permissions/engine.js';
 import { matchPathGlob } from '../../permissions/glob.js';
@@ -214,12 +213,10 @@ async function openHookGate(
 }
 
 interface HookContext {
-  io: CliIO;
   opts: HookOptions;
   runtime: HookPlace;
   parser: CommandParser | undefined;
   engine: PermissionEngine;
-  home: string;
   /** Allow rules of the person's own Claude Code settings for Read/Edit outside the project (`//abs/**`). */
   outsideReads: string[];
   outsideEdits: string[];
@@ -496,7 +493,8 @@ export async function judgeEnvelope(
   io: CliIO,
   text: string,
   opts: HookOptions,
-  audit: { sink?: AuditSink | undefined; root?: string | undefined },
+  /** Filled with the project root once known, so the answer is recorded in that project's log. */
+  audit: { root?: string | undefined },
 ): Promise<HookAnswer> {
   let envelope: PreToolUseEnvelope;
   try {
@@ -537,12 +535,10 @@ export async function judgeEnvelope(
     });
     audit.root = place.root;
     const ctx: HookContext = {
-      io,
       opts,
       runtime: place,
       parser,
       engine,
-      home,
       outsideReads: claude.reads,
       outsideEdits: claude.edits,
     };
@@ -561,7 +557,7 @@ export async function judgeEnvelope(
 
 /** `capsule hook claude`: one envelope on stdin, Claude Code's answer on stdout, exit 0. */
 export async function hookClaude(io: CliIO, opts: HookOptions): Promise<number> {
-  const audit: { sink?: AuditSink | undefined; root?: string | undefined } = {};
+  const audit: { root?: string | undefined } = {};
   let answer: HookAnswer;
   try {
     answer = await judgeEnvelope(io, await readAll(io), opts, audit);

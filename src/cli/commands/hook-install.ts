@@ -14,7 +14,7 @@ import { openProjectAt } from '../../runtime/runtime.js';
 import { shellWord } from '../../shell-quote.js';
 import { unifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
-import { write, type CliIO } from '../output.js';
+import { json, write, type CliIO } from '../output.js';
 
 /** The flags of `capsule hook claude` (commander's parse). */
 export interface HookCommandOptions {
@@ -24,6 +24,7 @@ export interface HookCommandOptions {
   project?: boolean;
   user?: boolean;
   yes?: boolean;
+  json?: boolean;
 }
 
 /** The tools the installed hook is asked about (Claude Code reads the matcher as a regular expression). */
@@ -159,6 +160,12 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
       : path.join((await openProjectAt(io.cwd)).root, '.claude', 'settings.json');
   const stateDir = userStateDir(io.env, home);
   const key = new StateKey({ stateDir });
+  let diff = '';
+  const finish = async (code: number, written: boolean): Promise<number> => {
+    const action = opts.install === true ? 'install' : 'uninstall';
+    if (opts.json === true) await write(io.stdout, json({ file, action, written, diff }));
+    return code;
+  };
   const before = await readText(file);
   const settings = await parseSettings(file, before);
   const entries = preToolUse(settings);
@@ -166,7 +173,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
   if (opts.install === true) {
     if (entries.some(isOurs)) {
       await write(io.stderr, `capsule: ${file} already runs capsule's hook; nothing to do.\n`);
-      return EXIT.OK;
+      return finish(EXIT.OK, false);
     }
     const entry = {
       matcher: HOOK_MATCHER,
@@ -177,7 +184,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
   } else {
     if (before === undefined || !entries.some(isOurs)) {
       await write(io.stderr, `capsule: ${file} holds no hook of capsule's; nothing was written.\n`);
-      return EXIT.FAILURE;
+      return finish(EXIT.FAILURE, false);
     }
     const record = await readRecord(key, stateDir, file);
     if (record !== undefined && record.after === sha256(before)) after = record.before ?? undefined;
@@ -194,6 +201,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
     old: before === undefined ? '/dev/null' : file,
     new: after === undefined ? '/dev/null' : file,
   });
+  diff = shown.diff;
   await write(io.stderr, `${shown.diff}${shown.diff.endsWith('\n') ? '' : '\n'}`);
   const verb = opts.install === true ? 'Write' : after === undefined ? 'Remove' : 'Write';
   if (!(await confirm(io, `${verb} ${file}? [y/N] `, opts.yes === true))) {
@@ -201,7 +209,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
       io.stderr,
       `capsule: nothing was written${io.interactive || opts.yes === true ? '' : ' (no terminal to ask, and no --yes)'}.\n`,
     );
-    return EXIT.FAILURE;
+    return finish(EXIT.FAILURE, false);
   }
   const where = recordFile(stateDir, file);
   if (opts.install === true) {
@@ -228,7 +236,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
       io.stderr,
       `capsule: the hook is in ${file}; capsule hook claude --uninstall${opts.user === true ? ' --user' : ''} takes it out.\n`,
     );
-    return EXIT.OK;
+    return finish(EXIT.OK, true);
   }
   const record = await readRecord(key, stateDir, file);
   if (after === undefined) {
@@ -237,7 +245,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
   } else await writeFileAtomic(file, after, await modeOf(file));
   await unlink(where).catch(() => undefined);
   await write(io.stderr, `capsule: capsule's hook is out of ${file}.\n`);
-  return EXIT.OK;
+  return finish(EXIT.OK, true);
 }
 
 async function modeOf(file: string): Promise<number> {

@@ -29,6 +29,10 @@ export function registerHook(program: Command, io: CliIO): void {
     .option('--project', 'with --install/--uninstall: the project’s .claude/settings.json (default)')
     .option('--user', 'with --install/--uninstall: the user’s ~/.claude/settings.json')
     .option('--yes', 'with --install/--uninstall: write without asking (the change is still shown)')
+    .option(
+      '--json',
+      'with --install/--uninstall: print {file, action, written, diff}; the hook’s own answer is JSON either way',
+    )
     .action(
       action(io, async (opts: HookCommandOptions) => {
         if (opts.install === true || opts.uninstall === true) {

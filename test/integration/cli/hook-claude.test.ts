@@ -466,7 +466,9 @@ describe('capsule hook claude --install / --uninstall', () => {
     const w = await world();
     try {
       const file = path.join(w.env.HOME as string, '.claude', 'settings.json');
-      expect((await run(w, ['--install', '--user', '--yes'])).exitCode).toBe(0);
+      const installed = await run(w, ['--install', '--user', '--yes', '--json']);
+      expect(installed.exitCode).toBe(0);
+      expect(JSON.parse(installed.stdout)).toMatchObject({ file, action: 'install', written: true });
       expect(existsSync(file)).toBe(true);
       expect((await run(w, ['--uninstall', '--user', '--yes'])).exitCode).toBe(0);
       expect(existsSync(file)).toBe(false);
