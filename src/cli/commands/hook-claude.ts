@@ -82,6 +82,9 @@ const FILE_TOOLS: Readonly<Record<string, { field: string; write: boolean; optio
   LS: { field: 'path', write: false },
 };
 
+/** The project's Claude Code settings files, relative to the root (lower case: case-insensitive file systems). */
+const CLAUDE_SETTINGS_FILES = new Set(['.claude/settings.json', '.claude/settings.local.json']);
+
 const safe = (text: string): string => promptSafe(text, REASON_MAX_CHARS);
 
 /** The JSON Claude Code reads from a PreToolUse hook; undefined for no decision (print nothing). */
@@ -459,6 +462,13 @@ async function judgeFile(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
   const key = makeKey(tool, relative).raw;
   if (!spec.write)
     return { decision: 'none', key, source: 'mode', reason: `${key}: read-only, inside the project.` };
+  // Claude Code's settings hold this very hook: an agent that rewrites them switches its judge off.
+  if (CLAUDE_SETTINGS_FILES.has(relative.toLowerCase()))
+    return deny(
+      key,
+      'self-protection',
+      `capsule: ${relative} holds Claude Code's hooks and permissions, capsule's own among them: a person edits it (capsule hook claude --install/--uninstall, or by hand).`,
+    );
   const request: PermissionRequest = {
     tool: WRITE_FILE,
     kind: 'FILE_EDIT',

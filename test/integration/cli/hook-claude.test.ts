@@ -272,6 +272,11 @@ describe('capsule hook claude: file tools judged as capsule’s file tools', () 
       ['Grep', { pattern: 'secret', path: w.outside }],
       ['Glob', { pattern: '**', path: path.join(w.project, 'out') }],
       ['Read', { file_path: 'src/../../outside/secret.txt' }],
+      ['Write', { file_path: path.join(w.project, '.claude', 'settings.json'), content: '{}' }],
+      [
+        'Edit',
+        { file_path: path.join(w.project, '.claude', 'settings.local.json'), old_string: '', new_string: '' },
+      ],
       ['Read', {}],
     ];
     for (const [tool, input] of cases) {
