@@ -5,15 +5,16 @@ import path from 'node:path';
 import { z } from 'zod';
 import {
   claudeSettingsFiles,
-  readClaudeSettings,
+  mapClaudeRule,
+  readClaudeSettingsDocument,
   type ClaudeSettingsScope,
-} from '../../config/claude-settings.js';
+} from '../../permissions/claude-settings.js';
 import { CapsuleError, isCapsuleError } from '../../errors.js';
 import { isInside } from '../../manifest/paths.js';
 import type { CommandParser } from '../../permissions/command-parser.js';
 import type { PermissionEngine } from '../../permissions/engine.js';
 import { matchPathGlob } from '../../permissions/glob.js';
-import { makeKey, WRITE_FILE } from '../../permissions/keys.js';
+import { makeKey, RUN_COMMAND, WRITE_FILE } from '../../permissions/keys.js';
 import { promptSafe } from '../../permissions/prompter.js';
 import type { RuleSource } from '../../permissions/rules.js';
 import type { PermissionRequest } from '../../permissions/types.js';
@@ -233,21 +234,18 @@ interface HookContext {
  * code run.
  */
 async function claudeRuleSources(
-  parser: CommandParser | undefined,
+  judgesCommands: boolean,
   root: string,
   home: string,
 ): Promise<{ sources: RuleSource[]; reads: string[]; edits: string[] }> {
-  const { translateClaudeRule } = await import('../../permissions/rule-check.js');
-  const { parseRule } = await import('../../permissions/rules.js');
   const sources: RuleSource[] = [];
   const reads: string[] = [];
   const edits: string[] = [];
   for (const { scope, file } of claudeSettingsFiles(root, home)) {
-    const read = await readClaudeSettings(file, { missing: 'skip' });
+    const read = await readClaudeSettingsDocument(file);
     const permissions = read?.settings.permissions;
     if (permissions === undefined) continue;
     const origin = `claude ${scope} settings (${file})`;
-    const trust = trustOf(scope);
     const allow: string[] = [];
     const deny: string[] = [];
     for (const kind of ['allow', 'deny'] as const) {
@@ -261,20 +259,18 @@ async function claudeRuleSources(
             (outside[1] === 'Read' ? reads : edits).push(`${base}${outside[3] as string}`);
           }
         }
-        // Without a parser (a file tool's call) only the paths above matter: Bash rules are not judged.
-        const mapped = parser === undefined ? [] : translateClaudeRule(parser, kind, text, root).capsule;
-        for (const rule of mapped) {
-          try {
-            // A rule that can never match decides nothing: left out (`capsule rules check` reports it).
-            parseRule(rule, origin, trust, kind);
-            (kind === 'allow' ? allow : deny).push(rule);
-          } catch (err) {
-            if (!isCapsuleError(err, 'CONFIG_INVALID')) throw err;
-          }
-        }
+        // The mapping `capsule rules import` writes into capsule.json, read live here. A rule that can
+        // never match in capsule, or has no counterpart, decides nothing (`capsule rules check` says so).
+        const e = mapClaudeRule(kind, text, { projectRoot: root, settingsFile: file, home });
+        const usable =
+          kind === 'deny' ? e.outcome === 'import' : e.outcome === 'import' || e.outcome === 'left-out';
+        // A file tool's call loads no bash parser: its command rules cannot matter to it.
+        const rules = e.rules.filter((r) => judgesCommands || !r.startsWith(RUN_COMMAND));
+        if (usable) (kind === 'allow' ? allow : deny).push(...rules);
       }
     }
-    sources.push({ origin, trust, allow, deny });
+    // Allows are a person's only from the user's own file; a project file's are `persistent` (ceiling).
+    sources.push({ origin, trust: trustOf(scope), allow: scope === 'user' ? allow : [], deny });
   }
   return { sources, reads, edits };
 }
@@ -540,7 +536,7 @@ export async function judgeEnvelope(
     const p = parser;
     let claude = { sources: [] as RuleSource[], reads: [] as string[], edits: [] as string[] };
     const { place, engine } = await openHookGate(io, p, async (root) => {
-      claude = await claudeRuleSources(p, root, home);
+      claude = await claudeRuleSources(p !== undefined, root, home);
       return claude.sources;
     });
     audit.root = place.root;

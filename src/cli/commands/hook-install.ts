@@ -5,7 +5,10 @@ import { homedir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { z } from 'zod';
-import { readClaudeSettings, type ClaudeSettings } from '../../config/claude-settings.js';
+import {
+  readClaudeSettingsDocument,
+  type ClaudeSettingsDocument as ClaudeSettings,
+} from '../../permissions/claude-settings.js';
 import { writeFileAtomic } from '../../config/config-store.js';
 import { StateKey } from '../../config/state-key.js';
 import { userStateDir } from '../../config/user-state.js';
@@ -73,7 +76,7 @@ async function parseSettings(file: string, text: string | undefined): Promise<Cl
   if (text === undefined) return {};
   try {
     // Validated as settings, but kept as written: schema defaults must not creep into the person's file.
-    const read = await readClaudeSettings(file, { field: 'hooks' });
+    const read = await readClaudeSettingsDocument(file);
     return read === undefined || read.text.trim() === '' ? {} : (JSON.parse(read.text) as ClaudeSettings);
   } catch (err) {
     if (!isCapsuleError(err)) throw err;

@@ -15,7 +15,9 @@ interface World {
   env: NodeJS.ProcessEnv;
 }
 
-const CLAUDE_SETTINGS = { permissions: { allow: ['Bash(git status:*)'], deny: ['Bash(rm:*)'] } };
+const CLAUDE_SETTINGS = {
+  permissions: { allow: ['Bash(git status:*)'], deny: ['Bash(rm:*)', 'Edit(src/locked/**)'] },
+};
 const VICTIM = 'victim.txt';
 
 async function world(settings: unknown = CLAUDE_SETTINGS, user?: unknown): Promise<World> {
@@ -272,6 +274,8 @@ describe('capsule hook claude: file tools judged as capsule’s file tools', () 
       ['Grep', { pattern: 'secret', path: w.outside }],
       ['Glob', { pattern: '**', path: path.join(w.project, 'out') }],
       ['Read', { file_path: 'src/../../outside/secret.txt' }],
+      // A Claude `Edit(...)` deny, mapped as `capsule rules import` maps it (write_file).
+      ['Write', { file_path: path.join(w.project, 'src', 'locked', 'x.txt'), content: 'x' }],
       ['Write', { file_path: path.join(w.project, '.claude', 'settings.json'), content: '{}' }],
       [
         'Edit',
