@@ -1,7 +1,7 @@
 // Part of `npm run build` (after scripts/bundle-cli.mjs): runs the bundled CLI as a user would, with
 // CAPSULE_WRITE_CODE_CACHE=1, so each chunk a command loads gets its V8 code cache written beside it
-// (dist/cli/<chunk>.js.cache, see src/cli/code-cache.ts). The runs are `list` and then `run hello`
-// (the shipped component): a chunk both load keeps the later, larger cache. A run that fails only
+// (dist/cli/<chunk>.js.cache, see src/cli/code-cache.ts). The runs are `list`, `run hello` (the shipped
+// component) and `hook claude` on two envelopes: a chunk both load keeps the later, larger cache. A run that fails only
 // leaves those chunks without a cache (they compile from source, as without one); the build goes on.
 import { spawnSync } from 'node:child_process';
 import { cp, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
@@ -32,14 +32,20 @@ try {
     XDG_CONFIG_HOME: path.join(home, 'config'),
     CAPSULE_WRITE_CODE_CACHE: '1',
   };
+  // The Claude Code hook runs once per tool call: its chunks (the bash parser's among them) get caches too.
+  const envelope = (tool, input) =>
+    JSON.stringify({ hook_event_name: 'PreToolUse', tool_name: tool, tool_input: input, cwd: project });
   const runs = [
-    ['list'],
-    ['run', 'hello', '--grant', 'run_capability:hello', '--no-prompt', '--input', '{"name":"build"}'],
+    [['list']],
+    [['run', 'hello', '--grant', 'run_capability:hello', '--no-prompt', '--input', '{"name":"build"}']],
+    [['hook', 'claude'], envelope('Write', { file_path: path.join(project, 'a.txt'), content: '' })],
+    [['hook', 'claude'], envelope('Bash', { command: 'git status' })],
   ];
-  for (const args of runs) {
+  for (const [args, input] of runs) {
     const r = spawnSync(process.execPath, [main, ...args], {
       cwd: project,
       env,
+      input,
       encoding: 'utf8',
       timeout: 120_000,
     });

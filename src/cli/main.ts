@@ -21,13 +21,13 @@ async function main(): Promise<never> {
   useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
     write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
   });
-  const { runCli } = await import('./program.js');
   // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
   // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
   // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
-  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec') setFlagsFromString('--liftoff-only');
+  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook')
+    setFlagsFromString('--liftoff-only');
 
-  const code = await runCli(argv, {
+  const io = {
     stdin: () => process.stdin,
     signals: process,
     stdout: process.stdout,
@@ -38,7 +38,15 @@ async function main(): Promise<never> {
     // command that never reads it (most) a noticeable part of its start-up.
     interactive: isatty(0) && isatty(2),
     exitCode: 0,
-  });
+  };
+  // Claude Code runs the hook on every tool call and waits for it: its plain forms skip the program
+  // (commander and every command's registration); --help and the install forms go through it.
+  const hook = argv[0] === 'hook' && argv[1] === 'claude' && argv.slice(2).every((a) => a === '--confine');
+  const code = hook
+    ? await (
+        await import('./commands/hook-claude.js')
+      ).hookClaude(io, { confine: argv.includes('--confine') })
+    : await (await import('./program.js')).runCli(argv, io);
   // Exit explicitly: pooled workers or engine sockets must not keep a finished command alive.
   process.exit(code);
 }

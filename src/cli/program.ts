@@ -6,6 +6,7 @@ import { registerEngines } from './commands/engines.js';
 import { registerExec } from './commands/exec.js';
 import { registerExplain } from './commands/explain.js';
 import { registerGrants } from './commands/grants.js';
+import { registerHook } from './commands/hook.js';
 import { registerImages } from './commands/images.js';
 import { registerKey } from './commands/key.js';
 import { registerLearn } from './commands/learn.js';
@@ -63,6 +64,7 @@ export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   registerGrants(program, io);
   registerReload(program, io);
   registerAudit(program, io);
+  registerHook(program, io);
   registerRules(program, io);
   registerWasmRun(program, io);
   for (const command of program.commands) command.exitOverride();

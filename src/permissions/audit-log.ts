@@ -48,7 +48,8 @@ export async function auditHeadPath(userStateDir: string, projectRoot: string): 
 export interface AuditEvent {
   tool: string;
   key: string;
-  decision: 'allow' | 'deny' | 'error';
+  /** `ask` and `none` (no decision, left to the host's own rules) are a judge's answers (tool `claude-hook`). */
+  decision: 'allow' | 'deny' | 'error' | 'ask' | 'none';
   /** What decided: deny-rule, allow-rule, mode, project-allowlist, session-allowlist, prompt, no-prompt, … */
   source: string;
   /** Who denied (denials only): rule, mode, ceiling, person or nobody (see denial.ts). */
@@ -101,7 +102,7 @@ const auditRecordSchema = z
     time: z.string(),
     tool: z.string(),
     key: z.string(),
-    decision: z.enum(['allow', 'deny', 'error']),
+    decision: z.enum(['allow', 'deny', 'error', 'ask', 'none']),
     source: z.string(),
     denied_by: z
       .enum(['rule', 'mode', 'ceiling', 'person', 'nobody'])

@@ -347,3 +347,83 @@ export function planClaudeImport(
   }
   return plan;
 }
+
+/**
+ * A whole Claude Code settings file as the hook reads and edits it: `permissions` may be missing, `hooks`
+ * is where `capsule hook claude --install` writes, and every other key is kept as it is and ignored.
+ */
+export const claudeSettingsDocumentSchema = z.looseObject({
+  permissions: claudeSettingsSchema.shape.permissions.optional(),
+  hooks: z
+    .record(z.string(), z.unknown())
+    .optional()
+    .describe('Hooks by event name; `capsule hook claude --install` adds one under PreToolUse.'),
+});
+
+export type ClaudeSettingsDocument = z.infer<typeof claudeSettingsDocumentSchema>;
+
+/**
+ * Where a Claude Code settings file lives, and so who stands behind it: `user` is the person's own
+ * (`~/.claude/settings.json`, outside every repository); `project` (`.claude/settings.json`) and
+ * `local` (`.claude/settings.local.json`) lie in the project folder, which a repository brings.
+ */
+export type ClaudeSettingsScope = 'user' | 'project' | 'local';
+
+/** The Claude Code settings files of a project and a person, in Claude Code's own order. */
+export function claudeSettingsFiles(
+  projectRoot: string,
+  home: string,
+): Array<{ scope: ClaudeSettingsScope; file: string }> {
+  return [
+    { scope: 'user', file: path.join(home, '.claude', 'settings.json') },
+    { scope: 'project', file: path.join(projectRoot, '.claude', 'settings.json') },
+    { scope: 'local', file: path.join(projectRoot, '.claude', 'settings.local.json') },
+  ];
+}
+
+/**
+ * Read one whole settings file (claudeSettingsDocumentSchema). A file that does not exist is undefined;
+ * one unreadable, not JSON or of the wrong shape is an error naming the file and the field.
+ */
+export async function readClaudeSettingsDocument(
+  file: string,
+): Promise<{ settings: ClaudeSettingsDocument; text: string } | undefined> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new CapsuleError(
+      'NOT_FOUND',
+      `Cannot read ${file}: ${(err as Error).message}`,
+      { file },
+      { cause: err },
+    );
+  }
+  let doc: unknown;
+  try {
+    doc = text.trim() === '' ? {} : JSON.parse(text);
+  } catch (err) {
+    throw new CapsuleError(
+      'USAGE',
+      `${file} is not JSON: ${(err as Error).message}`,
+      { file },
+      { cause: err },
+    );
+  }
+  const parsed = claudeSettingsDocumentSchema.safeParse(doc);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const at = issue === undefined ? '' : issue.path.join('.');
+    throw new CapsuleError(
+      'USAGE',
+      `${file}: ${at === '' ? 'the document' : at} is not valid Claude Code settings: ${issue?.message ?? parsed.error.message}`,
+      {
+        file,
+        field: at === '' ? undefined : at,
+        hint: 'Expected {"permissions":{"allow":["Bash(git diff:*)"],"deny":[...]}}.',
+      },
+    );
+  }
+  return { settings: parsed.data, text };
+}

@@ -24,7 +24,14 @@ import {
 } from './command-parser.js';
 import { GlobCache } from './glob.js';
 import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
-import { decide, indexProjectAllowlist, type PolicyState, type TraceStep, type Verdict } from './policy.js';
+import {
+  decide,
+  indexProjectAllowlist,
+  type PolicyState,
+  type TraceStep,
+  type Unproven,
+  type Verdict,
+} from './policy.js';
 import {
   configWithPolicy,
   policyChange,
@@ -127,6 +134,8 @@ export interface Explanation {
   ceiling: CeilingVerdict;
   /** Answers a prompt would offer (for outcome ask). */
   options?: readonly AskAnswer[] | undefined;
+  /** For outcome ask: the deny rule the call cannot be proven clear of (only a person may let it run, once). */
+  unproven?: Unproven | undefined;
   trace: TraceStep[];
   error?: { code: string; message: string } | undefined;
 }
@@ -548,6 +557,7 @@ export class PermissionEngine implements PermissionGate {
             source: 'ask',
             reason: v.reason,
             options: withSessionDeny(v.options),
+            unproven: v.unproven,
             trace: v.trace,
           }
         : {

@@ -42,13 +42,14 @@ describe('CLI start-up loads only what the command uses', () => {
   async function loaded(
     args: string[],
     cwd = project,
+    input = '',
   ): Promise<{ code: number; stdout: string; stderr: string; modules: string[]; packages: Set<string> }> {
     const log = path.join(scratch, `modules-${runs++}.txt`);
     const r = await execa('node', ['--import', HOOK, BUILT_CLI, ...args], {
       cwd,
       env: { ...env, CAPSULE_MODULE_LOG: log },
       reject: false,
-      input: '',
+      input,
       timeout: 60_000,
     });
     const modules = (await readFile(log, 'utf8')).split('\n').filter(Boolean);
@@ -121,6 +122,25 @@ describe('CLI start-up loads only what the command uses', () => {
     const withJson = await loaded(['--version', '--json']);
     expect(withJson.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
     expect(withJson.packages.has('commander')).toBe(true);
+  });
+
+  it('the Claude Code hook skips the program; a Bash call loads only the bash parser, a Write call not even that', async () => {
+    const envelope = (tool: string, input: Record<string, unknown>): string =>
+      JSON.stringify({ hook_event_name: 'PreToolUse', tool_name: tool, tool_input: input, cwd: project });
+    const bash = await loaded(['hook', 'claude'], project, envelope('Bash', { command: 'rm -rf x; ls' }));
+    expect(bash.code).toBe(0);
+    expect(bash.stdout).toContain('"permissionDecision":"ask"'); // it did judge: a compound command
+    expect(bash.packages.has('web-tree-sitter')).toBe(true);
+    expect([...DOCKER, ...MCP, ...COMPONENTS, ...TELEMETRY].filter((p) => bash.packages.has(p))).toEqual([]);
+    expect(bash.packages.has('commander')).toBe(false);
+    expect(bash.modules.some((m) => m.endsWith('/dist/cli/program.js'))).toBe(false);
+    const write = await loaded(
+      ['hook', 'claude'],
+      project,
+      envelope('Write', { file_path: path.join(project, 'capsule.json'), content: '{}' }),
+    );
+    expect(write.stdout).toContain('"permissionDecision":"deny"');
+    expect(HEAVY.filter((p) => write.packages.has(p))).toEqual([]);
   });
 
   it('list (a project with shell, wasm and docker capabilities) loads none of them', async () => {
