@@ -13,7 +13,7 @@ const MAC_PREFIX = 'hmac-sha256:';
 const MAC_PATTERN = /^hmac-sha256:[0-9a-f]{64}$/;
 
 /** What a MAC vouches for; part of the MAC input, so one kind of record never passes for another. */
-export type MacPurpose = 'policy-snapshot' | 'audit-head' | 'audit-writer' | 'scan-index';
+export type MacPurpose = 'policy-snapshot' | 'audit-head' | 'audit-writer' | 'scan-index' | 'engine-posture';
 
 /** A MAC as documents hold it (`hmac-sha256:<64 hex>`). */
 export function isMacText(text: unknown): text is string {

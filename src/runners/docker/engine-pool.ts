@@ -4,7 +4,9 @@ import { engineMessage } from './engine.js';
 import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { INSTANCE_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
+import { HOST_LABEL, INSTANCE_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
+import { keptCanary, postureOf, sameDaemon } from './posture-store.js';
+import type { PostureStore, StoredPosture } from './posture-store.js';
 import type { Owner } from './labels.js';
 import { judgePosture, probePosture } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
@@ -44,6 +46,8 @@ export interface EngineMeasurement {
   measuredAt: string;
   /** How many times this engine was measured in this pool (1: the first). */
   generation: number;
+  /** The posture came from the per-user store (measured by an earlier process on this same daemon). */
+  stored?: boolean | undefined;
 }
 
 /**
@@ -83,6 +87,11 @@ export interface EnginePoolOptions {
   runner?: Omit<DockerRunnerOptions, 'engine' | 'handleProcessSignals'> | undefined;
   /** How long a health check waits for an engine. Default 3000 ms. */
   healthTimeoutMs?: number | undefined;
+  /**
+   * Measured postures kept between processes (posture-store.ts): a docker engine whose daemon is provably the
+   * one a record names is not probed again. Absent: every process measures its engines.
+   */
+  postures?: PostureStore | undefined;
 }
 
 /** What `capsule engines` and the isolation judge see of one member. */
@@ -108,6 +117,7 @@ export class EnginePool implements Runner {
   private readonly runnerOptions: EnginePoolOptions['runner'];
   /** Epochs given up (their runners closing): close() waits for them. */
   private readonly retiring = new Set<Promise<void>>();
+  private readonly postures: PostureStore | undefined;
   private closed = false;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {
@@ -115,6 +125,7 @@ export class EnginePool implements Runner {
     this.healthTimeoutMs = options.healthTimeoutMs ?? 3000;
     this.progress = options.runner?.onProgress ?? (() => {});
     this.runnerOptions = options.runner;
+    this.postures = options.postures;
     this.members = engines.map((e) => ({
       name: e.name,
       kind: e.kind === 'swarm' ? 'swarm' : 'docker',
@@ -483,7 +494,18 @@ export class EnginePool implements Runner {
       };
     }
     const member = { [POOL_ENGINE_LABEL]: name };
-    epoch.pin = await engine.pin(canaryVolume(this.owner, member));
+    const store = runner instanceof SwarmRunner ? undefined : this.postures;
+    const address = engine.address;
+    const stored = store === undefined || address === undefined ? undefined : await store.load(address);
+    // A stored measurement's canary, when the daemon answering has it; otherwise a canary of this measurement
+    // (kept on the daemon when the measurement is to be stored).
+    epoch.pin =
+      (stored === undefined ? undefined : await engine.resumePin?.({ name: stored.identity.canary })) ??
+      (await engine.pin(
+        store === undefined || address === undefined
+          ? canaryVolume(this.owner, member)
+          : keptCanary({ ...member, [HOST_LABEL]: this.owner.host }),
+      ));
     const identity = epoch.pin.identity;
     // This engine's canaries from earlier measurements that ended in a loss (an A→B→A swap brings the daemon
     // back) are removed through the new pin, on the daemon that holds them.
@@ -511,15 +533,72 @@ export class EnginePool implements Runner {
         generation,
       };
     }
+    if (stored !== undefined && (await this.stillMeasured(engine, stored, identity))) {
+      const posture = postureOf(stored);
+      return {
+        identity,
+        posture,
+        verdict: judgePosture(posture),
+        measuredAt: new Date(stored.measuredAt).toISOString(),
+        generation,
+        stored: true,
+      };
+    }
     await new ImageBuilder({ engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
-    const posture = await probePosture(engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
+    const measuredAt = Date.now();
+    let probe: string | undefined;
+    const posture = await probePosture(engine, {
+      runtime: 'runc',
+      labels: ownerLabels(this.owner),
+      onContainer: (id) => (probe = id),
+    });
+    // Kept only while the pin holds: a measurement the daemon changed under is not one to reuse.
+    const config = identity.config;
+    if (store !== undefined && address !== undefined && probe !== undefined && config !== undefined)
+      if ((await epoch.pin.check()) === undefined)
+        await store.save({ address, identity: { ...identity, config }, posture, measuredAt, probe });
     return {
       identity,
       posture,
       verdict: judgePosture(posture),
-      measuredAt: new Date().toISOString(),
+      measuredAt: new Date(measuredAt).toISOString(),
       generation,
     };
+  }
+
+  /**
+   * Whether a stored measurement still holds for the daemon the pin reached (its canary already checked): the
+   * same identity and configuration, and the same daemon process since — its own event log, which lives in its
+   * memory, still holds the probe's creation and no reload after it. Any doubt (an older daemon log that no
+   * longer reaches back that far, an error, no answer in time) is a no: the engine is measured again.
+   */
+  private async stillMeasured(
+    engine: DockerEngine,
+    stored: StoredPosture,
+    identity: EngineIdentity,
+  ): Promise<boolean> {
+    if (!sameDaemon(stored.identity, identity) || engine.events === undefined) return false;
+    const events = engine.events.bind(engine);
+    const since = stored.measuredAt / 1000;
+    const until = Date.now() / 1000;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const [probe, daemon] = await Promise.race([
+        Promise.all([
+          // A little before: the daemon's clock may lag this one.
+          events({ since: since - 5, until, filters: { container: [stored.probe], event: ['create'] } }),
+          events({ since, until, filters: { type: ['daemon'] } }),
+        ]),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('no answer in time')), this.healthTimeoutMs);
+        }),
+      ]);
+      return probe.some((e) => e.id === stored.probe) && daemon.length === 0;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**
