@@ -2,6 +2,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchCliDocker } from './cli-docker.mjs';
 import { benchDocker } from './docker.mjs';
 import { benchLearn } from './learn.mjs';
 import { benchLimits } from './limits.mjs';
@@ -29,6 +30,7 @@ const suites = [
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
   ['pool', () => benchPool({ root })],
+  ['cli-docker', () => benchCliDocker({ root })],
   ['engine-pin', () => benchEnginePin({ root })],
   ['registry', () => benchRegistry()],
   ['schema', () => benchSchema()],
