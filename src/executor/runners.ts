@@ -1,4 +1,5 @@
 import { homedir } from 'node:os';
+import path from 'node:path';
 import { userCacheDir } from '../config/cache-dir.js';
 import { userStateDir } from '../config/user-state.js';
 import type { DockerEngineConfig } from '../config/engines.js';
@@ -83,6 +84,8 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
             return openEnginePool(engines, {
               baseDir: options.projectRoot,
               postures: key === undefined ? undefined : new PostureStore({ stateDir, key }),
+              // This user's processes place their calls one at a time, each seeing the claims before it.
+              placementLock: path.join(stateDir, 'engine-placement.lock'),
               runner: {
                 env,
                 projectRoot: options.projectRoot,

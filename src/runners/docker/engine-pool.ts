@@ -4,7 +4,15 @@ import { engineMessage } from './engine.js';
 import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { HOST_LABEL, INSTANCE_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
+import { withFileLock } from '../../config/file-lock.js';
+import {
+  HOST_LABEL,
+  INSTANCE_LABEL,
+  MANAGED_LABEL,
+  ROLE_LABEL,
+  ownerLabels,
+  processOwner,
+} from './labels.js';
 import { keptCanary, postureOf, sameDaemon } from './posture-store.js';
 import type { PostureStore, StoredPosture } from './posture-store.js';
 import type { Owner } from './labels.js';
@@ -14,7 +22,7 @@ import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
 import { SwarmRunner } from './swarm-runner.js';
 import type { SwarmNodeMeasurement } from './swarm-runner.js';
-import { canaryVolume } from './volumes.js';
+import { CLAIM_ROLE, canaryVolume, claimVolume } from './volumes.js';
 import { SANDBOX_IMAGES } from './image-recipes.js';
 
 /** Which engine of its pool a canary volume binds (two members may name one daemon). */
@@ -92,6 +100,12 @@ export interface EnginePoolOptions {
    * one a record names is not probed again. Absent: every process measures its engines.
    */
   postures?: PostureStore | undefined;
+  /**
+   * A lock file shared by the capsule processes of this user on this host (in the per-user state folder): calls
+   * from several processes are placed one at a time, each seeing the claims placed before it. Absent: placed
+   * without it (each engine's load is still read from the engine).
+   */
+  placementLock?: string | undefined;
 }
 
 /** What `capsule engines` and the isolation judge see of one member. */
@@ -118,6 +132,11 @@ export class EnginePool implements Runner {
   /** Epochs given up (their runners closing): close() waits for them. */
   private readonly retiring = new Set<Promise<void>>();
   private readonly postures: PostureStore | undefined;
+  private readonly placementLock: string | undefined;
+  /** Placements of this process, one at a time (the file lock orders them against other processes). */
+  private placing: Promise<unknown> = Promise.resolve();
+  /** Claims being removed after their calls: close() waits for them. */
+  private readonly unclaiming = new Set<Promise<void>>();
   private closed = false;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {
@@ -126,6 +145,7 @@ export class EnginePool implements Runner {
     this.progress = options.runner?.onProgress ?? (() => {});
     this.runnerOptions = options.runner;
     this.postures = options.postures;
+    this.placementLock = options.placementLock;
     this.members = engines.map((e) => ({
       name: e.name,
       kind: e.kind === 'swarm' ? 'swarm' : 'docker',
@@ -197,7 +217,7 @@ export class EnginePool implements Runner {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
-    const { member, epoch } = await this.pick(request);
+    const { member, epoch, claim } = await this.pick(request);
     const call = epoch.runner.run(request);
     epoch.calls.add(call);
     try {
@@ -241,11 +261,19 @@ export class EnginePool implements Runner {
     } finally {
       epoch.calls.delete(call);
       member.inFlight -= 1;
+      if (claim !== undefined) {
+        // Off the call's path; a dead process's claim is reaped like its other volumes (its pid is in the name).
+        const done = this.bounded(epoch.engine.removeVolume(claim)).finally(() =>
+          this.unclaiming.delete(done),
+        );
+        this.unclaiming.add(done);
+      }
     }
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    await Promise.all([...this.unclaiming]);
     for (const m of this.members) if (m.epoch !== undefined) this.retire(m, m.epoch, undefined, true);
     await Promise.all([...this.retiring]);
   }
@@ -254,7 +282,9 @@ export class EnginePool implements Runner {
    * The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as
    * busier — among those whose current measurement allows the call.
    */
-  private async pick(request: RunRequest): Promise<{ member: Member; epoch: Epoch }> {
+  private async pick(
+    request: RunRequest,
+  ): Promise<{ member: Member; epoch: Epoch; claim?: string | undefined }> {
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the engine pool was closed');
     const healthy = await this.healthy();
     let candidates = healthy;
@@ -315,13 +345,86 @@ export class EnginePool implements Runner {
         },
       );
     }
-    const best = usable.reduce((a, x) =>
-      x.m.inFlight < a.m.inFlight || (x.m.inFlight === a.m.inFlight && x.m.calls < a.m.calls) ? x : a,
+    if (usable.length === 1) {
+      const only = usable[0] as (typeof usable)[number];
+      only.m.inFlight += 1;
+      only.m.calls += 1;
+      return { member: only.m, epoch: only.epoch };
+    }
+    return this.placeByLoad(usable);
+  }
+
+  /**
+   * The engine with the least load as the engines themselves report it — the calls capsule placed there (claims)
+   * or its running call containers, whichever is more, from every capsule process and host using it — gets the
+   * call, and a claim there (a labelled volume) until the call ends. One placement at a time in this process and,
+   * with the lock, among this user's processes on this host, so each one sees the claims placed before it.
+   * Ties: fewer calls from this pool so far, then the order of the engines.
+   */
+  private async placeByLoad(
+    usable: ReadonlyArray<{ m: Member; epoch: Epoch }>,
+  ): Promise<{ member: Member; epoch: Epoch; claim: string | undefined }> {
+    const place = async (): Promise<{ member: Member; epoch: Epoch; claim: string | undefined }> => {
+      const loads = await Promise.all(usable.map((x) => this.loadOf(x.m, x.epoch)));
+      let at = 0;
+      for (let i = 1; i < usable.length; i++) {
+        const [a, b] = [usable[at] as (typeof usable)[number], usable[i] as (typeof usable)[number]];
+        const [la, lb] = [loads[at] as number, loads[i] as number];
+        if (lb < la || (lb === la && b.m.calls < a.m.calls)) at = i;
+      }
+      const best = usable[at] as (typeof usable)[number];
+      best.m.inFlight += 1;
+      best.m.calls += 1;
+      const claim = claimVolume(this.owner);
+      try {
+        await best.epoch.engine.createVolume(claim.name, claim.labels);
+        return { member: best.m, epoch: best.epoch, claim: claim.name };
+      } catch {
+        // Not claimed: the call still runs there (the engine answers for the call itself or fails it).
+        return { member: best.m, epoch: best.epoch, claim: undefined };
+      }
+    };
+    const lock = this.placementLock;
+    const turn = this.placing.then(() =>
+      lock === undefined
+        ? place()
+        : withFileLock(lock, place, { timeoutMs: 10_000, staleMs: 5_000 }).catch((err: unknown) => {
+            // A lock that cannot be had only costs the spread, never the call.
+            if (err instanceof CapsuleError && err.code === 'LOCK_TIMEOUT') return place();
+            throw err;
+          }),
     );
-    // Counted in the same turn as the choice: calls picked concurrently see each other's load.
-    best.m.inFlight += 1;
-    best.m.calls += 1;
-    return { member: best.m, epoch: best.epoch };
+    this.placing = turn.catch(() => undefined);
+    return turn;
+  }
+
+  /**
+   * An engine's load as it reports it: claims on it, or capsule's running call containers (a swarm: its
+   * services), whichever is more. Not readable in time: this pool's own calls in flight there.
+   */
+  private async loadOf(m: Member, epoch: Epoch): Promise<number> {
+    const engine = epoch.engine;
+    const work = Promise.all([
+      engine.listVolumes([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=${CLAIM_ROLE}`]),
+      m.kind === 'swarm'
+        ? (engine as DockerEngine & SwarmApi).listServices([`${MANAGED_LABEL}=1`])
+        : engine
+            .listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`])
+            .then((cs) => cs.filter((c) => c.state === 'running')),
+    ]).then(([claims, running]) => Math.max(claims.length, running.length));
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        work,
+        new Promise<number>((resolve) => {
+          timer = setTimeout(() => resolve(m.inFlight), this.healthTimeoutMs);
+        }),
+      ]);
+    } catch {
+      return m.inFlight;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Members that answer; one marked down is asked again (on a new connection) and comes back when it answers. */
