@@ -108,6 +108,13 @@ export interface EnginePoolOptions {
   placementLock?: string | undefined;
 }
 
+/** Where a call goes, and its claim there (the volume's name once made; undefined when none was made). */
+interface Placement {
+  member: Member;
+  epoch: Epoch;
+  claim?: Promise<string | undefined> | undefined;
+}
+
 /** What `capsule engines` and the isolation judge see of one member. */
 export interface PoolEngineStatus {
   name: string;
@@ -263,9 +270,9 @@ export class EnginePool implements Runner {
       member.inFlight -= 1;
       if (claim !== undefined) {
         // Off the call's path; a dead process's claim is reaped like its other volumes (its pid is in the name).
-        const done = this.bounded(epoch.engine.removeVolume(claim)).finally(() =>
-          this.unclaiming.delete(done),
-        );
+        const done = this.bounded(
+          claim.then((name) => (name === undefined ? undefined : epoch.engine.removeVolume(name))),
+        ).finally(() => this.unclaiming.delete(done));
         this.unclaiming.add(done);
       }
     }
@@ -282,9 +289,7 @@ export class EnginePool implements Runner {
    * The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as
    * busier — among those whose current measurement allows the call.
    */
-  private async pick(
-    request: RunRequest,
-  ): Promise<{ member: Member; epoch: Epoch; claim?: string | undefined }> {
+  private async pick(request: RunRequest): Promise<Placement> {
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the engine pool was closed');
     const healthy = await this.healthy();
     let candidates = healthy;
@@ -355,16 +360,18 @@ export class EnginePool implements Runner {
   }
 
   /**
-   * The engine with the least load as the engines themselves report it — the calls capsule placed there (claims)
-   * or its running call containers, whichever is more, from every capsule process and host using it — gets the
-   * call, and a claim there (a labelled volume) until the call ends. One placement at a time in this process and,
+   * The engine with the least load as the engines themselves report it — the calls capsule placed there (claims),
+   * from every capsule process and host using it — gets the call, and a claim there (a labelled volume) until
+   * the call ends. One placement at a time in this process and,
    * with the lock, among this user's processes on this host, so each one sees the claims placed before it.
    * Ties: fewer calls from this pool so far, then the order of the engines.
    */
-  private async placeByLoad(
-    usable: ReadonlyArray<{ m: Member; epoch: Epoch }>,
-  ): Promise<{ member: Member; epoch: Epoch; claim: string | undefined }> {
-    const place = async (): Promise<{ member: Member; epoch: Epoch; claim: string | undefined }> => {
+  private async placeByLoad(usable: ReadonlyArray<{ m: Member; epoch: Epoch }>): Promise<Placement> {
+    let chosen!: (choice: Placement) => void;
+    const choice = new Promise<Placement>((resolve) => (chosen = resolve));
+    // The call starts once its engine is chosen; the turn (and the lock) lasts until its claim exists, so the
+    // next placement, in this process or another, sees it.
+    const place = async (): Promise<void> => {
       const loads = await Promise.all(usable.map((x) => this.loadOf(x.m, x.epoch)));
       let at = 0;
       for (let i = 1; i < usable.length; i++) {
@@ -376,42 +383,40 @@ export class EnginePool implements Runner {
       best.m.inFlight += 1;
       best.m.calls += 1;
       const claim = claimVolume(this.owner);
-      try {
-        await best.epoch.engine.createVolume(claim.name, claim.labels);
-        return { member: best.m, epoch: best.epoch, claim: claim.name };
-      } catch {
-        // Not claimed: the call still runs there (the engine answers for the call itself or fails it).
-        return { member: best.m, epoch: best.epoch, claim: undefined };
-      }
+      // Not claimed: the call still runs there (the engine answers for the call itself or fails it).
+      const claimed = best.epoch.engine.createVolume(claim.name, claim.labels).then(
+        () => claim.name,
+        () => undefined,
+      );
+      chosen({ member: best.m, epoch: best.epoch, claim: claimed });
+      await claimed;
     };
     const lock = this.placementLock;
     const turn = this.placing.then(() =>
       lock === undefined
         ? place()
-        : withFileLock(lock, place, { timeoutMs: 10_000, staleMs: 5_000 }).catch((err: unknown) => {
+        : withFileLock(lock, place, { timeoutMs: 10_000, staleMs: 5_000 }).catch(async (err: unknown) => {
             // A lock that cannot be had only costs the spread, never the call.
             if (err instanceof CapsuleError && err.code === 'LOCK_TIMEOUT') return place();
             throw err;
           }),
     );
     this.placing = turn.catch(() => undefined);
-    return turn;
+    // A turn that failed before choosing (the lock's folder cannot be made) fails the call.
+    return Promise.race([choice, turn.then(() => choice)]);
   }
 
   /**
-   * An engine's load as it reports it: claims on it, or capsule's running call containers (a swarm: its
-   * services), whichever is more. Not readable in time: this pool's own calls in flight there.
+   * An engine's load as it reports it: the calls capsule processes placed on it (their claims, from every process
+   * and host using it). Not readable in time: this pool's own calls in flight there.
    */
   private async loadOf(m: Member, epoch: Epoch): Promise<number> {
     const engine = epoch.engine;
-    const work = Promise.all([
-      engine.listVolumes([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=${CLAIM_ROLE}`]),
-      m.kind === 'swarm'
-        ? (engine as DockerEngine & SwarmApi).listServices([`${MANAGED_LABEL}=1`])
-        : engine
-            .listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`])
-            .then((cs) => cs.filter((c) => c.state === 'running')),
-    ]).then(([claims, running]) => Math.max(claims.length, running.length));
+    // Claims only: a prestarted container waiting for a call is running too, and counting it would send the next
+    // call to the engine whose next container is not ready yet.
+    const work = engine
+      .listVolumes([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=${CLAIM_ROLE}`])
+      .then((claims) => claims.length);
     let timer: NodeJS.Timeout | undefined;
     try {
       return await Promise.race([
