@@ -91,7 +91,8 @@ describe('pool placement across processes', () => {
       await writeFile(path.join(root, 'gate', 'go'), '');
     }
     const results = await Promise.all(runs);
-    for (const r of results) expect({ code: r.exitCode, stdout: r.stdout }).toEqual({ code: 0, stdout: 'placed' });
+    for (const r of results)
+      expect({ code: r.exitCode, stdout: r.stdout }).toEqual({ code: 0, stdout: 'placed' });
     return { a: await created(hosts.a, name, since), b: await created(hosts.b, name, since) };
   }
 
