@@ -22,7 +22,7 @@ import { DockerRunner } from './runner.js';
 import type { DockerRunnerOptions } from './runner.js';
 import { SwarmRunner } from './swarm-runner.js';
 import type { SwarmNodeMeasurement } from './swarm-runner.js';
-import { CLAIM_ROLE, canaryVolume, claimVolume } from './volumes.js';
+import { canaryVolume } from './volumes.js';
 import { SANDBOX_IMAGES } from './image-recipes.js';
 
 /** Which engine of its pool a canary volume binds (two members may name one daemon). */
@@ -102,17 +102,17 @@ export interface EnginePoolOptions {
   postures?: PostureStore | undefined;
   /**
    * A lock file shared by the capsule processes of this user on this host (in the per-user state folder): calls
-   * from several processes are placed one at a time, each seeing the claims placed before it. Absent: placed
+   * from several processes are placed one at a time, each seeing the containers placed before it. Absent: placed
    * without it (each engine's load is still read from the engine).
    */
   placementLock?: string | undefined;
 }
 
-/** Where a call goes, and its claim there (the volume's name once made; undefined when none was made). */
+/** Where a call goes; `placed`, when given, is told once the call holds its container there. */
 interface Placement {
   member: Member;
   epoch: Epoch;
-  claim?: Promise<string | undefined> | undefined;
+  placed?: (() => void) | undefined;
 }
 
 /** What `capsule engines` and the isolation judge see of one member. */
@@ -142,8 +142,6 @@ export class EnginePool implements Runner {
   private readonly placementLock: string | undefined;
   /** Placements of this process, one at a time (the file lock orders them against other processes). */
   private placing: Promise<unknown> = Promise.resolve();
-  /** Claims being removed after their calls: close() waits for them. */
-  private readonly unclaiming = new Set<Promise<void>>();
   private closed = false;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {
@@ -224,8 +222,8 @@ export class EnginePool implements Runner {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
-    const { member, epoch, claim } = await this.pick(request);
-    const call = epoch.runner.run(request);
+    const { member, epoch, placed } = await this.pick(request);
+    const call = epoch.runner.run(placed === undefined ? request : { ...request, onPlaced: placed });
     epoch.calls.add(call);
     try {
       return await call;
@@ -268,19 +266,12 @@ export class EnginePool implements Runner {
     } finally {
       epoch.calls.delete(call);
       member.inFlight -= 1;
-      if (claim !== undefined) {
-        // Off the call's path; a dead process's claim is reaped like its other volumes (its pid is in the name).
-        const done = this.bounded(
-          claim.then((name) => (name === undefined ? undefined : epoch.engine.removeVolume(name))),
-        ).finally(() => this.unclaiming.delete(done));
-        this.unclaiming.add(done);
-      }
+      placed?.();
     }
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.unclaiming]);
     for (const m of this.members) if (m.epoch !== undefined) this.retire(m, m.epoch, undefined, true);
     await Promise.all([...this.retiring]);
   }
@@ -360,17 +351,15 @@ export class EnginePool implements Runner {
   }
 
   /**
-   * The engine with the least load as the engines themselves report it — the calls capsule placed there (claims),
-   * from every capsule process and host using it — gets the call, and a claim there (a labelled volume) until
-   * the call ends. One placement at a time in this process and,
-   * with the lock, among this user's processes on this host, so each one sees the claims placed before it.
-   * Ties: fewer calls from this pool so far, then the order of the engines.
+   * The engine with the least load as the engines themselves report it — capsule's call containers there, from
+   * every capsule process and host using it — gets the call. One placement at a time in this process and, with
+   * the lock, among this user's processes on this host: a turn lasts until its call holds its container on the
+   * engine (or ends, or a health check's time passes), so the next placement counts it. Ties: fewer calls from
+   * this pool so far, then the order of the engines.
    */
   private async placeByLoad(usable: ReadonlyArray<{ m: Member; epoch: Epoch }>): Promise<Placement> {
     let chosen!: (choice: Placement) => void;
     const choice = new Promise<Placement>((resolve) => (chosen = resolve));
-    // The call starts once its engine is chosen; the turn (and the lock) lasts until its claim exists, so the
-    // next placement, in this process or another, sees it.
     const place = async (): Promise<void> => {
       const loads = await Promise.all(usable.map((x) => this.loadOf(x.m, x.epoch)));
       let at = 0;
@@ -382,14 +371,17 @@ export class EnginePool implements Runner {
       const best = usable[at] as (typeof usable)[number];
       best.m.inFlight += 1;
       best.m.calls += 1;
-      const claim = claimVolume(this.owner);
-      // Not claimed: the call still runs there (the engine answers for the call itself or fails it).
-      const claimed = best.epoch.engine.createVolume(claim.name, claim.labels).then(
-        () => claim.name,
-        () => undefined,
-      );
-      chosen({ member: best.m, epoch: best.epoch, claim: claimed });
-      await claimed;
+      let placed!: () => void;
+      const held = new Promise<void>((resolve) => (placed = resolve));
+      chosen({ member: best.m, epoch: best.epoch, placed });
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        held,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, this.healthTimeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
     };
     const lock = this.placementLock;
     const turn = this.placing.then(() =>
@@ -407,16 +399,22 @@ export class EnginePool implements Runner {
   }
 
   /**
-   * An engine's load as it reports it: the calls capsule processes placed on it (their claims, from every process
-   * and host using it). Not readable in time: this pool's own calls in flight there.
+   * An engine's load as it reports it: capsule's call containers created or running there (a swarm: capsule's
+   * services), from every process and host, less the ones this pool prestarted there that wait for a call (a
+   * prestarted container runs too: counted, it would send the next call to the engine whose next container is
+   * not ready yet). Not readable in time: this pool's own calls in flight there.
    */
   private async loadOf(m: Member, epoch: Epoch): Promise<number> {
     const engine = epoch.engine;
-    // Claims only: a prestarted container waiting for a call is running too, and counting it would send the next
-    // call to the engine whose next container is not ready yet.
-    const work = engine
-      .listVolumes([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=${CLAIM_ROLE}`])
-      .then((claims) => claims.length);
+    const runner = epoch.runner;
+    const work =
+      m.kind === 'swarm'
+        ? (engine as DockerEngine & SwarmApi).listServices([`${MANAGED_LABEL}=1`]).then((s) => s.length)
+        : engine.listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`]).then((cs) => {
+            const busy = cs.filter((c) => c.state === 'running' || c.state === 'created').length;
+            const waiting = runner instanceof DockerRunner ? runner.waitingContainers() : 0;
+            return Math.max(0, busy - waiting);
+          });
     let timer: NodeJS.Timeout | undefined;
     try {
       return await Promise.race([

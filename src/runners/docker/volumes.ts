@@ -37,20 +37,6 @@ export function canaryVolume(
   };
 }
 
-/** The role label of a call's claim on the engine it was placed on (engine-pool.ts). */
-export const CLAIM_ROLE = 'claim';
-
-/**
- * A call's claim on an engine of a pool: what every capsule process counts as that engine's load while the call
- * runs. Named like the others, so a dead process's claim is reaped.
- */
-export function claimVolume(owner: Owner): { name: string; labels: Record<string, string> } {
-  return {
-    name: volumeName(owner, `claim-${randomBytes(8).toString('hex')}`),
-    labels: { ...ownerLabels(owner), [ROLE_LABEL]: CLAIM_ROLE },
-  };
-}
-
 /** The owner pid a capsule volume name carries on `host`, or undefined for other names and hosts. */
 export function volumeOwnerPid(name: string, host: string): number | undefined {
   const m = /^capsule-cap-(.+)-p(\d+)-/.exec(name);
