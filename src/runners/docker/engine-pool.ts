@@ -620,8 +620,11 @@ export class EnginePool implements Runner {
       `${INSTANCE_LABEL}=${this.owner.instance}`,
       `${POOL_ENGINE_LABEL}=${name}`,
     ];
-    const stale = (await engine.listVolumes(mine)).filter((v) => v !== identity.canary);
-    await Promise.all(stale.map((v) => engine.removeVolume(v).catch(() => {})));
+    // Only an engine measured before in this pool can have left one (the instance is this pool's own).
+    if (generation > 1) {
+      const stale = (await engine.listVolumes(mine)).filter((v) => v !== identity.canary);
+      await Promise.all(stale.map((v) => engine.removeVolume(v).catch(() => {})));
+    }
     if (runner instanceof SwarmRunner) {
       const nodes = await runner.measureNodes();
       const weak = nodes
