@@ -39,13 +39,20 @@ export async function benchPool({ root, iterations = 20 }) {
   const samples = { one: [], pool: [] };
   const throughput = {};
   try {
+    // Each call after a pause (the previous call's refill, a container created and started ahead, settles
+    // first) and in alternating order: a call made right after the other row's would pay for that refill.
+    const settle = () => new Promise((r) => setTimeout(r, 150));
     for (let i = 0; i < iterations + 3; i++) {
-      const a = await timed(async () => check(await one.run({ capability, input })));
-      const b = await timed(async () => check(await pool.run({ capability, input })));
-      await new Promise((r) => setTimeout(r, 150));
+      const order = i % 2 === 0 ? ['one', 'pool'] : ['pool', 'one'];
+      const took = {};
+      for (const k of order) {
+        const runner = k === 'one' ? one : pool;
+        took[k] = await timed(async () => check(await runner.run({ capability, input })));
+        await settle();
+      }
       if (i >= 3) {
-        samples.one.push(a);
-        samples.pool.push(b);
+        samples.one.push(took.one);
+        samples.pool.push(took.pool);
       }
     }
     const calls = Math.max(16, iterations * 2);

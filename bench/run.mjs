@@ -2,11 +2,13 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { benchCliDocker } from './cli-docker.mjs';
 import { benchDocker } from './docker.mjs';
 import { benchLearn } from './learn.mjs';
 import { benchLimits } from './limits.mjs';
 import { benchEgress } from './egress.mjs';
 import { benchEnginePin } from './engine-pin.mjs';
+import { benchPeers } from './peers.mjs';
 import { benchPermissions } from './permissions.mjs';
 import { benchPool } from './pool.mjs';
 import { benchProcess } from './process.mjs';
@@ -29,11 +31,13 @@ const suites = [
   ['docker', () => benchDocker({ root })],
   ['egress', () => benchEgress({ root })],
   ['pool', () => benchPool({ root })],
+  ['cli-docker', () => benchCliDocker({ root })],
   ['engine-pin', () => benchEnginePin({ root })],
   ['registry', () => benchRegistry()],
   ['schema', () => benchSchema()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
+  ['peers', () => benchPeers({ root })],
   ['limits', () => benchLimits({ root })],
   ['learn', () => benchLearn({ root })],
 ];
@@ -55,16 +59,23 @@ for (const [name, run] of suites) {
 const byName = new Map(rows.map((r) => [r.name, r]));
 const fmt = (n) => (n === undefined ? '' : n >= 100 ? n.toFixed(0) : n >= 1 ? n.toFixed(2) : n.toFixed(3));
 const width = Math.max(...rows.map((r) => r.name.length));
-let out = `${'measurement'.padEnd(width)}  ${'median ms'.padStart(10)}  ${'p95 ms'.padStart(10)}  ratio vs floor\n`;
+let out = `${'measurement'.padEnd(width)}  ${'median ms'.padStart(10)}  ${'p95 ms'.padStart(10)}  ratio vs floor (or capsule ÷ peer)\n`;
 for (const r of rows) {
   const floor = r.floor ? byName.get(r.floor) : undefined;
-  const ratio = floor
-    ? `${(r.median / floor.median).toFixed(2)}×${r.perSecond ? ` (${Math.round(r.perSecond)}/s)` : ''}`
-    : r.perSecond
-      ? `${Math.round(r.perSecond)}/s`
-      : r.isFloor
-        ? '(floor)'
-        : '-';
+  // A peer row (another tool doing the same job): capsule ÷ peer.
+  const peer = r.peer ? byName.get(r.peer) : undefined;
+  if (peer) r.ratioToPeer = r.median / peer.median;
+  const ratio = peer
+    ? `${(r.median / peer.median).toFixed(2)}× the peer`
+    : floor
+      ? `${(r.median / floor.median).toFixed(2)}×${r.perSecond ? ` (${Math.round(r.perSecond)}/s)` : ''}`
+      : r.perSecond
+        ? `${Math.round(r.perSecond)}/s`
+        : r.isFloor
+          ? r.name.startsWith('peers: ')
+            ? '(peer)'
+            : '(floor)'
+          : '-';
   r.ratio = floor ? r.median / floor.median : undefined;
   out += `${r.name.padEnd(width)}  ${fmt(r.median).padStart(10)}  ${fmt(r.p95).padStart(10)}  ${ratio}\n`;
 }

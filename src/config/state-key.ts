@@ -14,7 +14,13 @@ const MAC_PATTERN = /^hmac-sha256:[0-9a-f]{64}$/;
 
 /** What a MAC vouches for; part of the MAC input, so one kind of record never passes for another. */
 export type MacPurpose =
-  'policy-snapshot' | 'audit-head' | 'audit-writer' | 'scan-index' | 'one-use-grant' | 'hook-install';
+  | 'policy-snapshot'
+  | 'audit-head'
+  | 'audit-writer'
+  | 'scan-index'
+  | 'one-use-grant'
+  | 'hook-install'
+  | 'engine-posture';
 
 /** A MAC as documents hold it (`hmac-sha256:<64 hex>`). */
 export function isMacText(text: unknown): text is string {

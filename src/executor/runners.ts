@@ -1,10 +1,12 @@
 import { homedir } from 'node:os';
+import path from 'node:path';
 import { userCacheDir } from '../config/cache-dir.js';
 import { userStateDir } from '../config/user-state.js';
 import type { DockerEngineConfig } from '../config/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
+import type { StateKey } from '../config/state-key.js';
 import type { HostProtection } from '../permissions/protected-state.js';
 
 export interface DefaultRunnerOptions {
@@ -18,6 +20,11 @@ export interface DefaultRunnerOptions {
    * a grant of it again before each run, whoever built the capability.
    */
   stateDir?: string | undefined;
+  /**
+   * The per-user key of `stateDir`: with it, configured engines' measured postures are kept there (MACed) and
+   * a later process on the same daemon skips the probe. Without it every process measures its engines.
+   */
+  stateKey?: StateKey | undefined;
   /** What shell capabilities may not change or see (default: the project's protected paths read-only). */
   protection?: HostProtection | undefined;
   /** Progress of long runner work (docker image builds). */
@@ -69,9 +76,16 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
         new LazyRunner(
           'docker',
           async () => {
-            const { openEnginePool } = await import('../runners/docker/engine-config.js');
+            const [{ openEnginePool }, { PostureStore }] = await Promise.all([
+              import('../runners/docker/engine-config.js'),
+              import('../runners/docker/posture-store.js'),
+            ]);
+            const key = options.stateKey;
             return openEnginePool(engines, {
               baseDir: options.projectRoot,
+              postures: key === undefined ? undefined : new PostureStore({ stateDir, key }),
+              // This user's processes place their calls one at a time, each seeing the claims before it.
+              placementLock: path.join(stateDir, 'engine-placement.lock'),
               runner: {
                 env,
                 projectRoot: options.projectRoot,

@@ -87,6 +87,11 @@ export interface RunRequest {
    * has (what is not granted stays refused, and is recorded). A runner that cannot observe says so.
    */
   learn?: boolean | undefined;
+  /**
+   * Told once the call holds what it runs in where it runs (a docker call: its container exists on the engine).
+   * An engine pool places the next call only after it (or after the call ends), so that one counts this.
+   */
+  onPlaced?: (() => void) | undefined;
 }
 
 /** One interface per runner; implementations live beside it (shell, wasm, docker). */

@@ -300,6 +300,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
       env,
       cacheDir,
       stateDir,
+      stateKey: options.stateDir !== false ? stateKey : undefined,
       protection: hostProtected,
       onProgress: options.onRunnerProgress,
       engines: selectEngines(

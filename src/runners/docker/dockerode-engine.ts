@@ -1,4 +1,6 @@
 import Docker from 'dockerode';
+import { createHash } from 'node:crypto';
+import { canonicalJson } from '../../config/state-key.js';
 import { realpath, stat } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';
@@ -10,6 +12,7 @@ import type {
   ContainerState,
   ContainerSummary,
   DockerEngine,
+  EngineEvent,
   EngineIdentity,
   EngineInfo,
   EnginePin,
@@ -82,6 +85,35 @@ function connectionOptions(
   return undefined;
 }
 
+/** The /info fields a daemon's configuration shows in (not its counters or clock), hashed. */
+const CONFIG_FIELDS = [
+  'Runtimes',
+  'DefaultRuntime',
+  'SecurityOptions',
+  'InitBinary',
+  'InitCommit',
+  'RuncCommit',
+  'ContainerdCommit',
+  'CgroupDriver',
+  'CgroupVersion',
+  'Driver',
+  'KernelVersion',
+  'OperatingSystem',
+  'LiveRestoreEnabled',
+  'Isolation',
+  'Labels',
+  'ExperimentalBuild',
+  'ServerVersion',
+  'DockerRootDir',
+  'ID',
+  'Name',
+] as const;
+
+function configFingerprint(info: Record<string, unknown>): string {
+  const picked = Object.fromEntries(CONFIG_FIELDS.map((k) => [k, info[k] ?? null]));
+  return `sha256:${createHash('sha256').update(canonicalJson(picked)).digest('hex')}`;
+}
+
 export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly docker: Docker;
   private readonly remote: boolean;
@@ -125,12 +157,63 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     this.connections?.agent.destroy();
   }
 
-  pin(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin> {
-    this.pinned ??= this.makePin(canary.name, canary.labels);
+  get address(): string {
+    return this.where;
+  }
+
+  pin(canary: {
+    name: string;
+    labels: Record<string, string>;
+    keep?: boolean | undefined;
+  }): Promise<EnginePin> {
+    this.pinned ??= this.makePin(canary.name, { labels: canary.labels, keep: canary.keep === true });
     return this.pinned;
   }
 
-  private async makePin(canary: string, labels: Record<string, string>): Promise<EnginePin> {
+  async resumePin(canary: { name: string }): Promise<EnginePin | undefined> {
+    if (this.pinned !== undefined) return this.pinned;
+    // Asked before anything is armed: a daemon without it leaves this engine free to be pinned afresh.
+    if (this.connections === undefined) return undefined;
+    try {
+      await this.docker.getVolume(canary.name).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw err;
+    }
+    this.pinned ??= this.makePin(canary.name, { keep: true });
+    return this.pinned;
+  }
+
+  async events(options: {
+    since: number;
+    until: number;
+    filters: Record<string, string[]>;
+  }): Promise<EngineEvent[]> {
+    const stream = (await this.docker.getEvents({
+      // Seconds with a fraction: the daemon reads the digits after the point as a fraction of a second.
+      since: Math.round(options.since * 1000) / 1000,
+      until: Math.round(options.until * 1000) / 1000,
+      filters: JSON.stringify(options.filters),
+    })) as unknown as AsyncIterable<Buffer>;
+    let text = '';
+    for await (const chunk of stream) text += chunk.toString('utf8');
+    const found: EngineEvent[] = [];
+    for (const line of text.split('\n')) {
+      if (line.trim() === '') continue;
+      const e = JSON.parse(line) as { Type?: unknown; Action?: unknown; Actor?: { ID?: unknown } };
+      found.push({
+        type: typeof e.Type === 'string' ? e.Type : '',
+        action: typeof e.Action === 'string' ? e.Action : '',
+        id: typeof e.Actor?.ID === 'string' ? e.Actor.ID : '',
+      });
+    }
+    return found;
+  }
+
+  private async makePin(
+    canary: string,
+    options: { labels?: Record<string, string>; keep: boolean },
+  ): Promise<EnginePin> {
     const connections = this.connections;
     if (connections === undefined) throw new Error(`cannot bind the engine at ${this.where} to its daemon`);
     const socketNow = async (): Promise<EngineIdentity['socket']> => {
@@ -144,7 +227,8 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       return st !== undefined && st.dev === was.dev && st.ino === was.ino;
     };
     const before = await socketNow();
-    await this.docker.createVolume({ Name: canary, Labels: labels });
+    if (options.labels !== undefined)
+      await this.docker.createVolume({ Name: canary, Labels: options.labels });
     // From here on only the daemon that holds the canary gets a request: what is read and measured next is its.
     connections.arm(canary);
     let released = false;
@@ -162,7 +246,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       });
       watch.on('error', () => lost(`the connection to the daemon at ${this.where} failed`));
       watch.on('close', () => lost(`the daemon at ${this.where} went away (restarted or stopped)`));
-      const info = (await this.docker.info()) as {
+      const info = (await this.docker.info()) as Record<string, unknown> & {
         ID?: string;
         Name?: string;
         DockerRootDir?: string;
@@ -179,6 +263,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
         host: this.where,
         socket,
         canary,
+        config: configFingerprint(info),
       };
       const check = async (): Promise<string | undefined> => {
         const why = connections.lost();
@@ -197,7 +282,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
           if (released) return;
           released = true;
           watch?.destroy();
-          if (connections.lost() === undefined)
+          if (connections.lost() === undefined && !options.keep)
             await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(
               () => {},
             );
@@ -206,7 +291,8 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     } catch (err) {
       released = true;
       watch?.destroy();
-      await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(() => {});
+      if (!options.keep)
+        await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(() => {});
       throw err;
     }
   }

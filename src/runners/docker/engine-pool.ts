@@ -4,7 +4,17 @@ import { engineMessage } from './engine.js';
 import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { INSTANCE_LABEL, ROLE_LABEL, ownerLabels, processOwner } from './labels.js';
+import { withFileLock } from '../../config/file-lock.js';
+import {
+  HOST_LABEL,
+  INSTANCE_LABEL,
+  MANAGED_LABEL,
+  ROLE_LABEL,
+  ownerLabels,
+  processOwner,
+} from './labels.js';
+import { keptCanary, postureOf, sameDaemon } from './posture-store.js';
+import type { PostureStore, StoredPosture } from './posture-store.js';
 import type { Owner } from './labels.js';
 import { judgePosture, probePosture } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
@@ -44,6 +54,8 @@ export interface EngineMeasurement {
   measuredAt: string;
   /** How many times this engine was measured in this pool (1: the first). */
   generation: number;
+  /** The posture came from the per-user store (measured by an earlier process on this same daemon). */
+  stored?: boolean | undefined;
 }
 
 /**
@@ -83,6 +95,24 @@ export interface EnginePoolOptions {
   runner?: Omit<DockerRunnerOptions, 'engine' | 'handleProcessSignals'> | undefined;
   /** How long a health check waits for an engine. Default 3000 ms. */
   healthTimeoutMs?: number | undefined;
+  /**
+   * Measured postures kept between processes (posture-store.ts): a docker engine whose daemon is provably the
+   * one a record names is not probed again. Absent: every process measures its engines.
+   */
+  postures?: PostureStore | undefined;
+  /**
+   * A lock file shared by the capsule processes of this user on this host (in the per-user state folder): calls
+   * from several processes are placed one at a time, each seeing the containers placed before it. Absent: placed
+   * without it (each engine's load is still read from the engine).
+   */
+  placementLock?: string | undefined;
+}
+
+/** Where a call goes; `placed`, when given, is told once the call holds its container there. */
+interface Placement {
+  member: Member;
+  epoch: Epoch;
+  placed?: (() => void) | undefined;
 }
 
 /** What `capsule engines` and the isolation judge see of one member. */
@@ -108,6 +138,10 @@ export class EnginePool implements Runner {
   private readonly runnerOptions: EnginePoolOptions['runner'];
   /** Epochs given up (their runners closing): close() waits for them. */
   private readonly retiring = new Set<Promise<void>>();
+  private readonly postures: PostureStore | undefined;
+  private readonly placementLock: string | undefined;
+  /** Placements of this process, one at a time (the file lock orders them against other processes). */
+  private placing: Promise<unknown> = Promise.resolve();
   private closed = false;
 
   constructor(engines: readonly PoolEngine[], options: EnginePoolOptions = {}) {
@@ -115,6 +149,8 @@ export class EnginePool implements Runner {
     this.healthTimeoutMs = options.healthTimeoutMs ?? 3000;
     this.progress = options.runner?.onProgress ?? (() => {});
     this.runnerOptions = options.runner;
+    this.postures = options.postures;
+    this.placementLock = options.placementLock;
     this.members = engines.map((e) => ({
       name: e.name,
       kind: e.kind === 'swarm' ? 'swarm' : 'docker',
@@ -186,8 +222,8 @@ export class EnginePool implements Runner {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
-    const { member, epoch } = await this.pick(request);
-    const call = epoch.runner.run(request);
+    const { member, epoch, placed } = await this.pick(request);
+    const call = epoch.runner.run(placed === undefined ? request : { ...request, onPlaced: placed });
     epoch.calls.add(call);
     try {
       return await call;
@@ -230,6 +266,7 @@ export class EnginePool implements Runner {
     } finally {
       epoch.calls.delete(call);
       member.inFlight -= 1;
+      placed?.();
     }
   }
 
@@ -243,7 +280,7 @@ export class EnginePool implements Runner {
    * The healthy engine with the fewest calls in flight (ties: the one that ran fewer calls), now counted as
    * busier — among those whose current measurement allows the call.
    */
-  private async pick(request: RunRequest): Promise<{ member: Member; epoch: Epoch }> {
+  private async pick(request: RunRequest): Promise<Placement> {
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the engine pool was closed');
     const healthy = await this.healthy();
     let candidates = healthy;
@@ -304,13 +341,93 @@ export class EnginePool implements Runner {
         },
       );
     }
-    const best = usable.reduce((a, x) =>
-      x.m.inFlight < a.m.inFlight || (x.m.inFlight === a.m.inFlight && x.m.calls < a.m.calls) ? x : a,
+    if (usable.length === 1) {
+      const only = usable[0] as (typeof usable)[number];
+      only.m.inFlight += 1;
+      only.m.calls += 1;
+      return { member: only.m, epoch: only.epoch };
+    }
+    return this.placeByLoad(usable);
+  }
+
+  /**
+   * The engine with the least load as the engines themselves report it — capsule's call containers there, from
+   * every capsule process and host using it — gets the call. One placement at a time in this process and, with
+   * the lock, among this user's processes on this host: a turn lasts until its call holds its container on the
+   * engine (or ends, or a health check's time passes), so the next placement counts it. Ties: fewer calls from
+   * this pool so far, then the order of the engines.
+   */
+  private async placeByLoad(usable: ReadonlyArray<{ m: Member; epoch: Epoch }>): Promise<Placement> {
+    let chosen!: (choice: Placement) => void;
+    const choice = new Promise<Placement>((resolve) => (chosen = resolve));
+    const place = async (): Promise<void> => {
+      const loads = await Promise.all(usable.map((x) => this.loadOf(x.m, x.epoch)));
+      let at = 0;
+      for (let i = 1; i < usable.length; i++) {
+        const [a, b] = [usable[at] as (typeof usable)[number], usable[i] as (typeof usable)[number]];
+        const [la, lb] = [loads[at] as number, loads[i] as number];
+        if (lb < la || (lb === la && b.m.calls < a.m.calls)) at = i;
+      }
+      const best = usable[at] as (typeof usable)[number];
+      best.m.inFlight += 1;
+      best.m.calls += 1;
+      let placed!: () => void;
+      const held = new Promise<void>((resolve) => (placed = resolve));
+      chosen({ member: best.m, epoch: best.epoch, placed });
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        held,
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, this.healthTimeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    };
+    const lock = this.placementLock;
+    const turn = this.placing.then(() =>
+      lock === undefined
+        ? place()
+        : withFileLock(lock, place, { timeoutMs: 10_000, staleMs: 5_000 }).catch(async (err: unknown) => {
+            // A lock that cannot be had only costs the spread, never the call.
+            if (err instanceof CapsuleError && err.code === 'LOCK_TIMEOUT') return place();
+            throw err;
+          }),
     );
-    // Counted in the same turn as the choice: calls picked concurrently see each other's load.
-    best.m.inFlight += 1;
-    best.m.calls += 1;
-    return { member: best.m, epoch: best.epoch };
+    this.placing = turn.catch(() => undefined);
+    // A turn that failed before choosing (the lock's folder cannot be made) fails the call.
+    return Promise.race([choice, turn.then(() => choice)]);
+  }
+
+  /**
+   * An engine's load as it reports it: capsule's call containers created or running there (a swarm: capsule's
+   * services), from every process and host, less the ones this pool prestarted there that wait for a call (a
+   * prestarted container runs too: counted, it would send the next call to the engine whose next container is
+   * not ready yet). Not readable in time: this pool's own calls in flight there.
+   */
+  private async loadOf(m: Member, epoch: Epoch): Promise<number> {
+    const engine = epoch.engine;
+    const runner = epoch.runner;
+    const work =
+      m.kind === 'swarm'
+        ? (engine as DockerEngine & SwarmApi).listServices([`${MANAGED_LABEL}=1`]).then((s) => s.length)
+        : engine.listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`]).then((cs) => {
+            const busy = cs.filter((c) => c.state === 'running' || c.state === 'created').length;
+            const waiting = runner instanceof DockerRunner ? runner.waitingContainers() : 0;
+            return Math.max(0, busy - waiting);
+          });
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        work,
+        new Promise<number>((resolve) => {
+          timer = setTimeout(() => resolve(m.inFlight), this.healthTimeoutMs);
+        }),
+      ]);
+    } catch {
+      return m.inFlight;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Members that answer; one marked down is asked again (on a new connection) and comes back when it answers. */
@@ -483,7 +600,18 @@ export class EnginePool implements Runner {
       };
     }
     const member = { [POOL_ENGINE_LABEL]: name };
-    epoch.pin = await engine.pin(canaryVolume(this.owner, member));
+    const store = runner instanceof SwarmRunner ? undefined : this.postures;
+    const address = engine.address;
+    const stored = store === undefined || address === undefined ? undefined : await store.load(address);
+    // A stored measurement's canary, when the daemon answering has it; otherwise a canary of this measurement
+    // (kept on the daemon when the measurement is to be stored).
+    epoch.pin =
+      (stored === undefined ? undefined : await engine.resumePin?.({ name: stored.identity.canary })) ??
+      (await engine.pin(
+        store === undefined || address === undefined
+          ? canaryVolume(this.owner, member)
+          : keptCanary({ ...member, [HOST_LABEL]: this.owner.host }),
+      ));
     const identity = epoch.pin.identity;
     // This engine's canaries from earlier measurements that ended in a loss (an A→B→A swap brings the daemon
     // back) are removed through the new pin, on the daemon that holds them.
@@ -492,8 +620,11 @@ export class EnginePool implements Runner {
       `${INSTANCE_LABEL}=${this.owner.instance}`,
       `${POOL_ENGINE_LABEL}=${name}`,
     ];
-    const stale = (await engine.listVolumes(mine)).filter((v) => v !== identity.canary);
-    await Promise.all(stale.map((v) => engine.removeVolume(v).catch(() => {})));
+    // Only an engine measured before in this pool can have left one (the instance is this pool's own).
+    if (generation > 1) {
+      const stale = (await engine.listVolumes(mine)).filter((v) => v !== identity.canary);
+      await Promise.all(stale.map((v) => engine.removeVolume(v).catch(() => {})));
+    }
     if (runner instanceof SwarmRunner) {
       const nodes = await runner.measureNodes();
       const weak = nodes
@@ -511,15 +642,72 @@ export class EnginePool implements Runner {
         generation,
       };
     }
+    if (stored !== undefined && (await this.stillMeasured(engine, stored, identity))) {
+      const posture = postureOf(stored);
+      return {
+        identity,
+        posture,
+        verdict: judgePosture(posture),
+        measuredAt: new Date(stored.measuredAt).toISOString(),
+        generation,
+        stored: true,
+      };
+    }
     await new ImageBuilder({ engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
-    const posture = await probePosture(engine, { runtime: 'runc', labels: ownerLabels(this.owner) });
+    const measuredAt = Date.now();
+    let probe: string | undefined;
+    const posture = await probePosture(engine, {
+      runtime: 'runc',
+      labels: ownerLabels(this.owner),
+      onContainer: (id) => (probe = id),
+    });
+    // Kept only while the pin holds: a measurement the daemon changed under is not one to reuse.
+    const config = identity.config;
+    if (store !== undefined && address !== undefined && probe !== undefined && config !== undefined)
+      if ((await epoch.pin.check()) === undefined)
+        await store.save({ address, identity: { ...identity, config }, posture, measuredAt, probe });
     return {
       identity,
       posture,
       verdict: judgePosture(posture),
-      measuredAt: new Date().toISOString(),
+      measuredAt: new Date(measuredAt).toISOString(),
       generation,
     };
+  }
+
+  /**
+   * Whether a stored measurement still holds for the daemon the pin reached (its canary already checked): the
+   * same identity and configuration, and the same daemon process since — its own event log, which lives in its
+   * memory, still holds the probe's creation and no reload after it. Any doubt (an older daemon log that no
+   * longer reaches back that far, an error, no answer in time) is a no: the engine is measured again.
+   */
+  private async stillMeasured(
+    engine: DockerEngine,
+    stored: StoredPosture,
+    identity: EngineIdentity,
+  ): Promise<boolean> {
+    if (!sameDaemon(stored.identity, identity) || engine.events === undefined) return false;
+    const events = engine.events.bind(engine);
+    const since = stored.measuredAt / 1000;
+    const until = Date.now() / 1000;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const [probe, daemon] = await Promise.race([
+        Promise.all([
+          // A little before: the daemon's clock may lag this one.
+          events({ since: since - 5, until, filters: { container: [stored.probe], event: ['create'] } }),
+          events({ since, until, filters: { type: ['daemon'] } }),
+        ]),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('no answer in time')), this.healthTimeoutMs);
+        }),
+      ]);
+      return probe.some((e) => e.id === stored.probe) && daemon.length === 0;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**

@@ -86,6 +86,20 @@ export interface EngineIdentity {
   socket?: { path: string; realPath: string; dev: number; ino: number } | undefined;
   /** The volume only the measured daemon has: every connection must show it before it carries a request. */
   canary: string;
+  /**
+   * sha256 of what GET /info says of the daemon's configuration (runtimes and their paths, the default runtime,
+   * security options, init, cgroup and storage drivers, kernel, live-restore, labels): a daemon reloaded or
+   * restarted with another configuration it reports shows another value.
+   */
+  config?: string | undefined;
+}
+
+/** One entry of a daemon's own event log (it keeps its last 256 in memory; none survive a restart). */
+export interface EngineEvent {
+  type: string;
+  action: string;
+  /** The object's id (a container's, a volume's name; empty for the daemon's own events). */
+  id: string;
 }
 
 /** An engine bound to the daemon it measured; once lost it sends nothing more (a new connection measures again). */
@@ -116,7 +130,25 @@ export interface DockerEngine {
    * every connection is checked for it, the daemon's events are watched (a restart or reload loses the pin)
    * and its identity is read. An engine without it cannot be bound, so its posture is never trusted.
    */
-  pin?(canary: { name: string; labels: Record<string, string> }): Promise<EnginePin>;
+  pin?(canary: {
+    name: string;
+    labels: Record<string, string>;
+    /** Kept on the daemon on release (a stored measurement names it; see resumePin). */
+    keep?: boolean | undefined;
+  }): Promise<EnginePin>;
+  /**
+   * Like pin(), with a canary a measurement stored earlier made (it is not created): resolves undefined, with
+   * nothing armed, when the daemon answering now does not have it. The canary is kept on release.
+   */
+  resumePin?(canary: { name: string }): Promise<EnginePin | undefined>;
+  /** Where this engine is reached (unix:///path, tcp://host:port): what a stored measurement is filed under. */
+  readonly address?: string | undefined;
+  /** The daemon's own event log between two times (seconds since the epoch), filtered as the Engine API filters. */
+  events?(options: {
+    since: number;
+    until: number;
+    filters: Record<string, string[]>;
+  }): Promise<EngineEvent[]>;
   /** A new, unpinned engine object for the same address (its own connections), to measure it again. */
   another?(): DockerEngine;
   /** Close the connections this engine object keeps open (it may still open new ones). */

@@ -115,7 +115,12 @@ export function probeCapability(runtime: string): Capability {
  */
 export async function probePosture(
   engine: DockerEngine,
-  options: { runtime: string; labels: Record<string, string> },
+  options: {
+    runtime: string;
+    labels: Record<string, string>;
+    /** Told the probe container's id once it exists. */
+    onContainer?: ((id: string) => void) | undefined;
+  },
 ): Promise<MeasuredPosture> {
   const spec = {
     ...buildContainerSpec(probeCapability(options.runtime), {
@@ -129,6 +134,7 @@ export async function probePosture(
     mounts: [],
   };
   const id = await engine.createContainer(spec);
+  options.onContainer?.(id);
   try {
     const stream = await engine.attach(id);
     const { OutputDemuxer } = await import('./demux.js');

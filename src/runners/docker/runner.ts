@@ -258,6 +258,11 @@ export class DockerRunner implements Runner {
     return { ...emptyResult('docker'), ...fields, durationMs: Math.round(performance.now() - started) };
   }
 
+  /** Containers this runner prestarted that wait for a call (running, but nobody's load yet). */
+  waitingContainers(): number {
+    return this.pool.idleCount();
+  }
+
   /** Prepare containers for `capability` ahead of its first call. */
   async prewarm(capability: Capability): Promise<void> {
     this.checkRunnable(capability);
@@ -321,6 +326,7 @@ export class DockerRunner implements Runner {
         { cause: err },
       );
     }
+    request.onPlaced?.();
     // The next call's container is prepared while this one runs — from a configuration's second call on,
     // so a one-shot process (a single `capsule run`) never pays for a container it will not use.
     const calls = (this.callsByKey.get(key) ?? 0) + 1;

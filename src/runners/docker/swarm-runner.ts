@@ -60,6 +60,8 @@ export class SwarmRunner implements Runner {
   private seq = 0;
   /** The nodes measured (measureNodes): calls are placed on these only. */
   private measured: SwarmNodeMeasurement[] | undefined;
+  /** The measurement under way: callers that start together share it (each node is probed once). */
+  private measuring: Promise<SwarmNodeMeasurement[]> | undefined;
 
   constructor(options: SwarmRunnerOptions) {
     this.manager = options.manager;
@@ -113,7 +115,12 @@ export class SwarmRunner implements Runner {
    * these nodes only, each placed on one of them.
    */
   async measureIsolation(): Promise<string | undefined> {
-    const nodes = await this.measureNodes();
+    // Measured already and no node changed since: that measurement still describes where calls go.
+    const kept = this.measured;
+    const nodes =
+      kept !== undefined && this.measuring === undefined && (await this.nodesChanged()) === undefined
+        ? kept
+        : await this.measureNodes();
     if (nodes.length === 0) return 'no node of the swarm is ready, nothing was measured';
     const weak = nodes
       .filter((n) => !n.verdict.sandboxed)
@@ -121,39 +128,52 @@ export class SwarmRunner implements Runner {
     return weak.length === 0 ? undefined : weak.join('; ');
   }
 
-  /** Each ready node measured by a probe pinned to it; what calls are placed on afterwards. */
-  async measureNodes(): Promise<SwarmNodeMeasurement[]> {
+  /**
+   * Each ready node measured by a probe pinned to it (all nodes at once); what calls are placed on afterwards.
+   * Callers that start while a measurement is under way get that one: each node is probed once.
+   */
+  measureNodes(): Promise<SwarmNodeMeasurement[]> {
+    if (this.measuring !== undefined) return this.measuring;
+    const job = this.probeNodes().finally(() => {
+      if (this.measuring === job) this.measuring = undefined;
+    });
+    this.measuring = job;
+    return job;
+  }
+
+  private async probeNodes(): Promise<SwarmNodeMeasurement[]> {
     const nodes = (await this.manager.nodes()).filter((n) => n.state === 'ready');
-    const out: SwarmNodeMeasurement[] = [];
-    for (const node of nodes) {
-      const measured = await this.call(
-        { capability: probeCapability('runc'), input: '' },
-        {
-          constraints: [`node.id==${node.id}`],
-          files: [
-            { target: `${CAPABILITY_MOUNT}/probe.sh`, data: Buffer.from(`#!/bin/sh\n${PROBE_SCRIPT}\n`) },
-          ],
-        },
-      ).then(
-        (r): Pick<SwarmNodeMeasurement, 'posture' | 'verdict'> => {
-          if (r.exitCode !== 0)
-            return {
-              posture: undefined,
-              verdict: {
-                sandboxed: false,
-                missing: [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
-              },
-            };
-          const posture = parseProbeOutput(r.stdout, 'runc');
-          return { posture, verdict: judgePosture(posture) };
-        },
-        (err: unknown) => ({
-          posture: undefined,
-          verdict: { sandboxed: false, missing: [`posture not measured (${(err as Error).message})`] },
-        }),
-      );
-      out.push({ id: node.id, hostname: node.hostname, version: node.version, ...measured });
-    }
+    const out = await Promise.all(
+      nodes.map(async (node): Promise<SwarmNodeMeasurement> => {
+        const measured = await this.call(
+          { capability: probeCapability('runc'), input: '' },
+          {
+            constraints: [`node.id==${node.id}`],
+            files: [
+              { target: `${CAPABILITY_MOUNT}/probe.sh`, data: Buffer.from(`#!/bin/sh\n${PROBE_SCRIPT}\n`) },
+            ],
+          },
+        ).then(
+          (r): Pick<SwarmNodeMeasurement, 'posture' | 'verdict'> => {
+            if (r.exitCode !== 0)
+              return {
+                posture: undefined,
+                verdict: {
+                  sandboxed: false,
+                  missing: [`the posture probe exited ${r.exitCode ?? 'without a code'}`],
+                },
+              };
+            const posture = parseProbeOutput(r.stdout, 'runc');
+            return { posture, verdict: judgePosture(posture) };
+          },
+          (err: unknown) => ({
+            posture: undefined,
+            verdict: { sandboxed: false, missing: [`posture not measured (${(err as Error).message})`] },
+          }),
+        );
+        return { id: node.id, hostname: node.hostname, version: node.version, ...measured };
+      }),
+    );
     this.measured = out;
     return out;
   }
