@@ -1,4 +1,7 @@
 import type { Duplex, Readable } from 'node:stream';
+import type { PidsHits } from './pids-events.js';
+
+export type { PidsHits };
 
 /**
  * The small slice of the Docker Engine API capsule uses, in our own types. The dockerode
@@ -161,6 +164,12 @@ export interface DockerEngine {
   /** Resolves with the exit code once the container is not running. */
   wait(id: string): Promise<number>;
   inspect(id: string): Promise<ContainerState>;
+  /**
+   * The kernel's counter of forks the container's pids limit refused, read from this host's cgroups while
+   * the container runs. Undefined when the engine's containers are not on this host (a remote engine, or
+   * one whose processes this host cannot see): nothing is then claimed about the pids limit.
+   */
+  pidsHits?(id: string): Promise<PidsHits | undefined>;
   /**
    * Host pids of every process in the container (zombies included), as the engine sees them from outside:
    * nothing inside the container can change this answer.
