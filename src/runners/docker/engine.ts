@@ -1,4 +1,6 @@
+import path from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
+import { packageRoot } from '../../package-root.js';
 import type { PidsHits } from './pids-events.js';
 
 export type { PidsHits };
@@ -211,6 +213,20 @@ export function engineMessage(err: unknown): string {
   const json = (err as { json?: { message?: unknown } } | null)?.json;
   if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
   return err instanceof Error ? err.message : String(err);
+}
+
+/** Whether an engine error means that nothing listens at the address: no engine there at all. */
+export function isNoEngine(err: unknown): boolean {
+  return /ENOENT|ECONNREFUSED/.test(engineMessage(err));
+}
+
+/**
+ * The one line every docker command gives when no engine answers at `where`: what is missing and a
+ * command that gets it (capsule's own provisioning script, by its absolute path, so it works pasted).
+ */
+export function noEngineLine(where: string): string {
+  const script = path.join(packageRoot(), 'scripts', 'provision-docker.sh');
+  return `no Docker engine answers at ${where}: start one with "sudo bash ${script}" (installs docker.io and starts dockerd), or set DOCKER_HOST to an engine that runs`;
 }
 
 /** One file a Swarm service gets from a config object (mounted read-only at `target`). */
