@@ -220,13 +220,15 @@ export function isNoEngine(err: unknown): boolean {
   return /ENOENT|ECONNREFUSED/.test(engineMessage(err));
 }
 
-/**
- * The one line every docker command gives when no engine answers at `where`: what is missing and a
- * command that gets it (capsule's own provisioning script, by its absolute path, so it works pasted).
- */
-export function noEngineLine(where: string): string {
+/** How to get an engine that answers: capsule's own provisioning script, by its absolute path (it works pasted). */
+export function engineRemedy(): string {
   const script = path.join(packageRoot(), 'scripts', 'provision-docker.sh');
-  return `no Docker engine answers at ${where}: start one with "sudo bash ${script}" (installs docker.io and starts dockerd), or set DOCKER_HOST to an engine that runs`;
+  return `start one with "sudo bash ${script}" (installs docker.io and starts dockerd), or set DOCKER_HOST to an engine that runs`;
+}
+
+/** The one line every docker command gives when no engine answers at `where`: what is missing, and how to get it. */
+export function noEngineLine(where: string): string {
+  return `no Docker engine answers at ${where}: ${engineRemedy()}`;
 }
 
 /** One file a Swarm service gets from a config object (mounted read-only at `target`). */

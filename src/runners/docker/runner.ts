@@ -7,7 +7,7 @@ import { emptyResult } from '../types.js';
 import { IMAGE_TOOLS, MOUNTED_TOOLS, WATCHDOG_GRACE_MS, runPrepared, watchdogEntrypoint } from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine } from './dockerode-engine.js';
-import { engineMessage, isNoEngine, noEngineLine } from './engine.js';
+import { engineMessage, engineRemedy, isNoEngine, noEngineLine } from './engine.js';
 import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
 import { ExecPool } from './exec-pool.js';
 import { ImageBuilder } from './images.js';
@@ -434,9 +434,7 @@ export class DockerRunner implements Runner {
           throw new CapsuleError(
             'RUNNER_UNAVAILABLE',
             unavailableReason(err, this.engineHost),
-            isNoEngine(err)
-              ? {}
-              : { hint: 'check that the engine at DOCKER_HOST runs and that this user may use its socket' },
+            isNoEngine(err) ? {} : { hint: `if it is not running, ${engineRemedy()}` },
             { cause: err },
           );
         }
