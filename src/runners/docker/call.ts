@@ -156,13 +156,13 @@ export function finishedOutcome(
 const PIDS_POLL_MS = 25;
 
 /**
- * Watches the kernel's counter of forks the container's pids limit refused, and calls `onHit` at the first
- * one: the run is then stopped, as a shell run is. Nothing is watched when the engine cannot show the
- * counter (see DockerEngine.pidsHits). `baseline` is the count before the call (a reused container's).
+ * Watches the kernel's counter of forks the container's pids limit refused (`source`: the counter, or a
+ * promise of it; undefined when the engine cannot show it, see DockerEngine.pidsHits), and calls `onHit`
+ * at the first refusal past `baseline` (the count before the call: a reused container's earlier ones). The
+ * run is then stopped, as a shell run is.
  */
 export function watchPids(
-  engine: DockerEngine,
-  id: string,
+  source: PidsHits | Promise<PidsHits | undefined> | undefined,
   onHit: () => void,
   baseline = 0,
 ): { stop: () => void; check: () => void } {
@@ -181,8 +181,7 @@ export function watchPids(
     stopped = true;
     clearInterval(timer);
   };
-  engine
-    .pidsHits?.(id)
+  Promise.resolve(source)
     .then((found) => {
       if (stopped) return;
       hits = found;
@@ -190,7 +189,6 @@ export function watchPids(
       else check();
     })
     .catch(() => stop());
-  if (engine.pidsHits === undefined) stop();
   return { stop, check };
 }
 
@@ -302,7 +300,7 @@ export async function runPrepared(
     // A kill issued while start() was in flight found nothing running yet: issue it again.
     if (killedBy !== undefined) await engine.kill(id).catch(() => {});
     // A fresh container: every fork its limit refused is this call's.
-    pids = watchPids(engine, id, () => kill('pids'));
+    pids = watchPids(engine.pidsHits?.(id), () => kill('pids'));
     // Half-close: the container sees EOF on stdin and output keeps flowing back.
     stream.end(prepared.started ? GO_LINE + input : input);
     const code = await engine.wait(id);

@@ -144,6 +144,33 @@ describe('capsule run: one limit, one field, one exit code in every runner', () 
   });
 });
 
+describe('capsule run: the pids limit in a reset-reusable container (calls by exec into one container)', () => {
+  it('is reported the same: pidsLimited, 137, and fewer sleepers ran than the limit', async () => {
+    const dir = 'started-docker-reusable';
+    const name = 'docker-pids-reusable';
+    await mkdir(path.join(root, dir));
+    await chmod(path.join(root, dir), 0o777);
+    await writeCapability(
+      path.join(root, 'capabilities'),
+      name,
+      {
+        environment: 'docker',
+        docker: { image: 'capsule/busybox:1', reusable: true },
+        limits: { timeoutMs: 30_000, pids: PIDS },
+        grants: { fs: [{ path: dir, mode: 'rw' }] },
+      },
+      { 'run.sh': forkBomb(`/project/${dir}`) },
+    );
+    const r = await builtCli(['run', name, '--json', '--no-prompt', '--grant', `run_capability:${name}`], {
+      cwd: root,
+    });
+    const doc = JSON.parse(r.stdout) as { result: Record<string, unknown> };
+    expect(doc.result).toMatchObject({ environment: 'docker', pidsLimited: true, timedOut: false });
+    expect(r.code).toBe(137);
+    expect((await readdir(path.join(root, dir))).length).toBeLessThan(PIDS);
+  });
+});
+
 describe('capsule run: the pids row, with a limit the same processes fit in', () => {
   // The control of the pids rows: the same bomb leaves a file for every sleeper when the limit allows them all
   // (256: on the host each sleeper is two processes, sh and sleep),
