@@ -4,7 +4,9 @@
 //   capabilities/digest-notes/digest.js -> digest.wasm (the same, with files through wasi:filesystem)
 //   capabilities/fetch-wasm/fetch.js   -> fetch.wasm  (the same, with HTTP through capsule:capability/http)
 //   capabilities/shout-wasm/shout.wat  -> shout.wasm  (WASI preview1 module, wabt's WAT assembler)
-// Usage: node scripts/build-wasm-examples.mjs   (needs the devDependencies: npm install)
+// Components are built as capsule builds them (with its web globals: TextEncoder, URL, …).
+// Usage: node scripts/build-wasm-examples.mjs [NAME…]   (after npm install and npm run build; NAME: only
+// those capability folders)
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -18,23 +20,25 @@ async function writeAtomic(file, bytes) {
   await rename(tmp, file);
 }
 
-const { componentize } = await import('componentize-qjs');
+const only = process.argv.slice(2);
+const wanted = (file) => only.length === 0 || only.includes(file.split('/')[1]);
+const { componentizeJs } = await import(at('dist/runners/wasm/componentize.js'));
 for (const [js, wasm] of [
   ['capabilities/hello/hello.js', 'capabilities/hello/hello.wasm'],
   ['capabilities/digest-notes/digest.js', 'capabilities/digest-notes/digest.wasm'],
   ['capabilities/fetch-wasm/fetch.js', 'capabilities/fetch-wasm/fetch.wasm'],
-]) {
+].filter(([js]) => wanted(js))) {
   const started = Date.now();
   // runtimes/wasm: the JS authoring world (capability.wit) and the WASI interfaces it offers (deps/).
-  const { component } = await componentize({
+  const { component } = await componentizeJs(await readFile(at(js), 'utf8'), {
     witPath: at('runtimes/wasm'),
-    jsSource: await readFile(at(js), 'utf8'),
-    sync: true,
+    file: js,
   });
   await writeAtomic(at(wasm), component);
   console.log(`${wasm}: ${component.length} bytes (${Date.now() - started} ms)`);
 }
 
+if (!wanted('capabilities/shout-wasm/')) process.exit(0);
 const wabt = await (await import('wabt')).default();
 const wat = await readFile(at('capabilities/shout-wasm/shout.wat'), 'utf8');
 const { buffer } = wabt.parseWat('shout.wat', wat).toBinary({});

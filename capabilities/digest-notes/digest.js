@@ -11,49 +11,27 @@ function folder(guestPath) {
   return found[0];
 }
 
-// QuickJS has no TextEncoder/TextDecoder: UTF-8 by hand.
-function decodeUtf8(bytes) {
-  let out = '';
-  for (let i = 0; i < bytes.length;) {
-    const b = bytes[i];
-    const n = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
-    let cp = n === 1 ? b : b & (0xff >> (n + 1));
-    for (let k = 1; k < n; k++) cp = (cp << 6) | (bytes[i + k] & 0x3f);
-    out += String.fromCodePoint(cp);
-    i += n;
-  }
-  return out;
-}
-
-function encodeUtf8(text) {
-  const out = [];
-  for (const ch of text) {
-    const cp = ch.codePointAt(0);
-    if (cp < 0x80) out.push(cp);
-    else if (cp < 0x800) out.push(0xc0 | (cp >> 6), 0x80 | (cp & 0x3f));
-    else if (cp < 0x10000) out.push(0xe0 | (cp >> 12), 0x80 | ((cp >> 6) & 0x3f), 0x80 | (cp & 0x3f));
-    else
-      out.push(0xf0 | (cp >> 18), 0x80 | ((cp >> 12) & 0x3f), 0x80 | ((cp >> 6) & 0x3f), 0x80 | (cp & 0x3f));
-  }
-  return new Uint8Array(out);
-}
+// UTF-8 through the web globals capsule builds into every JavaScript component.
+const decoder = new TextDecoder();
+const encoder = new TextEncoder();
 
 function readText(dir, name) {
   const file = dir.openAt({}, name, {}, { read: true });
-  const chunks = [];
+  let text = '';
   let offset = 0;
   for (;;) {
     const [bytes, end] = file.read(65536, offset);
-    chunks.push(...bytes);
+    // stream: a character cut between two reads is decoded whole by the next one.
+    text += decoder.decode(bytes, { stream: !(end || bytes.length === 0) });
     offset += bytes.length;
     if (end || bytes.length === 0) break;
   }
-  return decodeUtf8(chunks);
+  return text;
 }
 
 function writeText(dir, name, text) {
   const file = dir.openAt({}, name, { create: true, truncate: true }, { write: true });
-  file.writeViaStream(0).blockingWriteAndFlush(encodeUtf8(text));
+  file.writeViaStream(0).blockingWriteAndFlush(encoder.encode(text));
 }
 
 export function run(input) {

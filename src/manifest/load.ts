@@ -12,6 +12,8 @@ import {
 } from '../permissions/protected-state.js';
 import { resolveInside, isInside } from './paths.js';
 import { contentFiles, hashFiles, walkFolder } from './hash.js';
+import { entryProblem } from './runnable.js';
+import { unsatisfiable } from './satisfiable.js';
 import { MANIFEST_FILE } from './schema.js';
 import type { Capability, InvalidCapability, ResolvedFsGrant } from './types.js';
 import type { InputValidator } from './input.js';
@@ -112,6 +114,15 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
       issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} disappeared` });
     else if (!st.isFile())
       issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} is not a regular file` });
+    else {
+      let problem: string | undefined;
+      try {
+        problem = entryProblem(manifest, entry.realPath, st.mode);
+      } catch (err) {
+        problem = `${manifest.entry} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`;
+      }
+      if (problem !== undefined) issues.push({ file: manifestPath, field: 'entry', message: problem });
+    }
   }
 
   if (manifest.source !== undefined) {
@@ -183,22 +194,24 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
     });
   }
 
-  const schemaProblem = await options.inputValidator.check(manifest.inputSchema);
-  if (schemaProblem !== undefined) {
-    issues.push({
-      file: manifestPath,
-      field: 'inputSchema',
-      message: `is not a valid JSON Schema: ${schemaProblem}`,
-    });
-  }
-
-  if (manifest.outputSchema !== undefined) {
-    const outputProblem = await options.inputValidator.check(manifest.outputSchema, 'outputSchema');
-    if (outputProblem !== undefined) {
+  const schemas: Array<['inputSchema' | 'outputSchema', Record<string, unknown> | undefined, string]> = [
+    ['inputSchema', manifest.inputSchema, 'input'],
+    ['outputSchema', manifest.outputSchema, 'output'],
+  ];
+  for (const [field, schema, what] of schemas) {
+    if (schema === undefined) continue;
+    const problem = await options.inputValidator.check(schema, field);
+    if (problem !== undefined) {
+      issues.push({ file: manifestPath, field, message: `is not a valid JSON Schema: ${problem}` });
+      continue;
+    }
+    // A schema nothing satisfies refuses every call (or fails every run): the capability can never run.
+    const never = unsatisfiable(schema);
+    if (never !== undefined) {
       issues.push({
         file: manifestPath,
-        field: 'outputSchema',
-        message: `is not a valid JSON Schema: ${outputProblem}`,
+        field: never.at === '' ? field : `${field}.${never.at}`,
+        message: `no ${what} can satisfy it: ${never.reason}`,
       });
     }
   }

@@ -221,7 +221,8 @@ function effectiveProtection(
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
   const hidden = outermost(withAliases(p.hidden));
   // capsule's own code is what the next capsule process runs: no command changes it.
-  const readOnly = outermost(withAliases([...p.readOnly, ...own])).filter(
+  // Only paths without a link on the way are bound: a bind onto a symlink fails, and pins cover links.
+  const readOnly = outermost(withAliases([...p.readOnly, ...own.filter((o) => !behindLink(o))])).filter(
     (r) => !hidden.some((h) => inside(r, h)),
   );
   const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
@@ -229,7 +230,7 @@ function effectiveProtection(
     readOnly,
     hidden,
     sockets: listeningSockets().filter((s) => !covered(s)),
-    pins: linkPins([...p.readOnly, ...p.hidden]),
+    pins: linkPins([...p.readOnly, ...p.hidden, ...own]),
   };
 }
 
@@ -237,6 +238,15 @@ function effectiveProtection(
 interface LinkPin {
   dir: string;
   writable: string[];
+}
+
+/** Whether a symlink lies on the way to `p` (or is `p`). */
+function behindLink(p: string): boolean {
+  try {
+    return realpathSync(p) !== path.resolve(p);
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -288,7 +298,18 @@ function ownCode(): string[] {
   try {
     out.push(realpathSync(process.execPath));
     const root = packageRoot();
-    out.push(path.join(root, 'dist'), path.join(root, 'node_modules'));
+    for (const part of ['dist', 'node_modules']) {
+      // Linked in (a workspace, a shared node_modules): the place the link leads is what is bound
+      // read-only; the link itself is pinned with the folder that holds it (effectiveProtection).
+      const at = path.join(root, part);
+      out.push(at);
+      try {
+        const real = realpathSync(at);
+        if (real !== at) out.push(real);
+      } catch {
+        // absent: nothing more to add
+      }
+    }
   } catch {
     // not found: nothing to add
   }

@@ -44,6 +44,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           { EnginePool },
           dockerode,
           { PolicySnapshotStore, resolveStartingPolicy },
+          { isNoEngine, noEngineLine },
         ] = await Promise.all([
           import('../session.js'),
           import('../../config/engines.js'),
@@ -51,6 +52,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           import('../../runners/docker/engine-pool.js'),
           import('../../runners/docker/dockerode-engine.js'),
           import('../../permissions/policy-snapshot.js'),
+          import('../../runners/docker/engine.js'),
         ]);
         const { project } = await openProject(io);
         // Only the engines a person confirmed (or their own CAPSULE_ENGINES): even asking an engine
@@ -133,7 +135,9 @@ export function registerEngines(program: Command, io: CliIO): void {
               ? `${r.name}  ${r.host}  docker ${r.version ?? '?'}  runtimes ${(r.runtimes ?? []).join(',')}  ${
                   r.sandboxed === true ? 'sandboxed' : `NOT sandboxed: ${(r.missing ?? []).join(', ')}`
                 }`
-              : `${r.name}  ${r.host}  does not answer: ${r.error ?? 'unknown error'}`,
+              : isNoEngine(r.error)
+                ? `${r.name}  ${noEngineLine(r.host)}`
+                : `${r.name}  ${r.host}  does not answer: ${r.error ?? 'unknown error'}`,
           );
           await write(io.stdout, `${lines.join('\n')}\n`);
         }

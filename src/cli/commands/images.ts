@@ -6,17 +6,21 @@ import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
 async function connect(io: CliIO): Promise<DockerodeEngine> {
-  const { DockerodeEngine, engineMessage } = await import('../../runners/docker/dockerode-engine.js');
+  const [{ DockerodeEngine, engineMessage }, { isNoEngine, noEngineLine }] = await Promise.all([
+    import('../../runners/docker/dockerode-engine.js'),
+    import('../../runners/docker/engine.js'),
+  ]);
   const engine = new DockerodeEngine({ env: io.env });
   try {
     await engine.ping(5000);
   } catch (err) {
+    const where = io.env['DOCKER_HOST'] ?? 'unix:///var/run/docker.sock';
     throw new CapsuleError(
       'RUNNER_UNAVAILABLE',
-      `no Docker engine answers: ${engineMessage(err)}`,
-      {
-        hint: 'start one (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
-      },
+      isNoEngine(err)
+        ? noEngineLine(where)
+        : `the Docker engine at ${where} is not usable: ${engineMessage(err)}`,
+      {},
       { cause: err },
     );
   }

@@ -2,7 +2,7 @@ import type { Duplex } from 'node:stream';
 import { CapsuleError } from '../../errors.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './engine.js';
-import type { ContainerSpec, DockerEngine } from './engine.js';
+import type { ContainerSpec, DockerEngine, PidsHits } from './engine.js';
 import type { RunResult } from '../types.js';
 
 /** A container created and attached ahead of its call; started exactly once, then removed. */
@@ -48,7 +48,16 @@ const WATCHDOG_SCRIPT = [
   'exec 3<&0 0</dev/null',
   '{ "$@" <&3 3<&- 4>&-; echo "$?" >&4; } &',
   'exec 3<&-',
-  'read -r -t "$run" s <&4 && exit "$s"',
+  // The child is done. Had the pids limit refused a fork, PID 1 holds the container (and its cgroup) a
+  // moment, so capsule reads the kernel's own counter from the host before the engine removes it: the
+  // report comes from the kernel, this only keeps it readable (shell builtins, nothing forked).
+  'if read -r -t "$run" s <&4; then',
+  // Only as PID 1: a reused container's counter (exec-pool.ts) spans its earlier calls.
+  '  [ "$$" = 1 ] && for e in /sys/fs/cgroup/pids/pids.events /sys/fs/cgroup/pids.events; do',
+  '    [ -r "$e" ] && while read -r k v; do [ "$k" = max ] && [ "$v" != 0 ] && read -r -t 2 _ <&4; done <"$e"',
+  '  done',
+  '  exit "$s"',
+  'fi',
   // Not PID 1 (run by exec): PID 1 ends the container on USR1 (see exec-pool.ts).
   '[ "$$" = 1 ] || kill -USR1 1 2>/dev/null',
   'exit 137',
@@ -119,7 +128,7 @@ export interface CallOutcome extends Omit<RunResult, 'environment' | 'durationMs
   started: boolean;
 }
 
-export type KilledBy = 'timeout' | 'abort' | 'overflow' | undefined;
+export type KilledBy = 'timeout' | 'abort' | 'overflow' | 'pids' | undefined;
 
 /** The outcome of a container process that ran: who killed it (if anyone) decides what is reported. */
 export function finishedOutcome(
@@ -138,8 +147,49 @@ export function finishedOutcome(
     canceled: killedBy === 'abort',
     truncated: demux.truncated,
     oomKilled,
+    ...(killedBy === 'pids' ? { pidsLimited: true } : {}),
     started: true,
   };
+}
+
+/** How often a running container's pids counter is read (the shell runner polls its cgroup the same way). */
+const PIDS_POLL_MS = 25;
+
+/**
+ * Watches the kernel's counter of forks the container's pids limit refused (`source`: the counter, or a
+ * promise of it; undefined when the engine cannot show it, see DockerEngine.pidsHits), and calls `onHit`
+ * at the first refusal past `baseline` (the count before the call: a reused container's earlier ones). The
+ * run is then stopped, as a shell run is.
+ */
+export function watchPids(
+  source: PidsHits | Promise<PidsHits | undefined> | undefined,
+  onHit: () => void,
+  baseline = 0,
+): { stop: () => void; check: () => void } {
+  let hits: PidsHits | undefined;
+  let stopped = false;
+  const check = (): void => {
+    const n = hits?.();
+    if (n !== undefined && n > baseline) {
+      stop();
+      onHit();
+    }
+  };
+  const timer = setInterval(check, PIDS_POLL_MS);
+  timer.unref();
+  const stop = (): void => {
+    stopped = true;
+    clearInterval(timer);
+  };
+  Promise.resolve(source)
+    .then((found) => {
+      if (stopped) return;
+      hits = found;
+      if (found === undefined) stop();
+      else check();
+    })
+    .catch(() => stop());
+  return { stop, check };
 }
 
 /** After the container exits, give the attach stream this long to deliver its last bytes. */
@@ -213,7 +263,7 @@ export async function runPrepared(
 ): Promise<CallOutcome> {
   const { id, stream } = prepared;
   let killedBy: KilledBy;
-  const kill = (why: 'timeout' | 'abort' | 'overflow'): void => {
+  const kill = (why: Exclude<KilledBy, undefined>): void => {
     if (killedBy !== undefined) return;
     killedBy = why;
     // SIGKILL straight away: a container that ignores SIGTERM gets no grace period to abuse.
@@ -231,6 +281,7 @@ export async function runPrepared(
   const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
   const onAbort = (): void => kill('abort');
   signal?.addEventListener('abort', onAbort, { once: true });
+  let pids: { stop: () => void; check: () => void } | undefined;
   try {
     try {
       if (!prepared.started) await engine.start(id);
@@ -248,9 +299,14 @@ export async function runPrepared(
     }
     // A kill issued while start() was in flight found nothing running yet: issue it again.
     if (killedBy !== undefined) await engine.kill(id).catch(() => {});
+    // A fresh container: every fork its limit refused is this call's.
+    pids = watchPids(engine.pidsHits?.(id), () => kill('pids'));
     // Half-close: the container sees EOF on stdin and output keeps flowing back.
     stream.end(prepared.started ? GO_LINE + input : input);
     const code = await engine.wait(id);
+    // The last look, in case the limit was hit since the last poll (the cgroup may already be gone).
+    pids.check();
+    pids.stop();
     await Promise.race([
       prepared.ended,
       new Promise((resolve) => setTimeout(resolve, STREAM_DRAIN_MS).unref()),
@@ -290,6 +346,7 @@ export async function runPrepared(
     }
     return finishedOutcome(code, killedBy, oomKilled, demux);
   } finally {
+    pids?.stop();
     clearTimeout(timer);
     signal?.removeEventListener('abort', onAbort);
   }

@@ -16,12 +16,14 @@ import type {
   EngineIdentity,
   EngineInfo,
   EnginePin,
+  PidsHits,
   SwarmApi,
   SwarmServiceSpec,
   SwarmTask,
 } from './engine.js';
 
 import { engineMessage } from './engine.js';
+import { containerPidsHits } from './pids-events.js';
 
 export { engineMessage };
 
@@ -411,6 +413,13 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   async inspect(id: string): Promise<ContainerState> {
     const info = await this.docker.getContainer(id).inspect();
     return { running: info.State.Running, exitCode: info.State.ExitCode, oomKilled: info.State.OOMKilled };
+  }
+
+  async pidsHits(id: string): Promise<PidsHits | undefined> {
+    if (this.remote) return undefined;
+    const info = await this.docker.getContainer(id).inspect();
+    if (!info.State.Running) return undefined;
+    return containerPidsHits(info.State.Pid, info.Id);
   }
 
   async processes(id: string): Promise<number[]> {

@@ -1,4 +1,9 @@
+import path from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
+import { packageRoot } from '../../package-root.js';
+import type { PidsHits } from './pids-events.js';
+
+export type { PidsHits };
 
 /**
  * The small slice of the Docker Engine API capsule uses, in our own types. The dockerode
@@ -162,6 +167,12 @@ export interface DockerEngine {
   wait(id: string): Promise<number>;
   inspect(id: string): Promise<ContainerState>;
   /**
+   * The kernel's counter of forks the container's pids limit refused, read from this host's cgroups while
+   * the container runs. Undefined when the engine's containers are not on this host (a remote engine, or
+   * one whose processes this host cannot see): nothing is then claimed about the pids limit.
+   */
+  pidsHits?(id: string): Promise<PidsHits | undefined>;
+  /**
    * Host pids of every process in the container (zombies included), as the engine sees them from outside:
    * nothing inside the container can change this answer.
    */
@@ -202,6 +213,22 @@ export function engineMessage(err: unknown): string {
   const json = (err as { json?: { message?: unknown } } | null)?.json;
   if (json !== undefined && json !== null && typeof json.message === 'string') return json.message;
   return err instanceof Error ? err.message : String(err);
+}
+
+/** Whether an engine error means that nothing listens at the address: no engine there at all. */
+export function isNoEngine(err: unknown): boolean {
+  return /ENOENT|ECONNREFUSED/.test(engineMessage(err));
+}
+
+/** How to get an engine that answers: capsule's own provisioning script, by its absolute path (it works pasted). */
+export function engineRemedy(): string {
+  const script = path.join(packageRoot(), 'scripts', 'provision-docker.sh');
+  return `start one with "sudo bash ${script}" (installs docker.io and starts dockerd), or set DOCKER_HOST to an engine that runs`;
+}
+
+/** The one line every docker command gives when no engine answers at `where`: what is missing, and how to get it. */
+export function noEngineLine(where: string): string {
+  return `no Docker engine answers at ${where}: ${engineRemedy()}`;
 }
 
 /** One file a Swarm service gets from a config object (mounted read-only at `target`). */

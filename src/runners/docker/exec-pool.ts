@@ -6,6 +6,7 @@ import {
   WATCHDOG_GRACE_MS,
   finishedOutcome,
   seconds,
+  watchPids,
   type CallOutcome,
   type KilledBy,
   type WatchdogTools,
@@ -14,6 +15,7 @@ import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine } from './engine.js';
 import { ROLE_LABEL } from './labels.js';
+import { containerPidsHits } from './pids-events.js';
 
 /** PID 1's own tmpfs (mode 0700, root's): its fifos, out of every call's reach. */
 const KEEPALIVE_DIR = '/.capsule-keepalive';
@@ -327,19 +329,25 @@ export class ExecPool {
     this.busy.add(warm.id);
     let retire = false;
     let killedBy: KilledBy;
-    const kill = (why: 'timeout' | 'abort' | 'overflow'): void => {
+    const kill = (why: Exclude<KilledBy, undefined>): void => {
       if (killedBy !== undefined) return;
       killedBy = why;
       retire = true;
       // docker cannot kill one exec: the container goes, with everything in it.
       this.engine.kill(warm.id).catch(() => {});
     };
+    // The container's counter spans its earlier calls: only refusals past the count before this one are its.
+    const hits = this.engine.pidsHits === undefined ? undefined : containerPidsHits(warm.initPid, warm.id);
+    const pids = watchPids(hits, () => kill('pids'), hits?.() ?? 0);
     const demux = new OutputDemuxer(limits.outputBytes, () => kill('overflow'));
     const timer = setTimeout(() => kill('timeout'), limits.timeoutMs);
     const onAbort = (): void => kill('abort');
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const code = await this.runInKeepalive(warm, input, limits.timeoutMs + WATCHDOG_GRACE_MS, demux);
+      // The container lives on after the exec: its counter is still there to read.
+      pids.check();
+      pids.stop();
       // Killed by us, or the container ended: it is not reused either way.
       if (code === null) retire = true;
       let oomKilled = false;
@@ -352,6 +360,7 @@ export class ExecPool {
       }
       return finishedOutcome(code, killedBy, oomKilled, demux);
     } finally {
+      pids.stop();
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
       this.busy.delete(warm.id);

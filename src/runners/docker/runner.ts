@@ -7,7 +7,7 @@ import { emptyResult } from '../types.js';
 import { IMAGE_TOOLS, MOUNTED_TOOLS, WATCHDOG_GRACE_MS, runPrepared, watchdogEntrypoint } from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine } from './dockerode-engine.js';
-import { engineMessage } from './engine.js';
+import { engineMessage, engineRemedy, isNoEngine, noEngineLine } from './engine.js';
 import type { ContainerSpec, DockerEngine, EngineInfo } from './engine.js';
 import { ExecPool } from './exec-pool.js';
 import { ImageBuilder } from './images.js';
@@ -430,12 +430,11 @@ export class DockerRunner implements Runner {
           await this.reapOrphans().catch(() => 0);
           return info;
         } catch (err) {
+          // Nothing there at all: the one line says what to do. Anything else keeps its hint.
           throw new CapsuleError(
             'RUNNER_UNAVAILABLE',
             unavailableReason(err, this.engineHost),
-            {
-              hint: 'start a Docker engine (scripts/provision-docker.sh does it as root) or set DOCKER_HOST',
-            },
+            isNoEngine(err) ? {} : { hint: `if it is not running, ${engineRemedy()}` },
             { cause: err },
           );
         }
@@ -515,6 +514,6 @@ export function specKey(spec: ContainerSpec): string {
 
 function unavailableReason(err: unknown, where: string): string {
   const message = engineMessage(err);
-  if (/ENOENT|ECONNREFUSED/.test(message)) return `no Docker engine answers at ${where} (${message})`;
+  if (isNoEngine(err)) return noEngineLine(where);
   return `the Docker engine at ${where} is not usable: ${message}`;
 }

@@ -1,4 +1,5 @@
 import { CapsuleError } from '../../errors.js';
+import { wasmHeader } from '../../manifest/runnable.js';
 import { HOST_MEMORY_IMPORT, type HostMemory } from './protocol.js';
 
 /** 64 KiB: the Wasm page size. */
@@ -6,26 +7,25 @@ export const WASM_PAGE_BYTES = 65_536;
 
 export type WasmKind = 'module' | 'component';
 
-const MAGIC = [0x00, 0x61, 0x73, 0x6d];
-
 /**
  * Tells a core module (version 1) from a component (version 0x0d, layer 1) by the 8-byte header.
  * Anything else is not Wasm we can run: a CapsuleError naming the file.
  */
 export function detectWasmKind(bytes: Uint8Array, file: string): WasmKind {
-  if (bytes.length < 8 || MAGIC.some((b, i) => bytes[i] !== b)) {
+  const kind = wasmHeader(bytes);
+  if (kind === 'not-wasm') {
     throw new CapsuleError('RUNNER_FAILED', `${file} is not a WebAssembly binary (bad magic number)`, {
       file,
       hint: 'Point the capability at a compiled .wasm file (a WASI preview1 module or a component).',
     });
   }
-  const version = [bytes[4], bytes[5], bytes[6], bytes[7]];
-  if (version[0] === 1 && version[1] === 0 && version[2] === 0 && version[3] === 0) return 'module';
-  if (version[0] === 0x0d && version[1] === 0 && version[2] === 1 && version[3] === 0) return 'component';
-  throw new CapsuleError('RUNNER_FAILED', `${file} has an unsupported WebAssembly version/layer`, {
-    file,
-    hint: 'Only core modules (version 1) and components (version 0x0d, layer 1) are supported.',
-  });
+  if (kind === 'unsupported') {
+    throw new CapsuleError('RUNNER_FAILED', `${file} has an unsupported WebAssembly version/layer`, {
+      file,
+      hint: 'Only core modules (version 1) and components (version 0x0d, layer 1) are supported.',
+    });
+  }
+  return kind;
 }
 
 class Reader {

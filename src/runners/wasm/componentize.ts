@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { packageRoot } from '../../package-root.js';
 import { CapsuleError } from '../../errors.js';
@@ -9,6 +11,25 @@ import type { componentize as ComponentizeFn } from 'componentize-qjs';
 /** The WIT world JS capabilities are built against (runtimes/wasm: capability.wit and its WASI deps/). */
 export function defaultWitPath(): string {
   return path.join(packageRoot(), 'runtimes', 'wasm');
+}
+
+/**
+ * The web globals QuickJS lacks (TextEncoder, TextDecoder, URL, URLSearchParams, structuredClone), built
+ * into every component made from JavaScript (runtimes/js/web-globals.js).
+ */
+export function webGlobalsPath(): string {
+  return path.join(packageRoot(), 'runtimes', 'js', 'web-globals.js');
+}
+
+/** The name the prelude has beside the author's module while it is built. */
+const PRELUDE_NAME = 'capsule-web-globals.js';
+
+/**
+ * The module that is built: the author's, importing the prelude first. On the same line as the author's
+ * first, so an error's line number is still the line of their file.
+ */
+export function withWebGlobals(source: string): string {
+  return `import './${PRELUDE_NAME}'; ${source}`;
 }
 
 export interface ComponentizeProgress {
@@ -76,9 +97,15 @@ export async function componentizeJs(
     );
   }
   let component: Uint8Array;
+  // The prelude is imported from beside the module, in a folder of this build's own.
+  const dir = await mkdtemp(path.join(tmpdir(), 'capsule-componentize-'));
   try {
     options.onProgress?.({ stage: 'componentize', message: 'building the QuickJS component' });
-    ({ component } = await componentize({ witPath, jsSource: source, sync: true }));
+    const jsSource = withWebGlobals(source);
+    const jsPath = path.join(dir, 'capability.js');
+    await writeFile(path.join(dir, PRELUDE_NAME), await readFile(webGlobalsPath()));
+    await writeFile(jsPath, jsSource);
+    ({ component } = await componentize({ witPath, jsSource, jsPath, moduleRoot: dir, sync: true }));
   } catch (err) {
     throw new CapsuleError(
       'INPUT_INVALID',
@@ -89,6 +116,8 @@ export async function componentizeJs(
       },
       { cause: err },
     );
+  } finally {
+    await rm(dir, { recursive: true, force: true });
   }
   detectWasmKind(component, file);
   const sha256 = `sha256:${createHash('sha256').update(component).digest('hex')}`;

@@ -100,16 +100,14 @@ describe('docker runner against hostile capabilities', () => {
     expect(Number(/processes=(\d+)/.exec(result.stdout)?.[1])).toBeLessThan(10);
   });
 
-  it('fork bomb: stopped by the pids limit, killed at the timeout, capsule unaffected', async () => {
+  it('fork bomb: stopped at the pids limit and reported (not at the timeout), capsule unaffected', async () => {
     const capability = await fixture('fork-bomb');
     const result = await runner.run({ capability, input: '{}' });
-    const spawned = Number(/spawned=(\d+)/.exec(result.stdout)?.[1]);
-    // 32 pids: the shell could not get past the limit however hard it tried (500 attempts).
-    expect(spawned).toBeGreaterThan(1);
+    // The first fork the limit refused stopped the run, as in the shell runner: the kernel's counter said so.
+    expect(result).toMatchObject({ pidsLimited: true, timedOut: false, exitCode: null, signal: 'SIGKILL' });
+    // However far its counting loop got before it was stopped, it never got past the limit (500 attempts).
+    const spawned = Number(/spawned=(\d+)/.exec(result.stdout)?.[1] ?? 0);
     expect(spawned).toBeLessThanOrEqual(capability.manifest.limits.pids);
-    // Either the bomb starved itself (the shell exits when it cannot fork) or the timeout killed it.
-    expect(result.timedOut || (result.exitCode !== null && result.exitCode !== 0)).toBe(true);
-    expect(result.durationMs).toBeLessThan(capability.manifest.limits.timeoutMs + 5000);
     // The host can still fork.
     expect(spawnSync('true').status).toBe(0);
   });
