@@ -61,7 +61,7 @@ export function registerValidate(program: Command, io: CliIO): void {
   program
     .command('validate')
     .description(
-      'Validate capability manifests. Exits 65 and names file, field and reason for every invalid one.',
+      'Validate capability manifests. Exits 1 and names file, field and reason for every invalid one.',
     )
     .argument(
       '[path]',
@@ -108,7 +108,7 @@ export function registerValidate(program: Command, io: CliIO): void {
           if (result.capabilities.length === 0 && result.invalid.length === 0)
             await write(io.stderr, 'no capabilities found\n');
         }
-        return result.invalid.length > 0 ? EXIT.DATA : EXIT.OK;
+        return result.invalid.length > 0 ? EXIT.FAILURE : EXIT.OK;
       }),
     );
 }

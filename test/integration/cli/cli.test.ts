@@ -126,10 +126,10 @@ describe('capsule CLI', () => {
 
   describe('hostile manifests', async () => {
     const cases = (await readdir(HOSTILE)).sort();
-    it.each(cases)('validate %s exits 65 naming file and reason; run refuses it', async (name) => {
+    it.each(cases)('validate %s exits 1 naming file and reason; run refuses it', async (name) => {
       const dir = path.join(HOSTILE, name);
       const v = await cli(['validate', dir]);
-      expect(v.code).toBe(65);
+      expect(v.code).toBe(1);
       expect(v.stderr).toContain(`invalid ${name}`);
       expect(v.stderr).toMatch(new RegExp(`${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\S*: `));
       const asJson = JSON.parse((await cli(['validate', dir, '--json'])).stdout) as {

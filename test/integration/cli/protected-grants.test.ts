@@ -76,7 +76,7 @@ describe('fs grants that reach capsule’s own state are refused by validate and
         );
       }
       const v = await cli(['validate', '--json'], { cwd: root });
-      expect(v.code).toBe(65);
+      expect(v.code).toBe(1);
       const report = JSON.parse(v.stdout) as {
         invalid: Array<{ folder: string; issues: Array<{ file: string; field?: string; message: string }> }>;
       };

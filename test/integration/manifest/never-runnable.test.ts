@@ -7,8 +7,9 @@ import { REPO_ROOT, cli } from '../../helpers/cli.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 /**
- * Manifests that can never run are refused where they are read: `capsule validate` exits 65 naming the
- * capability's own capability.json and the field, and `capsule run` refuses them the same way before
+ * Manifests that can never run are refused where they are read: `capsule validate` exits 1 (its contract:
+ * invalid manifests found) naming the capability's own capability.json and the field, and `capsule run`
+ * refuses them with 65 (invalid data) before
  * anything starts (the entry would leave a marker). Each has a runnable neighbour that validates ok.
  */
 
@@ -145,11 +146,11 @@ describe('manifests that can never run', async () => {
   const runnable = all.filter((c) => c.field === undefined);
 
   it.each(refused.map((c) => [c.name, c] as const))(
-    '%s: validate exits 65 naming its capability.json and the field',
+    '%s: validate exits 1 naming its capability.json and the field',
     async (_name, c) => {
       const manifest = manifests.get(c.name) as string;
       const v = await cli(['validate', path.dirname(manifest)], { cwd: root });
-      expect(v.code).toBe(65);
+      expect(v.code).toBe(1);
       expect(v.stderr).toContain(`invalid ${c.name}`);
       expect(v.stderr).toContain(`${manifest}: ${c.field}: `);
       expect(v.stderr).toMatch(c.message as RegExp);

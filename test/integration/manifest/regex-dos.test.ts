@@ -252,12 +252,12 @@ describe('a pattern the linear engine cannot run is refused when the manifest lo
     ],
   ];
 
-  it('capsule validate: exit 65, naming the file, the field and the place', async () => {
+  it('capsule validate: exit 1, naming the file, the field and the place', async () => {
     const { root, capRoot } = await tempProject('capsule-redos-');
     for (const [i, [, manifest]] of refused.entries())
       await writeCapability(capRoot, `refused-${i}`, manifest, { 'run.sh': 'echo {}\n' });
     const r = await run(root, ['validate', '--json']);
-    expect(r.exitCode).toBe(65);
+    expect(r.exitCode).toBe(1);
     const out = JSON.parse(r.stdout) as {
       invalid: { name?: string; issues: { file: string; field?: string; message: string }[] }[];
     };

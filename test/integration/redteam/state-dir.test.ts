@@ -59,7 +59,7 @@ describe('no grant reaches the per-user state folder when it lies inside the pro
     expect(existsSync(path.join(root, 'state', 'capsule', 'audit-heads', 'FORGED'))).toBe(false);
     expect(r.code).not.toBe(0);
     const v = await cli(['validate'], { cwd: root, env });
-    expect(v.code).toBe(65);
+    expect(v.code).toBe(1);
   });
 
   it('the same capability granted a folder beside it runs and writes (the harness sees a write)', async () => {
