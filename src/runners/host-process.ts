@@ -221,7 +221,9 @@ function effectiveProtection(
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
   const hidden = outermost(withAliases(p.hidden));
   // capsule's own code is what the next capsule process runs: no command changes it.
-  const readOnly = outermost(withAliases([...p.readOnly, ...own])).filter(
+  // A link on the way to capsule's own code (a checkout whose node_modules is a symlink) is bound at its
+  // target, and the folder holding the link is pinned like any other protected path's.
+  const readOnly = outermost(withAliases([...p.readOnly, ...own.map(realOr)])).filter(
     (r) => !hidden.some((h) => inside(r, h)),
   );
   const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
@@ -229,8 +231,16 @@ function effectiveProtection(
     readOnly,
     hidden,
     sockets: listeningSockets().filter((s) => !covered(s)),
-    pins: linkPins([...p.readOnly, ...p.hidden]),
+    pins: linkPins([...p.readOnly, ...p.hidden, ...own]),
   };
+}
+
+function realOr(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
 }
 
 /** A folder holding a symlink on the way to a protected path: read-only, its other entries writable. */
