@@ -1,4 +1,5 @@
 import { Help, type Command } from 'commander';
+import { COMMAND_EXIT_CODES, exitCodesHelp } from './exit-codes.js';
 
 /** Below this many columns beside its term, a description moves to its own lines under the term. */
 const MIN_DESCRIPTION_WIDTH = 24;
@@ -47,29 +48,26 @@ function indented(helper: Help, text: string, indent: number, width: number): st
   return pad + helper.boxWrap(text, Math.max(1, width - indent)).replace(/\n/g, `\n${pad}`);
 }
 
+/** A command's path below the program (`grants revoke`), as COMMAND_EXIT_CODES names it. */
+export function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let at: Command | null = command; at?.parent != null; at = at.parent) names.unshift(at.name());
+  return names.join(' ');
+}
+
+/** Every command that runs something (not a group of subcommands), depth first. */
+export function leafCommands(program: Command): Command[] {
+  return program.commands.flatMap((c) => (c.commands.length > 0 ? leafCommands(c) : [c]));
+}
+
 /**
- * An "Exit codes:" section for `addHelpText('after', …)`: one row per code, each meaning wrapped between
- * words at the help's own width and continued under itself.
+ * Give every command's --help its "Exit codes:" section from the one table (COMMAND_EXIT_CODES), wrapped
+ * like the rest of the help. A command missing from the table is a bug caught at start-up by the tests.
  */
-export function exitCodesHelp(
-  rows: ReadonlyArray<readonly [code: number, meaning: string]>,
-  footer?: string,
-): (context: { command: Command }) => string {
-  return ({ command }) => {
-    const helper = command.createHelp();
-    const width = helper.helpWidth ?? 80;
-    const term = Math.max(...rows.map(([code]) => String(code).length)) + 2;
-    const lines = ['', 'Exit codes:'];
-    for (const [code, meaning] of rows) {
-      const wrapped = helper.boxWrap(meaning, Math.max(1, width - ITEM_INDENT - term));
-      const [first = '', ...rest] = wrapped.split('\n');
-      const pad = ' '.repeat(ITEM_INDENT + term);
-      lines.push(
-        `${' '.repeat(ITEM_INDENT)}${String(code).padEnd(term)}${first}`,
-        ...rest.map((l) => pad + l),
-      );
-    }
-    if (footer !== undefined) lines.push('', helper.boxWrap(footer, width));
-    return lines.join('\n');
-  };
+export function addExitCodeHelp(program: Command, width: number): void {
+  for (const command of leafCommands(program)) {
+    const codes = COMMAND_EXIT_CODES[commandPath(command)];
+    if (codes === undefined) continue;
+    command.addHelpText('after', () => exitCodesHelp(codes, (text, w) => new Help().boxWrap(text, w), width));
+  }
 }

@@ -571,6 +571,8 @@ export class EnginePool implements Runner {
       calls: new Set(),
       measured: Promise.resolve(undefined as unknown as EngineMeasurement),
     };
+    // The first call on an engine waits for its measurement (a hardened probe container): say so.
+    this.progress(`${m.name}: measuring the engine's isolation (once per engine)`);
     epoch.measured = this.measureEpoch(epoch, m.name, generation).catch((err: unknown) => {
       // Not measured is not sandboxed: never assume a posture.
       epoch.failed = true;
