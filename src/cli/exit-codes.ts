@@ -116,7 +116,7 @@ export function exitCodesHelp(
   const pad = Math.max(...rows.map((r) => r.code.length)) + 2;
   const indent = 2 + pad;
   const lines = rows.map((r) => {
-    const wrapped = wrap(r.text, Math.max(20, width - indent)).split('\n');
+    const wrapped = wrap(r.text, Math.max(1, width - indent)).split('\n');
     return [
       `  ${r.code.padEnd(pad)}${wrapped[0] ?? ''}`,
       ...wrapped.slice(1).map((l) => `${' '.repeat(indent)}${l}`),

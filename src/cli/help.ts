@@ -68,6 +68,8 @@ export function addExitCodeHelp(program: Command, width: number): void {
   for (const command of leafCommands(program)) {
     const codes = COMMAND_EXIT_CODES[commandPath(command)];
     if (codes === undefined) continue;
-    command.addHelpText('after', () => exitCodesHelp(codes, (text, w) => new Help().boxWrap(text, w), width));
+    // Wrapped between words at any width, like helpSettings (commander's default stops below 40).
+    const helper = Object.assign(new Help(), { minWidthToWrap: 1 });
+    command.addHelpText('after', () => exitCodesHelp(codes, (text, w) => helper.boxWrap(text, w), width));
   }
 }
