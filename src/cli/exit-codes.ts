@@ -240,11 +240,11 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, readonly CommandExitCod
   'audit reset': [EXIT.OK, EXIT.LOCK_TIMEOUT, EXIT.CONFIG],
   compare: [
     EXIT.OK,
-    [EXIT.FAILURE, 'the outputs differ, or a run failed'],
+    [EXIT.FAILURE, 'the outputs differ'],
     EXIT.DATA,
     [
       EXIT.UNAVAILABLE,
-      'a requested environment could not run (no engine, or the capability is not portable to it)',
+      'a requested environment could not run (no engine, an engine that failed, or not portable to it)',
     ],
     [EXIT.EXISTS, 'the --html file exists (add --force)'],
     ...GATE,

@@ -35,11 +35,11 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
 }
 
 /**
- * Outputs that differ or a run that failed: 1; otherwise a requested environment that could not run (no
- * engine, not portable to it): 69, the same "unavailable" as everywhere else.
+ * Outputs that differ: 1; otherwise a requested environment that could not run (no engine, an engine that
+ * stopped answering, not portable to it): 69, the same "unavailable" as everywhere else.
  */
 export function compareExitCode(report: Pick<CompareReport, 'equal' | 'environments'>): number {
-  if (!report.equal || report.environments.some((e) => e.status === 'error')) return EXIT.FAILURE;
+  if (!report.equal) return EXIT.FAILURE;
   return report.environments.every((e) => e.status === 'ok') ? EXIT.OK : EXIT.UNAVAILABLE;
 }
 
