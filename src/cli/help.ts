@@ -19,11 +19,23 @@ export function helpWidth(env: NodeJS.ProcessEnv, stream: NodeJS.WritableStream)
   return 80;
 }
 
+/**
+ * A description's source line breaks are where its author split a long string literal, not where a
+ * reader's line should end: they are joined, so the text wraps to the width instead of breaking
+ * mid-sentence. A blank line (a new paragraph) or an indented line (a list) stays.
+ */
+export function reflow(text: string): string {
+  return text.replace(/([^\n])\n(?=\S)(?!- )/g, '$1 ');
+}
+
 /** commander help settings that wrap at word boundaries at any width. */
 export function helpSettings(width: number): Partial<Help> {
   return {
     helpWidth: width,
     minWidthToWrap: 1,
+    commandDescription(cmd: Command): string {
+      return reflow(Help.prototype.commandDescription.call(this, cmd));
+    },
     formatItem(term: string, termWidth: number, description: string, helper: Help): string {
       const beside = width - termWidth - ITEM_INDENT - 2;
       if (description === '' || beside >= MIN_DESCRIPTION_WIDTH) {
