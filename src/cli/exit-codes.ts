@@ -231,6 +231,14 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, readonly CommandExitCod
     EXIT.NOT_FOUND,
     EXIT.CONFIG,
   ],
+  'rules import': [
+    [EXIT.OK, 'shown (no --write), written, or nothing to write'],
+    [EXIT.USAGE, 'no --claude-settings, or the file is not a settings.json with a permissions block'],
+    [EXIT.NOT_FOUND, 'the file cannot be read'],
+    [EXIT.LOCK_TIMEOUT, 'another capsule process held capsule.json'],
+    [EXIT.DENIED, '--write but no yes (a no, --no-prompt, or no terminal): nothing written'],
+    EXIT.CONFIG,
+  ],
   'audit verify': [
     EXIT.OK,
     [EXIT.FAILURE, 'the log is broken (the first problem is named)'],
@@ -271,10 +279,18 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, readonly CommandExitCod
   engines: [EXIT.OK, [EXIT.UNAVAILABLE, 'an engine does not answer'], EXIT.USAGE, EXIT.CONFIG],
   mcp: [EXIT.OK, EXIT.USAGE, EXIT.CONFIG],
   learn: [
-    [EXIT.OK, 'the grants were proved (and written, with --write)'],
-    [EXIT.FAILURE, 'the proof failed'],
+    [EXIT.OK, 'proved (and, with --write, written after a yes)'],
+    [EXIT.FAILURE, 'the proof failed: nothing written'],
+    [EXIT.USAGE, 'usage error (a flag; no cases.json and no --input)'],
     EXIT.DATA,
-    [EXIT.EXISTS, 'the promoted capability exists already'],
-    ...GATE,
+    EXIT.NOT_FOUND,
+    [EXIT.UNAVAILABLE, 'no Docker engine for --promote docker, or the capability cannot be promoted there'],
+    [EXIT.EXISTS, 'the promoted NAME-ENV exists already: nothing written'],
+    [
+      EXIT.DENIED,
+      'a run was denied, or --write was not confirmed (a no, --no-prompt, no terminal): nothing written',
+    ],
+    EXIT.CONFIG,
+    [EXIT.CANCELED, 'canceled (Ctrl-C, SIGTERM): nothing written'],
   ],
 };
