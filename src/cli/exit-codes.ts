@@ -239,6 +239,16 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, readonly CommandExitCod
     [EXIT.DENIED, '--write but no yes (a no, --no-prompt, or no terminal): nothing written'],
     EXIT.CONFIG,
   ],
+  'hook claude': [
+    [
+      EXIT.OK,
+      'an answer was given (or none, for no decision), also a denial; --install/--uninstall: written',
+    ],
+    EXIT.USAGE,
+    [EXIT.NOT_FOUND, '--uninstall: the settings file holds no hook of capsule’s'],
+    [EXIT.DENIED, '--install/--uninstall: no yes (a no, or no terminal and no --yes): nothing written'],
+    [EXIT.CONFIG, '--install/--uninstall: the settings file is not valid JSON settings'],
+  ],
   'audit verify': [
     EXIT.OK,
     [EXIT.FAILURE, 'the log is broken (the first problem is named)'],
