@@ -571,8 +571,6 @@ export class EnginePool implements Runner {
       calls: new Set(),
       measured: Promise.resolve(undefined as unknown as EngineMeasurement),
     };
-    // The first call on an engine waits for its measurement (a hardened probe container): say so.
-    this.progress(`${m.name}: measuring the engine's isolation (once per engine)`);
     epoch.measured = this.measureEpoch(epoch, m.name, generation).catch((err: unknown) => {
       // Not measured is not sandboxed: never assume a posture.
       epoch.failed = true;
@@ -655,6 +653,8 @@ export class EnginePool implements Runner {
         stored: true,
       };
     }
+    // A call waits for this (a hardened probe container, stored for the next process): say so.
+    this.progress(`${name}: measuring the engine's isolation (once per daemon)`);
     await new ImageBuilder({ engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
     const measuredAt = Date.now();
     let probe: string | undefined;
