@@ -77,7 +77,7 @@ export function createLearnCapabilityTool(options: LearnToolOptions): AgentTool 
   return defineTool({
     name: 'learn_capability',
     description:
-      'Learn the grants a capability needs: run it (each run asks permission run_capability:<name>, like run_capability) on the inputs or its cases, observe the files, hosts and ports it reaches, propose grants in the manifest shape, prove them by re-running with exactly those grants (and dropping each in turn). write: true writes them only if a person says yes.',
+      'Learn the grants a capability needs: run it on the inputs or its cases (each run asks run_capability:<name>), propose the files, hosts and ports it reached as grants, and prove them by re-running with exactly those. write: true writes them if a person says yes.',
     kind: 'OTHER',
     parameters: learnCapabilityParameters,
     output: learnResultSchema,

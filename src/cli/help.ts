@@ -1,4 +1,5 @@
 import { Help, type Command } from 'commander';
+import { COMMAND_EXIT_CODES, exitCodesHelp } from './exit-codes.js';
 
 /** Below this many columns beside its term, a description moves to its own lines under the term. */
 const MIN_DESCRIPTION_WIDTH = 24;
@@ -18,11 +19,23 @@ export function helpWidth(env: NodeJS.ProcessEnv, stream: NodeJS.WritableStream)
   return 80;
 }
 
+/**
+ * A description's source line breaks are where its author split a long string literal, not where a
+ * reader's line should end: they are joined, so the text wraps to the width instead of breaking
+ * mid-sentence. A blank line (a new paragraph) or an indented line (a list) stays.
+ */
+export function reflow(text: string): string {
+  return text.replace(/([^\n])\n(?=\S)(?!- )/g, '$1 ');
+}
+
 /** commander help settings that wrap at word boundaries at any width. */
 export function helpSettings(width: number): Partial<Help> {
   return {
     helpWidth: width,
     minWidthToWrap: 1,
+    commandDescription(cmd: Command): string {
+      return reflow(Help.prototype.commandDescription.call(this, cmd));
+    },
     formatItem(term: string, termWidth: number, description: string, helper: Help): string {
       const beside = width - termWidth - ITEM_INDENT - 2;
       if (description === '' || beside >= MIN_DESCRIPTION_WIDTH) {
@@ -47,29 +60,28 @@ function indented(helper: Help, text: string, indent: number, width: number): st
   return pad + helper.boxWrap(text, Math.max(1, width - indent)).replace(/\n/g, `\n${pad}`);
 }
 
+/** A command's path below the program (`grants revoke`), as COMMAND_EXIT_CODES names it. */
+export function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let at: Command | null = command; at?.parent != null; at = at.parent) names.unshift(at.name());
+  return names.join(' ');
+}
+
+/** Every command that runs something (not a group of subcommands), depth first. */
+export function leafCommands(program: Command): Command[] {
+  return program.commands.flatMap((c) => (c.commands.length > 0 ? leafCommands(c) : [c]));
+}
+
 /**
- * An "Exit codes:" section for `addHelpText('after', …)`: one row per code, each meaning wrapped between
- * words at the help's own width and continued under itself.
+ * Give every command's --help its "Exit codes:" section from the one table (COMMAND_EXIT_CODES), wrapped
+ * like the rest of the help. A command missing from the table is a bug caught at start-up by the tests.
  */
-export function exitCodesHelp(
-  rows: ReadonlyArray<readonly [code: number, meaning: string]>,
-  footer?: string,
-): (context: { command: Command }) => string {
-  return ({ command }) => {
-    const helper = command.createHelp();
-    const width = helper.helpWidth ?? 80;
-    const term = Math.max(...rows.map(([code]) => String(code).length)) + 2;
-    const lines = ['', 'Exit codes:'];
-    for (const [code, meaning] of rows) {
-      const wrapped = helper.boxWrap(meaning, Math.max(1, width - ITEM_INDENT - term));
-      const [first = '', ...rest] = wrapped.split('\n');
-      const pad = ' '.repeat(ITEM_INDENT + term);
-      lines.push(
-        `${' '.repeat(ITEM_INDENT)}${String(code).padEnd(term)}${first}`,
-        ...rest.map((l) => pad + l),
-      );
-    }
-    if (footer !== undefined) lines.push('', helper.boxWrap(footer, width));
-    return lines.join('\n');
-  };
+export function addExitCodeHelp(program: Command, width: number): void {
+  for (const command of leafCommands(program)) {
+    const codes = COMMAND_EXIT_CODES[commandPath(command)];
+    if (codes === undefined) continue;
+    // Wrapped between words at any width, like helpSettings (commander's default stops below 40).
+    const helper = Object.assign(new Help(), { minWidthToWrap: 1 });
+    command.addHelpText('after', () => exitCodesHelp(codes, (text, w) => helper.boxWrap(text, w), width));
+  }
 }

@@ -1,4 +1,6 @@
-import { CapsuleError } from '../errors.js';
+import { CapsuleError, type Denial } from '../errors.js';
+import { DENIED_BY_TEXT } from '../permissions/denial.js';
+import { shellWord } from '../shell-quote.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
@@ -58,6 +60,21 @@ export interface CliIO {
   exitCode: number;
 }
 
+/**
+ * Progress for a person waiting on something slow (a component build, an image build, an engine's first
+ * measurement, learn, compare): `capsule COMMAND: …` lines on stderr when it is a terminal; nothing without
+ * one or under --json, where stderr is a log and stdout a document. The one home of progress lines.
+ */
+export function progressLine(
+  io: Pick<CliIO, 'stderr'>,
+  command: string,
+  options: { json?: boolean | undefined } = {},
+): (message: string) => void {
+  const tty = (io.stderr as { isTTY?: boolean }).isTTY === true;
+  if (!tty || options.json === true) return () => undefined;
+  return (message) => void write(io.stderr, `capsule ${command}: ${message}\n`);
+}
+
 /** Wrap a command action that returns its exit code (commander actions return void). */
 export function action<A extends unknown[]>(
   io: CliIO,
@@ -103,12 +120,84 @@ function causeChain(err: Error): string {
   return out;
 }
 
-export async function reportError(io: CliIO, err: unknown, asJson: boolean): Promise<number> {
+/** How the command line was given, for a denial's "allow it" line; `verbose`: the whole reason too. */
+export interface ReportContext {
+  argv?: readonly string[] | undefined;
+  verbose?: boolean | undefined;
+}
+
+/** The command line again with `--grant KEY` added (before a `--`), quoted for a POSIX shell. */
+export function withGrant(argv: readonly string[], key: string): string {
+  const end = argv.indexOf('--');
+  const at = end === -1 ? argv.length : end;
+  const words = [...argv.slice(0, at), '--grant', key, ...argv.slice(at)];
+  return ['capsule', ...words.map(shellWord)].join(' ');
+}
+
+/** What stopped the call, in a few words after "denied KEY (by …)". */
+function denialReason(d: Denial): string {
+  switch (d.source) {
+    case 'unproven':
+      return `capsule cannot prove it stays clear of the deny rule ${d.matched ?? ''}`.trimEnd();
+    case 'deny-rule':
+    case 'allowlist-deny':
+      return `matched ${d.matched ?? 'a deny rule'}`;
+    case 'self-protection':
+      return "it touches capsule's own state";
+    case 'mode':
+      return d.what.split(/(?<=\.) /)[0] ?? d.what;
+    case 'prompt':
+    case 'session-deny':
+      return 'refused at the prompt';
+    default:
+      return d.by === 'ceiling'
+        ? 'not sandboxed, so capsule.json cannot allow it (--no-prompt, or no terminal)'
+        : 'it needs approval (--no-prompt, or no terminal)';
+  }
+}
+
+/** The one line that says exactly how to allow the call (a command to paste where a grant does it). */
+function allowLine(d: Denial, argv: readonly string[] | undefined): string {
+  switch (d.source) {
+    case 'unproven':
+      return 'allow it: only a person can, once: run it in a terminal without --no-prompt (a grant does not lift it)';
+    case 'deny-rule':
+    case 'allowlist-deny':
+      return `allow it: remove or narrow ${d.matched ?? 'the deny rule'} where it is set (capsule explain names the file)`;
+    case 'self-protection':
+      return "allow it: not possible; capsule's own state is off limits to every call";
+    case 'mode':
+      return 'allow it: run with --mode default (or leave plan mode)';
+    default:
+      return argv === undefined
+        ? `allow it: add --grant ${shellWord(d.key)}`
+        : `allow it: ${withGrant(argv, d.key)}`;
+  }
+}
+
+/** A denial in two lines: what was denied and by whom, then how to allow it; the rest under --verbose. */
+export function denialLines(err: CapsuleError, d: Denial, context: ReportContext = {}): string {
+  const by = d.by === 'nobody' ? 'nobody could be asked' : DENIED_BY_TEXT[d.by];
+  let text = `capsule: denied ${d.key} (by ${by}): ${denialReason(d)}\n${allowLine(d, context.argv)}\n`;
+  if (context.verbose === true) text += `${err.message}\n`;
+  return text;
+}
+
+export async function reportError(
+  io: CliIO,
+  err: unknown,
+  asJson: boolean,
+  context: ReportContext = {},
+): Promise<number> {
   if (err instanceof CliExit) return err.exitCode;
   if (err instanceof CapsuleError) {
     const exitCode = exitCodeFor(err.code);
     if (asJson) {
       await write(io.stdout, json({ error: { code: err.code, message: err.message, ...err.details } }));
+      return exitCode;
+    }
+    if (err.code === 'PERMISSION_DENIED' && err.details.denial !== undefined) {
+      await write(io.stderr, denialLines(err, err.details.denial, context));
       return exitCode;
     }
     let text = `capsule: ${err.message}\n`;

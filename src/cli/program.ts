@@ -21,7 +21,7 @@ import { registerValidate } from './commands/validate.js';
 import { registerWasmRun } from './commands/wasm-run.js';
 import { CapsuleError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
-import { helpSettings, helpWidth } from './help.js';
+import { addExitCodeHelp, helpSettings, helpWidth } from './help.js';
 import { reportError, write, type CliIO } from './output.js';
 import { VERSION } from './version.js';
 
@@ -33,6 +33,7 @@ export interface ProgramOptions {
 /** Build the command tree. Each command lives in its own file under commands/. */
 export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   const program = new Command();
+  const width = helpWidth(io.env, io.stdout);
   program
     .name('capsule')
     .description(
@@ -40,12 +41,13 @@ export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
         'Capabilities live in capabilities/<name>/capability.json; the project root is the nearest folder holding capsule.json.',
     )
     .version(VERSION)
+    .option('--verbose', 'print a denial or an error in full (with --json, everything is there already)')
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({
       writeOut: (s) => void write(io.stdout, s),
       writeErr: (s) => (options.jsonErrors === true ? undefined : void write(io.stderr, s)),
     })
-    .configureHelp(helpSettings(helpWidth(io.env, io.stdout)))
+    .configureHelp(helpSettings(width))
     .exitOverride();
   registerList(program, io);
   registerShow(program, io);
@@ -68,6 +70,7 @@ export function buildProgram(io: CliIO, options: ProgramOptions = {}): Command {
   registerRules(program, io);
   registerWasmRun(program, io);
   for (const command of program.commands) command.exitOverride();
+  addExitCodeHelp(program, width);
   return program;
 }
 
@@ -85,7 +88,9 @@ export async function runCli(argv: readonly string[], io: CliIO): Promise<number
       if (!wantsJson) return EXIT.USAGE;
       return reportError(io, usageError(err), true);
     }
-    return reportError(io, err, wantsJson);
+    const end = argv.indexOf('--');
+    const verbose = (end === -1 ? argv : argv.slice(0, end)).includes('--verbose');
+    return reportError(io, err, wantsJson, { argv, verbose });
   }
 }
 

@@ -14,7 +14,7 @@ import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
 import { parseLimitedGrant } from '../permissions/grant-lifetime.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
-import type { CliIO } from './output.js';
+import { progressLine, type CliIO } from './output.js';
 
 export { projectRegistry };
 
@@ -29,6 +29,9 @@ export interface SessionFlags {
   parser?: CommandParser | undefined;
   /** `--engine NAME[,NAME]` (run, compare, ci). */
   engine?: string | undefined;
+  /** The command, for its progress lines (building images, measuring an engine); `json`: none. */
+  command?: string | undefined;
+  json?: boolean | undefined;
 }
 
 export interface CliSession {
@@ -94,7 +97,7 @@ export async function openSession(io: CliIO, flags: SessionFlags): Promise<CliSe
     limitedGrants: (flags.grantFor ?? []).map((g) => parseLimitedGrant(g)),
     parser: flags.parser,
     engine: flags.engine,
-    onRunnerProgress: (message) => void io.stderr.write(`${message}\n`),
+    onRunnerProgress: progressLine(io, flags.command ?? 'run', { json: flags.json }),
   });
   const prompter = cliPrompter({
     noPrompt: flags.noPrompt,

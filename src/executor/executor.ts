@@ -277,7 +277,7 @@ export class Executor {
         const first = issues[0];
         throw new CapsuleError(
           'USAGE',
-          `Invalid arguments for ${tool.name}: ${first?.field ?? '(arguments)'} ${first?.message ?? ''}`.trim(),
+          `Invalid arguments for ${tool.name}: ${first?.field ?? '(arguments)'}: ${first?.message ?? ''}`.trim(),
           { issues },
         );
       }

@@ -9,12 +9,16 @@ export interface ManifestIssue {
 
 export type ParseResult = { ok: true; manifest: Manifest } | { ok: false; issues: ManifestIssue[] };
 
-/** Dotted field path for a zod issue: `limits.timeoutMs`, `grants.fs[0].path`. */
+/** A key a dot would misread (a file name, a path, spaces): written as `["…"]`, the way a person reads it. */
+const NEEDS_BRACKETS = /^$|[./\\\s"'[\]]/;
+
+/** Field path for a zod issue: `limits.timeoutMs`, `grants.fs[0].path`, `files["../escape.txt"]`. */
 export function fieldPath(path: ReadonlyArray<PropertyKey>): string | undefined {
   if (path.length === 0) return undefined;
   let out = '';
   for (const part of path) {
     if (typeof part === 'number') out += `[${part}]`;
+    else if (NEEDS_BRACKETS.test(String(part))) out += `[${JSON.stringify(String(part))}]`;
     else out += out === '' ? String(part) : `.${String(part)}`;
   }
   return out;
@@ -48,6 +52,12 @@ export function zodIssues(error: z.ZodError, input: unknown): ManifestIssue[] {
         field: fieldPath([...issue.path, key]),
         message: 'is not a known field (check the spelling; see docs/manifest.md)',
       }));
+    }
+    // A record key that fails its own schema (`files` names): what is wrong with the key, not zod's
+    // "Invalid key in record"; the path already ends in the key.
+    if (issue.code === 'invalid_key') {
+      const why = issue.issues.map((i) => i.message).join('; ');
+      return [{ field: fieldPath(issue.path), message: `is not an allowed name: it ${why}` }];
     }
     // A schema's own message (grants.network) is kept; zod's generic wording gets a precise one.
     if (issue.code === 'invalid_type' && issue.message.startsWith('Invalid input')) {

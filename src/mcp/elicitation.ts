@@ -275,16 +275,19 @@ export function agentDenialText(denial: Denial, canElicit: boolean): string {
       );
       break;
     case 'person':
+      // A plain no (or a dismissed question) asks again next time; only "deny for this session" does not.
       lines.push(
-        `${retry} The person said no. Do something else, or explain in your reply why you need ${key} and let the person decide.`,
+        denial.source === 'session-deny' || /will not ask again/.test(denial.what)
+          ? `${retry} The person refused ${key} for this session: do something else, or explain in your reply why you need it.`
+          : `The person declined or dismissed the question. Do not call again unasked: say in your reply why you need ${key}, and call again only if the person agrees.`,
       );
       break;
     case 'nobody':
       lines.push(
         (canElicit
-          ? 'No person could be asked (the server runs with --no-prompt). '
-          : 'This MCP client does not support elicitation, so capsule cannot ask a human. ') +
-          `What a person must do to allow ${key}: start the server with: ${grant}` +
+          ? 'The server runs with --no-prompt. '
+          : 'This MCP client cannot ask a person (no elicitation). ') +
+          `To allow ${key}, a person starts the server with: ${grant}` +
           (project
             ? `, or add a project grant for ${key} in capsule.json (it is sandboxed)`
             : ' (it is not sandboxed: a session grant is the most it can get)') +

@@ -221,8 +221,9 @@ function effectiveProtection(
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
   const hidden = outermost(withAliases(p.hidden));
   // capsule's own code is what the next capsule process runs: no command changes it.
-  // Only paths without a link on the way are bound: a bind onto a symlink fails, and pins cover links.
-  const readOnly = outermost(withAliases([...p.readOnly, ...own.filter((o) => !behindLink(o))])).filter(
+  // A link on the way to capsule's own code (a checkout whose node_modules is a symlink) is bound at its
+  // target, and the folder holding the link is pinned like any other protected path's.
+  const readOnly = outermost(withAliases([...p.readOnly, ...own.map(realOr)])).filter(
     (r) => !hidden.some((h) => inside(r, h)),
   );
   const covered = (s: string): boolean => [...hidden, ...readOnly].some((d) => inside(s, d));
@@ -234,19 +235,18 @@ function effectiveProtection(
   };
 }
 
+function realOr(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
+}
+
 /** A folder holding a symlink on the way to a protected path: read-only, its other entries writable. */
 interface LinkPin {
   dir: string;
   writable: string[];
-}
-
-/** Whether a symlink lies on the way to `p` (or is `p`). */
-function behindLink(p: string): boolean {
-  try {
-    return realpathSync(p) !== path.resolve(p);
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { writeFile } from 'node:fs/promises';
+import { fieldPath } from '../manifest/parse.js';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import {
@@ -147,17 +148,21 @@ function checkExtraFiles(files: Record<string, string>, reservedEntry: string): 
     // The manifest is generated; capsule's own names (capsule.json, .capsule/) at any depth are not agent land.
     const reserved = parts.find((p) => isReservedName(p)) ?? (base === MANIFEST_FILE ? base : undefined);
     if (reserved !== undefined) {
-      throw new CapsuleError('PATH_ESCAPE', `files.${rel}: ${reserved} cannot be written by a generator.`, {
-        field: `files.${rel}`,
-        hint: 'The manifest is generated from the arguments; capsule.json and .capsule/ belong to the human.',
-      });
+      throw new CapsuleError(
+        'PATH_ESCAPE',
+        `${fieldPath(['files', rel])}: ${reserved} cannot be written by a generator.`,
+        {
+          field: `${fieldPath(['files', rel])}`,
+          hint: 'The manifest is generated from the arguments; capsule.json and .capsule/ belong to the human.',
+        },
+      );
     }
     if (rel === reservedEntry) {
       throw new CapsuleError(
         'USAGE',
-        `files.${rel}: collides with the entry file; put the program in "script".`,
+        `${fieldPath(['files', rel])}: collides with the entry file; put the program in "script".`,
         {
-          field: `files.${rel}`,
+          field: `${fieldPath(['files', rel])}`,
         },
       );
     }

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { fieldPath } from '../manifest/parse.js';
 import { chmod, lstat, mkdir, realpath, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
@@ -230,14 +231,14 @@ export async function installDraft(
     for (const [rel, content] of draft.files) {
       const file = path.resolve(stageDir, rel);
       if (!isInside(stageDir, file) || file === stageDir) {
-        throw new CapsuleError('PATH_ESCAPE', `files.${rel}: leaves the capability folder.`, {
-          field: `files.${rel}`,
+        throw new CapsuleError('PATH_ESCAPE', `${fieldPath(['files', rel])}: leaves the capability folder.`, {
+          field: `${fieldPath(['files', rel])}`,
         });
       }
       // Where the file will end up, not the staging copy: no capsule.json or .capsule/ at any depth.
       await ctx.workspace.assertWritable(
         path.join(target, path.relative(stageDir, file)),
-        `files.${rel}`,
+        `${fieldPath(['files', rel])}`,
         rel,
       );
       await mkdir(path.dirname(file), { recursive: true });

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { CheckOutcome } from '../../ci/junit.js';
@@ -7,6 +8,7 @@ import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 import { parseEnvs } from '../args.js';
+import { shellWord } from '../../shell-quote.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',
@@ -25,8 +27,25 @@ function ciExitCode(outcomes: readonly CheckOutcome[]): number {
   return bad.every((o) => o.denied === true) ? EXIT.DENIED : EXIT.FAILURE;
 }
 
+/**
+ * One summary of every denial, instead of the denial's whole text per case: how many, which keys, and
+ * the flags that allow exactly those keys.
+ */
+export function deniedSummary(outcomes: readonly CheckOutcome[]): string {
+  const denied = outcomes.filter((o) => o.denied === true);
+  if (denied.length === 0) return '';
+  const keys = [...new Set(denied.map((o) => `run_capability:${o.capability}`))];
+  const flags = keys.map((k) => `--grant ${shellWord(k)}`).join(' ');
+  return (
+    `${denied.length} case${denied.length === 1 ? '' : 's'} denied: ${keys.join(', ')} — grant with --grant KEY (sandboxed ones also in capsule.json)\n` +
+    `  to allow them: ${flags}\n`
+  );
+}
+
 function line(o: CheckOutcome): string {
-  const why = o.message ? ` — ${o.message.split('\n')[0]}` : '';
+  // A denial's reason is the same for every case: the summary says it once.
+  const first = o.denied === true ? 'denied' : o.message?.split('\n')[0];
+  const why = first ? ` — ${first}` : '';
   return `${MARKS[o.status]} ${o.capability} / ${o.caseName} [${o.environment}] ${o.durationMs.toFixed(0)} ms${why}`;
 }
 
@@ -39,7 +58,7 @@ export function registerCi(program: Command, io: CliIO): void {
         .command('ci')
         .description(
           "Run every capability's checks (cases.json beside capability.json) non-interactively.\n" +
-            'Ask is a denial unless granted with --grant. Exit 0 only when every check passes, 1 otherwise.',
+            'Ask is a denial unless granted with --grant: one summary line names the denied keys.',
         )
         .argument('[path]', 'a folder of capabilities (default: the project roots)')
         .option(
@@ -65,21 +84,33 @@ export function registerCi(program: Command, io: CliIO): void {
       // CI never prompts: Ask is a denial unless granted up front.
       const session = await openSession(
         { ...io, interactive: false },
-        { grants: opts.grant, grantFor: opts.grantFor, noPrompt: true, mode: opts.mode, engine: opts.engine },
+        {
+          grants: opts.grant,
+          grantFor: opts.grantFor,
+          noPrompt: true,
+          mode: opts.mode,
+          engine: opts.engine,
+          command: 'ci',
+          json: opts.json,
+        },
       );
       try {
+        // PATH is a folder of capabilities, or one capability's folder (its checks alone).
+        const folder = target === undefined ? undefined : path.resolve(io.cwd, target);
+        const one = folder !== undefined && existsSync(path.join(folder, 'capability.json'));
         const registry =
-          target === undefined
+          folder === undefined
             ? session.registry
-            : cliRegistry(io, session.project.root, [path.resolve(io.cwd, target)]);
+            : cliRegistry(io, session.project.root, [one ? path.dirname(folder) : folder]);
         const scan = await registry.scan();
         if (target !== undefined && scan.missingRoots.length > 0) {
           throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);
         }
+        const inFolder = (file: string): boolean => !one || path.dirname(file) === folder;
         const checks = await runChecks({
           executor: session.executor,
-          capabilities: scan.capabilities,
-          invalid: scan.invalid,
+          capabilities: scan.capabilities.filter((c) => inFolder(c.manifestPath)),
+          invalid: scan.invalid.filter((i) => !one || i.folder === folder),
           environments,
           onOutcome: (o) => {
             if (opts.json) return;
@@ -116,10 +147,9 @@ export function registerCi(program: Command, io: CliIO): void {
           );
         } else {
           let summary = `${passed} passed, ${failed} failed, ${errors} errors`;
-          if (denied) summary += ` (${denied} of the failures denied: grant with --grant)`;
           if (skipped) summary += `, ${skipped} skipped (not portable)`;
           if (checks.withoutCases.length) summary += ` (no cases.json: ${checks.withoutCases.join(', ')})`;
-          await write(io.stdout, `${summary}\n`);
+          await write(io.stdout, `${summary}\n${deniedSummary(checks.outcomes)}`);
           if (junitFile !== undefined) await write(io.stdout, `JUnit report: ${junitFile}\n`);
         }
         if (passed + failed + errors === 0) {

@@ -1,16 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import type { CompareInput } from '../../compare/compare.js';
+import type { CompareInput, CompareReport } from '../../compare/compare.js';
 import { CapsuleError } from '../../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { parseEnvs } from '../args.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, json, progressLine, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
-
-/** compare's own exit code when a requested environment could not run but the others agree. */
-export const EXIT_INCOMPLETE = 2;
 
 async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): Promise<CompareInput[]> {
   if (opts.input !== undefined && opts.cases !== undefined)
@@ -37,6 +34,15 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
   }
 }
 
+/**
+ * Outputs that differ: 1; otherwise a requested environment that could not run (no engine, an engine that
+ * stopped answering, not portable to it): 69, the same "unavailable" as everywhere else.
+ */
+export function compareExitCode(report: Pick<CompareReport, 'equal' | 'environments'>): number {
+  if (!report.equal) return EXIT.FAILURE;
+  return report.environments.every((e) => e.status === 'ok') ? EXIT.OK : EXIT.UNAVAILABLE;
+}
+
 export function registerCompare(program: Command, io: CliIO): void {
   addGateFlags(
     addEngineFlag(
@@ -45,8 +51,7 @@ export function registerCompare(program: Command, io: CliIO): void {
         .description(
           'Run one capability in several environments and compare outputs, exit codes and timings.\n' +
             'A JavaScript-authored capability is portable: a component in wasm, node on the host, node in the node image.\n' +
-            'With --engine a,b (two or more engines), docker runs on each engine: one column per engine (docker@a, docker@b).\n' +
-            `Exit 0 when outputs are equal, 1 when they differ, ${EXIT_INCOMPLETE} when a requested environment could not run.`,
+            'With --engine a,b (two or more engines), docker runs on each engine: one column per engine (docker@a, docker@b).',
         )
         .argument('<name>', 'capability name')
         .option('--env <list>', 'comma list of environments', 'shell,wasm,docker')
@@ -93,6 +98,8 @@ export function registerCompare(program: Command, io: CliIO): void {
           noPrompt: !opts.prompt,
           mode: opts.mode,
           engine: opts.engine,
+          command: 'compare',
+          json: opts.json,
         });
         try {
           const report = await compareCapability({
@@ -107,16 +114,13 @@ export function registerCompare(program: Command, io: CliIO): void {
               ?.split(',')
               .map((s) => s.trim())
               .filter((s) => s !== ''),
-            onProgress: (m) => {
-              if (!opts.json && io.interactive) void write(io.stderr, `${m}\n`);
-            },
+            onProgress: progressLine(io, 'compare', { json: opts.json }),
           });
           if (htmlFile !== undefined)
             await writeReport(writeFileAtomic, htmlFile, renderHtml(report), '--html');
           await write(io.stdout, opts.json ? json(report) : renderTable(report));
           if (htmlFile !== undefined && !opts.json) await write(io.stdout, `HTML report: ${htmlFile}\n`);
-          if (!report.equal) return EXIT.FAILURE;
-          return report.environments.every((e) => e.status === 'ok') ? EXIT.OK : EXIT_INCOMPLETE;
+          return compareExitCode(report);
         } finally {
           await session.close();
         }

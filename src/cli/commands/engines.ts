@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { EXIT } from '../exit-codes.js';
-import { action, json, write, type CliIO } from '../output.js';
+import { action, json, progressLine, write, type CliIO } from '../output.js';
 
 interface EngineRow {
   name: string;
@@ -93,7 +93,7 @@ export function registerEngines(program: Command, io: CliIO): void {
               // Measured as a call would be: bound to the daemon that answers (its canary checked on every
               // connection), the probe run through that binding (a swarm: one probe placed on each ready node).
               const pool = new EnginePool([t], {
-                runner: { env: {}, onProgress: (m) => void io.stderr.write(`${m}\n`) },
+                runner: { env: {}, onProgress: progressLine(io, 'engines', { json: opts.json }) },
               });
               try {
                 const measured = await pool.measurement(t.name);

@@ -187,7 +187,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
   } else {
     if (before === undefined || !entries.some(isOurs)) {
       await write(io.stderr, `capsule: ${file} holds no hook of capsule's; nothing was written.\n`);
-      return finish(EXIT.FAILURE, false);
+      return finish(EXIT.NOT_FOUND, false);
     }
     const record = await readRecord(key, stateDir, file);
     if (record !== undefined && record.after === sha256(before)) after = record.before ?? undefined;
@@ -212,7 +212,8 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
       io.stderr,
       `capsule: nothing was written${io.interactive || opts.yes === true ? '' : ' (no terminal to ask, and no --yes)'}.\n`,
     );
-    return finish(EXIT.FAILURE, false);
+    // No person's yes: the same code as every other change a person did not confirm.
+    return finish(EXIT.DENIED, false);
   }
   const where = recordFile(stateDir, file);
   if (opts.install === true) {

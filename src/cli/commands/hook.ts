@@ -13,12 +13,7 @@ export function registerHook(program: Command, io: CliIO): void {
         'Bash is judged as run_command (deny rules of capsule.json and of the Claude settings files hold;\n' +
         'compound or unprovable commands are asked); Read/Edit/Write/MultiEdit/NotebookEdit as the file\n' +
         'tools (never capsule’s state, never outside the project). No output: capsule has no objection and\n' +
-        'Claude Code’s own rules decide. An envelope that cannot be judged is denied.\n\n' +
-        'Exit codes:\n' +
-        '  0   an answer was given (or none, for no decision), also a denial\n' +
-        '  1   --install/--uninstall: nothing was written (no yes, or nothing to remove)\n' +
-        '  64  usage error\n' +
-        '  78  --install/--uninstall: the settings file is not valid JSON settings',
+        'Claude Code’s own rules decide. An envelope that cannot be judged is denied.',
     )
     .option(
       '--confine',

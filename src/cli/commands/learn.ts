@@ -4,8 +4,7 @@ import type { LearnInput, LearnReport } from '../../learn/learn.js';
 import type { unifiedDiff as UnifiedDiff } from '../../text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
-import { exitCodesHelp } from '../help.js';
-import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, json, progressLine, write, type CliIO } from '../output.js';
 
 type LearnOptions = GateFlags & {
   input: string[];
@@ -134,29 +133,7 @@ export function registerLearn(program: Command, io: CliIO): void {
           '--yes',
           'with --write: the person running this says yes in advance (never implied by --no-prompt)',
         )
-        .option('--json', 'print {"proposal", "observed", "outside", "proof"} as JSON')
-        .addHelpText(
-          'after',
-          exitCodesHelp(
-            [
-              [0, 'proved (and, with --write, written after a yes)'],
-              [
-                1,
-                'the proof failed, NAME-docker exists already, or it cannot be promoted there: nothing written',
-              ],
-              [64, 'usage error (a flag; no cases.json and no --input)'],
-              [65, 'an --input is not JSON or fails the input schema; an invalid manifest'],
-              [66, 'no such capability'],
-              [69, 'the runner is unavailable (no Docker engine for --promote docker)'],
-              [
-                77,
-                'a run was denied by the gate, or --write was not confirmed (--no-prompt, no terminal, a no): nothing written',
-              ],
-              [130, 'canceled (Ctrl-C, SIGTERM): nothing written'],
-            ],
-            'See docs/learn.md.',
-          ),
-        ),
+        .option('--json', 'print {"proposal", "observed", "outside", "proof"} as JSON'),
     ),
   ).action(
     action(io, async (name: string, opts: LearnOptions) => {
@@ -172,6 +149,8 @@ export function registerLearn(program: Command, io: CliIO): void {
         noPrompt: !opts.prompt,
         mode: opts.mode,
         engine: opts.engine,
+        command: 'learn',
+        json: opts.json,
       });
       // Ctrl-C stops the run at once; nothing is written (every write is one rename at the very end).
       const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);
@@ -187,7 +166,7 @@ export function registerLearn(program: Command, io: CliIO): void {
             protectedPaths: session.protectedPaths,
           },
           signal: cancel.signal,
-          onProgress: opts.json ? undefined : (m) => void write(io.stderr, `capsule learn: ${m}\n`),
+          onProgress: progressLine(io, 'learn', { json: opts.json }),
         });
         let written: string | undefined;
         let message: string;

@@ -5,7 +5,7 @@ import { ENVIRONMENTS } from '../../manifest/environments.js';
 import type { Environment } from '../../manifest/types.js';
 import type { Draft } from '../../tools/capability-drafts.js';
 import { EXIT } from '../exit-codes.js';
-import { action, cancelOnSignals, CliExit, json, write, type CliIO } from '../output.js';
+import { action, cancelOnSignals, CliExit, json, progressLine, write, type CliIO } from '../output.js';
 
 interface NewFlags {
   env: Environment;
@@ -179,7 +179,7 @@ export function registerNew(program: Command, io: CliIO): void {
           import('../../runners/wasm/componentize.js'),
           Workspace.open({ projectRoot: project.root, alsoProtected: [cacheDir], alsoHidden: [stateDir] }),
         ]);
-        const progress = (message: string): void => void io.stderr.write(`capsule new: ${message}\n`);
+        const progress = progressLine(io, 'new', { json: flags.json });
         // Ctrl-C: the build step finishes (componentizing cannot be interrupted), then the install
         // sees the signal and removes its staging folder, so nothing is left behind.
         const cancel = cancelOnSignals(io.signals, ['SIGINT']);
@@ -225,7 +225,7 @@ export function registerNew(program: Command, io: CliIO): void {
             io.stdout,
             `created ${result.name} (${result.environment}) in ${result.dir}\n` +
               `  ${result.isolation}\n` +
-              `run it: capsule run ${result.name} --input '{"hello":"world"}'\n`,
+              `run it: capsule run ${result.name} --grant run_capability:${result.name} --input '{"hello":"world"}'\n`,
           );
         }
         return EXIT.OK;

@@ -34,10 +34,7 @@ export function registerRules(program: Command, io: CliIO): void {
         'each rule becomes and the difference; writes only with --write after a yes (terminal or --yes). ' +
         'Deny rules are imported wherever capsule has the tool. An allow the ceiling rule forbids at project ' +
         'level (Bash, Edit: host tools) is reported and left out, never widened; what has no counterpart ' +
-        '(Read deny, WebFetch) is reported with the reason.\n\n' +
-        'Exit codes: 0 shown (no --write), written, or nothing to write; 64 no --claude-settings, or the ' +
-        'file is not a settings.json with a permissions block; 66 the file cannot be read; 77 --write but no ' +
-        'yes (the answer was no, --no-prompt, or no terminal): nothing written; 78 capsule.json is invalid.',
+        '(Read deny, WebFetch) is reported with the reason.',
     )
     .option(
       '--claude-settings <file>',

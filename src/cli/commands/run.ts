@@ -82,6 +82,8 @@ export function registerRun(program: Command, io: CliIO): void {
           noPrompt: !opts.prompt,
           mode: opts.mode,
           engine: opts.engine,
+          command: 'run',
+          json: opts.json,
         });
         // Ctrl-C or SIGTERM stops the run at once (every runner), and capsule exits 130.
         const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);

@@ -653,6 +653,8 @@ export class EnginePool implements Runner {
         stored: true,
       };
     }
+    // A call waits for this (a hardened probe container, stored for the next process): say so.
+    this.progress(`${name}: measuring the engine's isolation (once per daemon)`);
     await new ImageBuilder({ engine }).ensure(SANDBOX_IMAGES.busybox, this.progress);
     const measuredAt = Date.now();
     let probe: string | undefined;

@@ -62,7 +62,7 @@ describe('plan mode and sleep', () => {
 
   it('sleep is capped and rejects negative values', async () => {
     const f = await agentFixture();
-    await expect(f.session.call('sleep', { seconds: -1 })).rejects.toThrow(/seconds must not be negative/);
+    await expect(f.session.call('sleep', { seconds: -1 })).rejects.toThrow(/seconds: must not be negative/);
     const started = Date.now();
     expect(await f.session.call('sleep', { seconds: 0.05 })).toEqual({ slept: 0.05, capped: false });
     expect(Date.now() - started).toBeGreaterThanOrEqual(40);

@@ -124,8 +124,8 @@ describe('capsule ci', () => {
     await writeFile(path.join(capRoot, 'ungranted', 'cases.json'), JSON.stringify(passing));
     const r = await cli(['ci', '--grant', 'run_capability:good'], { cwd: root });
     expect(existsSync(marker)).toBe(false);
-    expect(r.stdout).toContain('1 passed, 1 failed, 0 errors (1 of the failures denied');
-    expect(r.stderr).toMatch(/^FAIL {2}ungranted .*run_capability:ungranted/m);
+    expect(r.stdout).toContain('1 passed, 1 failed, 0 errors\n1 case denied: run_capability:ungranted —');
+    expect(r.stderr).toMatch(/^FAIL {2}ungranted .* — denied$/m);
     expect(r.code).toBe(77);
     // Granted, the same project passes: the 77 was the missing grant and nothing else.
     const granted = await cli(

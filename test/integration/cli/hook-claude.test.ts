@@ -443,7 +443,7 @@ describe('capsule hook claude --install / --uninstall', () => {
       const original = '{"permissions": {"allow":["Bash(git status:*)"],   "deny":["Bash(rm:*)"]}, "x": 1}';
       await writeFile(file, original);
       const refused = await run(w, ['--install']);
-      expect(refused.exitCode).toBe(1);
+      expect(refused.exitCode).toBe(77);
       expect(refused.stderr).toContain('+++');
       expect(await readFile(file, 'utf8')).toBe(original);
       const installed = await run(w, ['--install', '--yes']);
@@ -462,10 +462,10 @@ describe('capsule hook claude --install / --uninstall', () => {
         input: envelope(w, 'Bash', { command: 'rm -rf src' }),
       });
       expect(answer.stdout).toContain('"permissionDecision":"deny"');
-      expect((await run(w, ['--uninstall'])).exitCode).toBe(1);
+      expect((await run(w, ['--uninstall'])).exitCode).toBe(77);
       expect((await run(w, ['--uninstall', '--yes'])).exitCode).toBe(0);
       expect(await readFile(file, 'utf8')).toBe(original);
-      expect((await run(w, ['--uninstall', '--yes'])).exitCode).toBe(1);
+      expect((await run(w, ['--uninstall', '--yes'])).exitCode).toBe(66);
     } finally {
       await rm(w.home, { recursive: true, force: true });
     }

@@ -167,3 +167,16 @@ describe('the commands that lacked --json print one JSON document', () => {
     expect(typeof doc[0]?.built).toBe('boolean');
   });
 });
+
+describe('a description is prose, not its source lines', () => {
+  it('at any width, no line of a command description ends mid-sentence where its source string was split', async () => {
+    for (const { name } of [{ name: [] as string[] }, ...leaves(program())]) {
+      const r = await cli([...name, '--help'], { env: { ...process.env, COLUMNS: '100000' } });
+      // The description: the paragraph after "Usage:", up to the first blank line.
+      const [, description = ''] = r.stdout.split(/\n\n/);
+      const lines = description.split('\n');
+      for (const line of lines.slice(0, -1))
+        expect(line, `capsule ${name.join(' ')} --help: "${line}"`).toMatch(/[.:!?)]$/);
+    }
+  });
+});

@@ -96,7 +96,7 @@ describe('capsule compare across engines', () => {
       ],
       { cwd: root, env },
     );
-    expect(withGrant.code, withGrant.stderr).toBe(2);
+    expect(withGrant.code, withGrant.stderr).toBe(69);
     const report = JSON.parse(withGrant.stdout) as CompareReport;
     expect(report.environments.map((e) => [e.engine, e.status])).toEqual([
       ['a', 'ok'],

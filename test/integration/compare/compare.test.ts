@@ -72,7 +72,7 @@ describe('capsule compare', () => {
     expect(r.stdout).toContain('outputs: DIFFER');
   });
 
-  it('reports environments a capability is not portable to, and runs the rest (exit 2)', async () => {
+  it('reports environments a capability is not portable to, and runs the rest (exit 69)', async () => {
     const r = await cli([
       'compare',
       'word-count',
@@ -84,7 +84,7 @@ describe('capsule compare', () => {
       '1',
       '--json',
     ]);
-    expect(r.code).toBe(2);
+    expect(r.code).toBe(69);
     const report = JSON.parse(r.stdout) as CompareReport;
     const byEnv = Object.fromEntries(report.environments.map((e) => [e.environment, e]));
     expect(byEnv.shell?.status).toBe('ok');
@@ -111,7 +111,7 @@ describe('capsule compare', () => {
       ],
       { env },
     );
-    expect(r.code).toBe(2);
+    expect(r.code).toBe(69);
     const report = JSON.parse(r.stdout) as CompareReport;
     expect(report.environments.map((e) => e.status)).toEqual(['ok', 'ok', 'unavailable']);
     expect(report.environments[2]?.reason).toMatch(/no-engine\.sock/);

@@ -188,7 +188,7 @@ describe('capsule mcp over stdio', () => {
     const r = await h.client.callTool({ name: 'run_capability', arguments: { name: 'hello' } });
     expect(r.isError).toBe(true);
     expect(textOf(r)).toMatch(
-      /PERMISSION_DENIED[\s\S]*run_capability:hello[\s\S]*does not support elicitation[\s\S]*capsule mcp --grant 'run_capability:hello'/,
+      /PERMISSION_DENIED[\s\S]*run_capability:hello[\s\S]*cannot ask a person \(no elicitation\)[\s\S]*capsule mcp --grant 'run_capability:hello'/,
     );
     await h.close();
     const granted = await connect({ cwd: root, args: ['--grant', 'run_capability:hello'] });

@@ -112,7 +112,7 @@ describe('MCP server (in-memory transport)', () => {
     const r = await c.client.callTool({ name: 'run_capability', arguments: { name: 'fails' } });
     expect(r.isError).toBe(true);
     const text = (r.content as Array<{ text: string }>)[0]?.text ?? '';
-    expect(text).toMatch(/does not support elicitation/);
+    expect(text).toMatch(/cannot ask a person \(no elicitation\)/);
     expect(text).toContain("capsule mcp --grant 'run_capability:fails'");
   });
 

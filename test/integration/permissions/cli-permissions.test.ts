@@ -99,7 +99,7 @@ describe('capsule exec / key through the built CLI', () => {
       cwd: root,
     });
     expect(r.code).toBe(77);
-    expect(r.stderr).toContain('exit_plan_mode');
+    expect(r.stderr).toMatch(/^allow it: run with --mode default/m);
     expect(existsSync(path.join(root, 'Y'))).toBe(false);
   });
 

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { parseManifest } from '../../../src/manifest/parse.js';
+import { z } from 'zod';
+import { fieldPath, parseManifest, zodIssues } from '../../../src/manifest/parse.js';
+import { relativePath } from '../../../src/manifest/schema.js';
 
 const valid = {
   schemaVersion: 1,
@@ -108,5 +110,24 @@ describe('parseManifest', () => {
     expect(fields).toEqual(
       expect.arrayContaining(['limits.timeoutMs', 'limits.outputBytes', 'grants.env[0]']),
     );
+  });
+});
+
+describe('field names as a person reads them', () => {
+  it('a key a dot would misread is in brackets; plain keys keep their dots', () => {
+    expect(fieldPath(['files', '../escape.txt'])).toBe('files["../escape.txt"]');
+    expect(fieldPath(['files', 'cases.json'])).toBe('files["cases.json"]');
+    expect(fieldPath(['grants', 'fs', 0, 'path'])).toBe('grants.fs[0].path');
+    expect(fieldPath(['allowlist', 'run_capability:hello'])).toBe('allowlist.run_capability:hello');
+  });
+
+  it("a record key that breaks its schema names the key and the rule, not zod's 'Invalid key in record'", () => {
+    const schema = z.object({ files: z.record(relativePath, z.string()) });
+    const input = { files: { '../escape.txt': 'x' } };
+    const parsed = schema.safeParse(input);
+    expect(parsed.success).toBe(false);
+    const [issue] = zodIssues((parsed as { error: z.ZodError }).error, input);
+    expect(issue?.field).toBe('files["../escape.txt"]');
+    expect(issue?.message).toBe('is not an allowed name: it must not contain a ".." segment');
   });
 });
