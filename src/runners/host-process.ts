@@ -216,6 +216,14 @@ function effectiveProtection(
   sockets: string[];
   pins: LinkPin[];
 } {
+  // A read-only folder that is not there yet is made first: one the run could create would be its own.
+  for (const dir of p.madeFolders ?? []) {
+    try {
+      mkdirSync(dir);
+    } catch {
+      // There already (then bound as it is), or not makeable by capsule, so not by the run either.
+    }
+  }
   const mounts = ownMounts();
   const withAliases = (paths: readonly string[]): string[] =>
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);
