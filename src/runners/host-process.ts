@@ -1,6 +1,7 @@
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import {
   accessSync,
+  chownSync,
   closeSync,
   constants as fsConstants,
   existsSync,
@@ -13,6 +14,7 @@ import {
   realpathSync,
   rmdirSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -220,6 +222,9 @@ function effectiveProtection(
   for (const dir of p.madeFolders ?? []) {
     try {
       mkdirSync(dir);
+      // Made by capsule as root in someone's project: theirs, like the folder it is in.
+      const parent = statSync(path.dirname(dir));
+      if (process.getuid?.() === 0 && parent.uid !== 0) chownSync(dir, parent.uid, parent.gid);
     } catch {
       // There already (then bound as it is), or not makeable by capsule, so not by the run either.
     }

@@ -2,7 +2,7 @@
 // rewrites `.claude/settings.json` (or plants `settings.local.json`) would add hooks Claude Code later runs
 // unconfined. Judged by effect: the settings files' bytes, and whether a planted one exists afterwards.
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
@@ -147,6 +147,15 @@ describe('capsule hook claude --confine: Claude Code’s project settings stay t
     const control = await world();
     await bash(control, `ln .claude/settings.json link.json; echo '${EVIL}' > link.json`);
     expect(await readFile(settings(control), 'utf8')).toContain('pwned');
+  });
+
+  it('a .claude/ capsule makes as root in someone else’s project is theirs, and still read-only to the run', async () => {
+    const w = await world({ claudeDir: false });
+    await chown(w.project, 65534, 65534);
+    await bash(w, await confined(w, `echo '${EVIL}' > .claude/settings.json; true`));
+    const made = await stat(path.join(w.project, '.claude'));
+    expect([made.isDirectory(), made.uid, made.gid]).toEqual([true, 65534, 65534]);
+    expect(existsSync(settings(w))).toBe(false);
   });
 
   it('the rest of the project stays writable to a confined call', async () => {
