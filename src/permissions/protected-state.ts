@@ -347,12 +347,19 @@ export interface ConfinedPath {
    */
   access: 'read-only' | 'hidden';
   what: string;
+  /**
+   * A folder that must not be created with content by a run: when it does not exist, the confinement makes
+   * it (empty) before the run, so it can be bound read-only like one that does.
+   */
+  makeFolder?: boolean;
 }
 
 /** What a confined host process may not change (readOnly) and may not even see (hidden). */
 export interface HostProtection {
   readOnly: readonly string[];
   hidden: readonly string[];
+  /** Read-only folders above that are made (empty) before a run when they do not exist. */
+  madeFolders?: readonly string[];
 }
 
 /** The confined paths as the host confinement takes them. */
@@ -360,12 +367,31 @@ export function hostProtection(paths: readonly ConfinedPath[]): HostProtection {
   return {
     readOnly: paths.filter((p) => p.access === 'read-only').map((p) => p.path),
     hidden: paths.filter((p) => p.access === 'hidden').map((p) => p.path),
+    madeFolders: paths.filter((p) => p.makeFolder === true).map((p) => p.path),
+  };
+}
+
+/**
+ * Claude Code's project folder (`.claude/`: settings with their hooks and permissions, the scripts hooks
+ * conventionally run, commands, agents, skills). Claude Code runs what its settings name as the person,
+ * unconfined: a confined command that could write here would run its code there later.
+ */
+export const CLAUDE_DIR = '.claude';
+
+/** The project's `.claude/` as every confined host process sees it: read-only, made empty when missing. */
+export function claudeConfinedPath(projectRoot: string): ConfinedPath {
+  return {
+    path: path.join(path.resolve(projectRoot), CLAUDE_DIR),
+    access: 'read-only',
+    what: 'Claude Code project settings (.claude/: hooks, permissions, the scripts hooks run)',
+    makeFolder: true,
   };
 }
 
 /**
  * Host paths a confined host process (a shell capability, run_command, capsule exec) sees read-only —
- * the project's capsule.json and `.capsule/`, the per-user cache (code capsule imports) — or not at
+ * the project's capsule.json and `.capsule/`, the project's Claude Code folder `.claude/` (made empty when
+ * missing, so its settings cannot be planted), the per-user cache (code capsule imports) — or not at
  * all: the per-user state (confirmed policies, audit heads) and the folder of the per-user key that
  * authenticates it. Absolute and not resolved: the confinement resolves them and skips the ones that
  * do not exist.
@@ -379,6 +405,7 @@ export function confinedPaths(
   const out: ConfinedPath[] = [
     { path: p.configFile, access: 'read-only', what: 'project config (capsule.json)' },
     { path: p.stateDir, access: 'read-only', what: 'project state (.capsule/: audit log, locks, profiles)' },
+    claudeConfinedPath(projectRoot),
     { path: path.resolve(cacheDir), access: 'read-only', what: 'per-user cache (transpiled components)' },
   ];
   if (stateDir !== undefined)

@@ -1,6 +1,7 @@
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import {
   accessSync,
+  chownSync,
   closeSync,
   constants as fsConstants,
   existsSync,
@@ -13,6 +14,7 @@ import {
   realpathSync,
   rmdirSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -216,6 +218,17 @@ function effectiveProtection(
   sockets: string[];
   pins: LinkPin[];
 } {
+  // A read-only folder that is not there yet is made first: one the run could create would be its own.
+  for (const dir of p.madeFolders ?? []) {
+    try {
+      mkdirSync(dir);
+      // Made by capsule as root in someone's project: theirs, like the folder it is in.
+      const parent = statSync(path.dirname(dir));
+      if (process.getuid?.() === 0 && parent.uid !== 0) chownSync(dir, parent.uid, parent.gid);
+    } catch {
+      // There already (then bound as it is), or not makeable by capsule, so not by the run either.
+    }
+  }
   const mounts = ownMounts();
   const withAliases = (paths: readonly string[]): string[] =>
     paths.flatMap((q) => [q, ...aliasesOf(path.resolve(q), mounts)]);

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { CapsuleError } from '../errors.js';
 import type { Capability } from '../manifest/types.js';
-import { protectedPaths, type HostProtection } from '../permissions/protected-state.js';
+import { claudeConfinedPath, protectedPaths, type HostProtection } from '../permissions/protected-state.js';
 import { HostProcesses, type HostConfinement } from './host-process.js';
 import { parseTrace, TRACER, tracerArgs } from './tracer.js';
 import { emptyResult, type RunObservations, type RunRequest, type RunResult, type Runner } from './types.js';
@@ -71,9 +71,12 @@ export class ShellRunner implements Runner {
     this.tracer = options.tracer ?? TRACER;
     this.hostEnv = options.hostEnv ?? {};
     this.projectRoot = options.projectRoot;
+    const root = options.projectRoot;
+    const claude = root !== undefined ? [claudeConfinedPath(root).path] : [];
     this.protection = options.protection ?? {
-      readOnly: options.projectRoot !== undefined ? protectedPaths(options.projectRoot).all : [],
+      readOnly: root !== undefined ? [...protectedPaths(root).all, ...claude] : [],
       hidden: [],
+      madeFolders: claude,
     };
     this.processes = options.hostProcesses ?? new HostProcesses(undefined, { prestart: true });
   }

@@ -4,6 +4,7 @@ import { writeFileAtomic } from '../config/config-store.js';
 import { CapsuleError } from '../errors.js';
 import { isInside } from '../manifest/paths.js';
 import {
+  claudeConfinedPath,
   describeHit,
   findProtectedState,
   protectedPaths,
@@ -58,9 +59,11 @@ export class Workspace {
    * read-only, the hidden ones (capsule's per-user state) not visible at all.
    */
   get hostProtection(): HostProtection {
+    const claude = claudeConfinedPath(this.root).path;
     return {
-      readOnly: [...protectedPaths(this.root).all, ...this.alsoReadOnly.map((p) => path.resolve(p))],
+      readOnly: [...protectedPaths(this.root).all, claude, ...this.alsoReadOnly.map((p) => path.resolve(p))],
       hidden: this.alsoHidden.map((p) => path.resolve(p)),
+      madeFolders: [claude],
     };
   }
 

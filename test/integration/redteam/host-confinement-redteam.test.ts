@@ -385,6 +385,75 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     expect(statSync(audit).nlink).toBe(1);
   });
 
+  it('Claude Code’s project settings through capsule exec: not planted when .claude/ is missing, not swapped when it is a link', async () => {
+    const s = await scene(owner);
+    const exec = async (cwd: string, command: string): Promise<void> => {
+      const key = await commandKey(command);
+      const user =
+        owner === 'user'
+          ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+          : [];
+      const argv = [
+        ...user,
+        process.execPath,
+        BUILT_CLI,
+        'exec',
+        '--grant',
+        key,
+        '--no-prompt',
+        '--',
+        command,
+      ];
+      const r = await execa(argv[0] as string, argv.slice(1), {
+        cwd,
+        reject: false,
+        extendEnv: false,
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: s.root,
+          CAPSULE_STATE_DIR: path.join(s.root, `state-${owner}`),
+          XDG_CACHE_HOME: path.join(s.root, `cache-${owner}`),
+        },
+      });
+      expect(r.stderr).not.toContain('internal error');
+    };
+    // No .claude/ at all: the run can make neither the folder's settings nor a hooks script.
+    const fresh = path.join(s.root, 'fresh');
+    await mkdir(fresh);
+    await own(owner, fresh);
+    await exec(
+      fresh,
+      'mkdir -p .claude/hooks; echo planted > .claude/settings.local.json; echo x > .claude/hooks/h.sh',
+    );
+    expect(existsSync(path.join(fresh, '.claude', 'settings.local.json'))).toBe(false);
+    expect(existsSync(path.join(fresh, '.claude', 'hooks'))).toBe(false);
+    // .claude/ a relative link to a shared folder: neither re-pointed nor written through.
+    const shared = path.join(s.root, 'shared-claude');
+    await mkdir(shared);
+    await writeFile(path.join(shared, 'settings.json'), 'trusted\n');
+    const linked = path.join(s.root, 'linked');
+    await mkdir(linked);
+    await mkdir(path.join(linked, 'src'));
+    await symlink('../shared-claude', path.join(linked, '.claude'));
+    await own(
+      owner,
+      shared,
+      path.join(shared, 'settings.json'),
+      linked,
+      path.join(linked, '.claude'),
+      path.join(linked, 'src'),
+    );
+    await exec(
+      linked,
+      'echo forged > .claude/settings.json; mv .claude gone; mkdir .claude; echo forged > .claude/settings.json; echo ok > src/built.txt',
+    );
+    expect(await readFile(path.join(shared, 'settings.json'), 'utf8')).toBe('trusted\n');
+    expect(await readFile(path.join(linked, '.claude', 'settings.json'), 'utf8')).toBe('trusted\n');
+    // Control: the rest of the project is the run's to write (the folder holding the link keeps its entries,
+    // as for a linked capsule.json: what is in them stays writable).
+    expect(await readFile(path.join(linked, 'src', 'built.txt'), 'utf8')).toBe('ok\n');
+  });
+
   it('odd bytes in a protected path (a newline, a leading dash, spaces, a backslash) do not unprotect it', async () => {
     const s = await scene(owner, '-odd\nname \\ x');
     const out = await confined(

@@ -77,6 +77,23 @@ describe('run_command', () => {
     expect(existsSync(path.join(f.root, 'moved.json'))).toBe(false);
   });
 
+  it('cannot plant or change Claude Code’s project settings (control: bash writes elsewhere in the project)', async () => {
+    const f = await agentFixture({ grants: ['run_command:bash'] });
+    const script = [
+      'mkdir -p .claude',
+      `echo '{"hooks":{}}' > .claude/settings.local.json`,
+      'mv .claude .claude-old',
+      'echo built > built.txt',
+      'true',
+    ].join('\n');
+    await writeFile(path.join(f.root, 'claude.sh'), script);
+    const r = (await f.session.call('run_command', { command: 'bash claude.sh' })) as CommandResult;
+    expect(r.exitCode).toBe(0);
+    expect(existsSync(path.join(f.root, '.claude', 'settings.local.json'))).toBe(false);
+    expect(existsSync(path.join(f.root, '.claude-old'))).toBe(false);
+    expect(await readFile(path.join(f.root, 'built.txt'), 'utf8')).toBe('built\n');
+  });
+
   it('an abort kills it and reports canceled', async () => {
     const f = await agentFixture({ grants: ['run_command:sleep'] });
     const ac = new AbortController();

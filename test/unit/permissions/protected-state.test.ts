@@ -6,6 +6,7 @@ import {
   assertGrantsUnprotected,
   assertNotProtected,
   confinedPaths,
+  hostProtection,
   findCapabilityRoot,
   findProtectedState,
   isReservedName,
@@ -185,10 +186,17 @@ describe('protected state: after realpath', () => {
 });
 
 describe('confinedPaths and the per-user cache dir', () => {
-  it('lists the project config and state and the cache read-only, the per-user state and its key hidden', () => {
+  it('makes only Claude Code’s project folder when missing (a missing capsule.json stays missing)', () => {
+    const h = hostProtection(confinedPaths('/proj', '/c', '/s'));
+    expect(h.madeFolders).toEqual(['/proj/.claude']);
+    expect(h.readOnly).toContain('/proj/.claude');
+  });
+
+  it('lists the project config and state, Claude Code’s project folder and the cache read-only, the per-user state and its key hidden', () => {
     expect(confinedPaths('/proj', '/home/u/.cache/capsule', '/home/u/.local/state/capsule')).toEqual([
       expect.objectContaining({ path: '/proj/capsule.json', access: 'read-only' }),
       expect.objectContaining({ path: '/proj/.capsule', access: 'read-only' }),
+      expect.objectContaining({ path: '/proj/.claude', access: 'read-only', makeFolder: true }),
       expect.objectContaining({ path: '/home/u/.cache/capsule', access: 'read-only' }),
       expect.objectContaining({ path: '/home/u/.local/state/capsule', access: 'hidden' }),
       expect.objectContaining({
