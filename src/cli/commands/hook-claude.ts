@@ -12,7 +12,7 @@ import {
 import { CapsuleError, isCapsuleError } from '../../errors.js';
 import { isInside } from '../../manifest/paths.js';
 import type { CommandParser } from '../../permissions/command-parser.js';
-import type { PermissionEngine } from '../../permissions/engine.js';
+import type { Explanation, PermissionEngine } from '../../permissions/engine.js';
 import { matchPathGlob } from '../../permissions/glob.js';
 import { makeKey, RUN_COMMAND, WRITE_FILE } from '../../permissions/keys.js';
 import { promptSafe } from '../../permissions/prompter.js';
@@ -315,14 +315,8 @@ async function judgeBash(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
   const request = commandRequest(parser, command, isInside(root, cwd) ? cwd : root);
   const key = request.key.raw;
   const ex = ctx.engine.explain(request);
-  if (ex.outcome === 'error' || ex.outcome === 'deny')
-    return {
-      decision: 'deny',
-      key,
-      source: ex.source,
-      matched: ex.matched,
-      reason: safe(`capsule: ${ex.reason}`),
-    };
+  const refused = refusal(key, ex);
+  if (refused !== undefined) return refused;
   let asked: string | undefined;
   if (ex.outcome === 'ask' && ex.unproven !== undefined) asked = ex.reason;
   else if (request.key.compound) {
@@ -474,19 +468,25 @@ async function judgeFile(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
     isolation: 'writes a file on the host, inside the project root',
   };
   const ex = ctx.engine.explain(request);
-  if (ex.outcome === 'deny' || ex.outcome === 'error')
-    return {
-      decision: 'deny',
-      key,
-      source: ex.source,
-      matched: ex.matched,
-      reason: safe(`capsule: ${ex.reason}`),
-    };
+  const refused = refusal(key, ex);
+  if (refused !== undefined) return refused;
   return {
     decision: 'none',
     key,
     source: 'none',
     reason: `${key}: capsule has no objection; Claude Code's own rules decide.`,
+  };
+}
+
+/** The engine's deny (or error) as the hook's answer, naming the rule that decided. */
+function refusal(key: string, ex: Explanation): HookAnswer | undefined {
+  if (ex.outcome !== 'deny' && ex.outcome !== 'error') return undefined;
+  return {
+    decision: 'deny',
+    key,
+    source: ex.source,
+    matched: ex.matched,
+    reason: safe(`capsule: ${ex.reason}`),
   };
 }
 
