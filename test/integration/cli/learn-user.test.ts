@@ -1,12 +1,11 @@
 import { existsSync } from 'node:fs';
 import { chmod, chown, mkdir, mkdtemp, readFile, readdir, stat, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { FETCHER, pongListener, type PongListener } from '../../helpers/learn-fixture.js';
 import { writeCapability } from '../../helpers/capability.js';
 
 // capsule learn as an ordinary user (uid 65534, no capability over anything): the tracer still runs
@@ -16,33 +15,15 @@ import { writeCapability } from '../../helpers/capability.js';
 const isRoot = process.getuid?.() === 0;
 const NOBODY = 65534;
 
-let server: Server;
+let listener: PongListener;
 let port = 0;
-let hits = 0;
 
 beforeAll(async () => {
   if (!existsSync(BUILT_CLI)) throw new Error('run "npm run build" before the CLI integration tests');
-  server = createServer((_req, res) => {
-    hits++;
-    res.end('pong');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  listener = await pongListener();
+  port = listener.port;
 });
-afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
-
-const FETCHER = `import fs from 'node:fs';
-import http from 'node:http';
-const dir = process.env.CAPSULE_PROJECT_DIR;
-const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const text = fs.readFileSync(dir + '/data/in.txt', 'utf8').trim();
-fs.writeFileSync(dir + '/out/res.txt', text.toUpperCase());
-http.get('http://127.0.0.1:' + input.port + '/x', (r) => {
-  let b = '';
-  r.on('data', (d) => (b += d));
-  r.on('end', () => console.log(JSON.stringify({ text, reply: b })));
-});
-`;
+afterAll(() => listener.close());
 
 interface UserProject {
   root: string;
@@ -122,7 +103,7 @@ describe.runIf(isRoot)('capsule learn as an ordinary user (uid 65534)', () => {
       { entry: 'run.mjs', interpreter: 'node' },
       { 'run.mjs': FETCHER },
     );
-    const before = hits;
+    const before = listener.hits;
     const { code, doc } = await learnAsUser(p, [
       'fetcher',
       '--input',
@@ -142,7 +123,7 @@ describe.runIf(isRoot)('capsule learn as an ordinary user (uid 65534)', () => {
     // Seen by the tracer itself (not guessed), and the runs really ran: the listener and the file say so.
     expect(doc.observed.some((o) => o.path === 'data/in.txt' && o.via === 'tracer')).toBe(true);
     expect(doc.proposal.unobserved.some((u) => u.startsWith('nothing'))).toBe(false);
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
     expect(await readFile(path.join(p.root, 'out', 'res.txt'), 'utf8')).toBe('HELLO');
     expect(doc.proof.ok).toBe(true);
   });

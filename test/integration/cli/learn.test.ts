@@ -1,10 +1,9 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { existsSync } from 'node:fs';
 import { chmod, cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
+import { FETCHER, pongListener, type PongListener } from '../../helpers/learn-fixture.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { learnResultSchema } from '../../../src/learn/report-schema.js';
 import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
@@ -26,40 +25,14 @@ interface LearnJson {
   };
 }
 
-// The capability of the tests: reads data/in.txt, writes out/res.txt, calls a loopback listener (directly on
-// the host; through capsule's egress socket in docker), in node.
-const FETCHER = `import fs from 'node:fs';
-import http from 'node:http';
-const dir = process.env.CAPSULE_PROJECT_DIR;
-const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const text = fs.readFileSync(dir + '/data/in.txt', 'utf8').trim();
-fs.writeFileSync(dir + '/out/res.txt', text.toUpperCase());
-const sock = process.env.CAPSULE_EGRESS_SOCKET;
-const url = 'http://127.0.0.1:' + input.port + '/x';
-const req = sock
-  ? http.request({ socketPath: sock, path: url, headers: { host: '127.0.0.1:' + input.port } })
-  : http.request(url);
-req.on('response', (r) => {
-  let b = '';
-  r.on('data', (d) => (b += d));
-  r.on('end', () => console.log(JSON.stringify({ text, reply: b })));
-});
-req.end();
-`;
-
-let server: Server;
+let listener: PongListener;
 let port = 0;
-let hits = 0;
 
 beforeAll(async () => {
-  server = createServer((_req, res) => {
-    hits++;
-    res.end('pong');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  listener = await pongListener();
+  port = listener.port;
 });
-afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+afterAll(() => listener.close());
 
 async function project(): Promise<{ root: string; capRoot: string }> {
   const p = await tempProject('capsule-learn-');
@@ -98,7 +71,7 @@ describe('capsule learn (shell, traced)', () => {
       { entry: 'run.mjs', interpreter: 'node' },
       { 'run.mjs': FETCHER },
     );
-    const before = hits;
+    const before = listener.hits;
     const { code, doc } = await learn(root, [
       'fetcher',
       '--input',
@@ -116,7 +89,7 @@ describe('capsule learn (shell, traced)', () => {
       env: [],
     });
     // The learning run and the proof each reached the listener once.
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
     expect(await readFile(path.join(root, 'out', 'res.txt'), 'utf8')).toBe('HELLO');
     expect(doc.proof.ok).toBe(true);
     expect(doc.proposal.written).toBeNull();
@@ -392,7 +365,7 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
     >;
     manifest.grants = { network: [] };
     await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest));
-    const before = hits;
+    const before = listener.hits;
     const { doc } = await learn(root, [
       'fetch-wasm',
       '--input',
@@ -412,7 +385,7 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
     expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
     // The proof's two granted runs reached it; the learning run (refused) and the run without the grant did not.
     expect(doc.proof.ok).toBe(true);
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
     expect(doc.proof.minimality).toEqual([{ grant: `network 127.0.0.1:${port}`, unneeded: false }]);
   });
 
@@ -449,7 +422,7 @@ export function run(input) {
         grants: { fs: [{ path: 'data', mode: 'ro' }] },
       }),
     );
-    const before = hits;
+    const before = listener.hits;
     const { doc, stderr } = await learn(root, [
       'tryer',
       '--input',
@@ -469,7 +442,7 @@ export function run(input) {
     expect(doc.proof.minimality).toContainEqual({ grant: 'fs out (rw)', unneeded: true });
     // Runs with the host granted: the reference, the proof, and each minimality run that kept it (one per
     // fs grant). The learning run (refused) and the run without the host reached the listener 0 times.
-    expect(hits - before).toBe(2 + doc.proposal.grants.fs.length);
+    expect(listener.hits - before).toBe(2 + doc.proposal.grants.fs.length);
     expect(existsSync(path.join(root, 'out', 'pwned'))).toBe(false);
   });
 
@@ -523,7 +496,7 @@ req.end();
 `,
       },
     );
-    const before = hits;
+    const before = listener.hits;
     const { doc, stderr } = await learn(root, [
       'caller',
       '--input',
@@ -543,7 +516,7 @@ req.end();
     );
     expect(doc.proposal.grants.network).toEqual([{ host: '127.0.0.1', ports: [port], methods: ['GET'] }]);
     expect(doc.proof.ok).toBe(true);
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
   });
 });
 

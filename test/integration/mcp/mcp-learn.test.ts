@@ -1,50 +1,30 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { FETCHER, pongListener, type PongListener } from '../../helpers/learn-fixture.js';
 import { choose, connectCapsule, textOf, type McpHarness } from './mcp-client.js';
 
 // learn_capability end to end: the real MCP SDK client over stdio against the built `capsule mcp`. Judged
-// by effect: the listener's hits (did anything run) and the manifest's bytes (was anything written).
+// by effect: the listener's listener.hits (did anything run) and the manifest's bytes (was anything written).
 
 const harnesses: McpHarness[] = [];
 afterEach(async () => {
   for (const h of harnesses.splice(0)) await h.close();
 });
 
-let server: Server;
+let listener: PongListener;
 let port = 0;
-let hits = 0;
 
 beforeAll(async () => {
   if (!existsSync(BUILT_CLI)) throw new Error('run "npm run build" before the MCP integration tests');
-  server = createServer((_req, res) => {
-    hits++;
-    res.end('pong');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  listener = await pongListener();
+  port = listener.port;
 });
-afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
-
-// Reads data/in.txt, writes out/res.txt, calls the loopback listener.
-const FETCHER = `import fs from 'node:fs';
-import http from 'node:http';
-const dir = process.env.CAPSULE_PROJECT_DIR;
-const input = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
-const text = fs.readFileSync(dir + '/data/in.txt', 'utf8').trim();
-fs.writeFileSync(dir + '/out/res.txt', text.toUpperCase());
-http.get('http://127.0.0.1:' + input.port + '/x', (r) => {
-  let b = '';
-  r.on('data', (d) => (b += d));
-  r.on('end', () => console.log(JSON.stringify({ text, reply: b })));
-});
-`;
+afterAll(() => listener.close());
 
 async function project(): Promise<{ root: string; manifest: string; read: () => Promise<string> }> {
   const { root, capRoot } = await tempProject('capsule-mcp-learn-');
@@ -111,7 +91,7 @@ describe('learn_capability over MCP', () => {
       required: ['proposal', 'observed', 'outside', 'proof'],
     });
     expect(tool?.inputSchema).toMatchObject({ required: ['name'] });
-    const before = hits;
+    const before = listener.hits;
     const r = await learn(h, { name: 'fetcher', inputs: [{ port }] });
     expect(r.isError, textOf(r)).toBeFalsy();
     const doc = r.structuredContent as unknown as Structured;
@@ -119,7 +99,7 @@ describe('learn_capability over MCP', () => {
     expect(doc.proof.ok).toBe(true);
     expect(doc.proposal.written).toBeNull();
     // The learning run and the proof: two runs, each decided by the gate on the run key.
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
     const keys = h.elicitations.map((e) => /permission needed: (\S+)/.exec(e.message)?.[1]);
     expect(keys.length).toBeGreaterThan(0);
     expect(new Set(keys)).toEqual(new Set(['run_capability:fetcher']));
@@ -157,7 +137,7 @@ describe('learn_capability over MCP', () => {
 
   it('a client without elicitation: denied without a grant (nothing runs); with one, it never writes', async () => {
     const p = await project();
-    const before = hits;
+    const before = listener.hits;
     const denied = await learn(await connect({ cwd: p.root }), {
       name: 'fetcher',
       inputs: [{ port }],
@@ -165,7 +145,7 @@ describe('learn_capability over MCP', () => {
     });
     expect(denied.isError).toBe(true);
     expect(textOf(denied)).toContain('run_capability:fetcher');
-    expect(hits - before).toBe(0);
+    expect(listener.hits - before).toBe(0);
     expect(existsSync(path.join(p.root, 'out', 'res.txt'))).toBe(false);
 
     const granted = await connect({ cwd: p.root, args: ['--grant', 'run_capability:fetcher'] });
@@ -173,7 +153,7 @@ describe('learn_capability over MCP', () => {
     expect(r.isError, textOf(r)).toBeFalsy();
     const doc = r.structuredContent as unknown as Structured;
     expect(doc.proof.ok).toBe(true);
-    expect(hits - before).toBe(2);
+    expect(listener.hits - before).toBe(2);
     expect(doc.proposal.written).toBeNull();
     expect(await p.read()).toBe(p.manifest);
   });
@@ -181,10 +161,10 @@ describe('learn_capability over MCP', () => {
   it('the person denies the run: nothing runs and nothing is written', async () => {
     const p = await project();
     const h = await connect({ cwd: p.root, answer: answers('Deny', 'write') });
-    const before = hits;
+    const before = listener.hits;
     const r = await learn(h, { name: 'fetcher', inputs: [{ port }], write: true });
     expect(r.isError).toBe(true);
-    expect(hits - before).toBe(0);
+    expect(listener.hits - before).toBe(0);
     expect(existsSync(path.join(p.root, 'out', 'res.txt'))).toBe(false);
     expect(h.elicitations.filter((e) => !isPermission(e))).toHaveLength(0);
     expect(await p.read()).toBe(p.manifest);
@@ -207,7 +187,7 @@ describe('learn_capability over MCP', () => {
 
   it('the gate decides each run as for run_capability: plan mode and a deny rule on it stop learning before anything runs', async () => {
     const plan = await project();
-    const before = hits;
+    const before = listener.hits;
     const inPlan = await connect({
       cwd: plan.root,
       args: ['--mode', 'plan', '--grant', 'run_capability:fetcher'],
@@ -229,7 +209,7 @@ describe('learn_capability over MCP', () => {
     const d = await learn(ruled, { name: 'fetcher', inputs: [{ port }], write: true });
     expect(d.isError).toBe(true);
     expect(textOf(d)).toContain('run_capability(fetcher)');
-    expect(hits - before).toBe(0);
+    expect(listener.hits - before).toBe(0);
     for (const p of [plan, denied]) {
       expect(existsSync(path.join(p.root, 'out', 'res.txt'))).toBe(false);
       expect(await p.read()).toBe(p.manifest);
