@@ -82,7 +82,7 @@ describe('duplicate keys in policy files are errors, never "last one wins"', () 
     expect(existsSync(path.join(root, 'marker'))).toBe(false);
     expect(run.code).not.toBe(0);
     const validate = await cli(['validate', capRoot], { cwd: root });
-    expect(validate.code).toBe(65);
+    expect(validate.code).toBe(1);
     expect(validate.stdout + validate.stderr).toContain(manifest);
     expect(validate.stdout + validate.stderr).toContain('entry');
   });
@@ -98,7 +98,7 @@ describe('duplicate keys in policy files are errors, never "last one wins"', () 
         ' "interpreter": "sh", "grants": {"fs": [], "fs": []}}',
     );
     const validate = await cli(['validate', capRoot], { cwd: root });
-    expect(validate.code).toBe(65);
+    expect(validate.code).toBe(1);
     expect(validate.stdout + validate.stderr).toContain('grants.fs');
   });
 
