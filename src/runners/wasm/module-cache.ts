@@ -193,6 +193,9 @@ export class ModuleCache {
     const modules: Record<string, WasmModule> = {};
     const memories: Record<string, HostMemory> = {};
     let maxPages = 0;
+    // Compiled together: V8 compiles each on its background threads, and one await per module
+    // would leave this thread idle between them.
+    const compiling: Array<Promise<void>> = [];
     for (const [name, core] of Object.entries(files.cores)) {
       const capped = capMemory(core, {
         file: `${options.file} (${name})`,
@@ -202,8 +205,13 @@ export class ModuleCache {
       maxPages = Math.max(maxPages, ...capped.maxPages);
       const hosted = memoryFromHost(capped.bytes, `${options.file} (${name})`);
       if (hosted !== undefined) memories[name] = hosted.memory;
-      modules[name] = await compile(hosted?.bytes ?? capped.bytes, options.file);
+      compiling.push(
+        compile(hosted?.bytes ?? capped.bytes, options.file).then((module) => {
+          modules[name] = module;
+        }),
+      );
     }
+    await Promise.all(compiling);
     const jsUrl = `data:text/javascript;base64,${Buffer.from(files.js).toString('base64')}`;
     const key = `component:${this.#transpilerId()}:${hash}:${options.capPages}`;
     return { kind, key, jsUrl, modules, memories, maxPages, imports: files.imports };

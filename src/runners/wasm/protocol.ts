@@ -2,6 +2,7 @@
  * Messages between the WasmRunner (main thread) and its pooled workers. Types and constants only:
  * the worker and what it imports stay free of anything but `node:` builtins (see resolveWorkerUrl).
  */
+import type { MessagePort } from 'node:worker_threads';
 import type { FileLogEntry } from './confined-dir.js';
 import type { WasmModule } from './wasm-types.js';
 
@@ -122,6 +123,17 @@ export interface ComponentJob {
 }
 
 export type Job = ModuleJob | ComponentJob;
+
+/**
+ * A pooled worker's line to the pool (its workerData): jobs and replies travel on `port`. `bell` holds
+ * two Int32 flags: after queueing a job the pool sets [0] to 1 and notifies it, which wakes the
+ * sleeping worker; after queueing a message the worker sets [1] to 1, which a pool watching for a
+ * reply polls instead of waiting for the port's message event.
+ */
+export interface WorkerChannel {
+  port: MessagePort;
+  bell: SharedArrayBuffer;
+}
 
 export interface JobRequest {
   type: 'run';

@@ -1,5 +1,5 @@
-import { Worker } from 'node:worker_threads';
-import type { Job, JobReply, JobResult } from './protocol.js';
+import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
+import type { Job, JobReply, JobRequest, JobResult, WorkerChannel } from './protocol.js';
 import { answerHttp, type HttpAnswer, type HttpCall, type HttpRequestWire } from './http-bridge.js';
 
 export interface PoolOutcome {
@@ -21,11 +21,22 @@ export interface WorkerPoolOptions {
   maxOldGenerationSizeMb?: number | undefined;
 }
 
+/** What the call a worker is running listens for; none while the worker is idle. */
+interface Listener {
+  message(reply: JobReply | HttpCall): void;
+  error(err: Error): void;
+  exit(code: number): void;
+}
+
 interface Slot {
   worker: Worker;
+  /** The pool's end of the worker's channel (see WorkerChannel). */
+  port: MessagePort;
+  bell: Int32Array;
   busy: boolean;
   /** Code keys sent to this worker (it may have dropped some since: it then answers `missing`). */
   known: Set<string>;
+  listener: Listener | undefined;
 }
 
 /** Young-generation size of each worker's JS heap (see #spawn). */
@@ -78,14 +89,13 @@ export class WorkerPool {
     const starting: Array<Promise<void>> = [];
     while (!this.#closed && this.#slots.length < target) {
       // Reserved before the await, so a job pumped meanwhile never starts a worker beyond the size.
-      const slot: Slot = { worker: undefined as unknown as Worker, busy: true, known: new Set() };
+      const slot = reservedSlot();
       this.#slots.push(slot);
       starting.push(
-        this.#spawn().then(
-          (w) => {
-            slot.worker = w.worker;
+        this.#spawn(slot).then(
+          () => {
             slot.busy = false;
-            if (this.#closed) void w.worker.terminate();
+            if (this.#closed) void slot.worker.terminate();
             else void this.#pump();
           },
           () => {
@@ -148,9 +158,15 @@ export class WorkerPool {
     ]);
   }
 
-  async #spawn(): Promise<Slot> {
+  /** Starts the worker of a reserved slot. */
+  async #spawn(slot: Slot): Promise<void> {
     this.#url ??= this.#options.workerUrl();
-    const worker = new Worker(await this.#url, {
+    const url = await this.#url;
+    const { port1, port2 } = new MessageChannel();
+    const channel: WorkerChannel = { port: port2, bell: new SharedArrayBuffer(8) };
+    const worker = new Worker(url, {
+      workerData: { channel },
+      transferList: [port2],
       resourceLimits: {
         maxOldGenerationSizeMb: this.#options.maxOldGenerationSizeMb ?? 256,
         // A component call allocates ~0.5 MB of short-lived JS objects (the glue's instantiate, the
@@ -168,7 +184,29 @@ export class WorkerPool {
     worker.stdout.resume();
     worker.stderr.resume();
     worker.unref();
-    return { worker, busy: false, known: new Set() };
+    slot.worker = worker;
+    slot.port = port1;
+    slot.bell = new Int32Array(channel.bell);
+    // One set of listeners for the worker's life, handing each event to the call it is running: an
+    // idle worker that dies (or errs) is simply dropped from the pool.
+    port1.on('message', (msg: JobReply | HttpCall) => slot.listener?.message(msg));
+    worker.on('error', (err) => this.#lost(slot, (l) => l.error(err)));
+    worker.on('exit', (code) => this.#lost(slot, (l) => l.exit(code)));
+    // The channel alone never keeps the process alive (a call's timer does while it runs).
+    port1.unref();
+  }
+
+  /** A worker erred or exited: its call (if any) ends; an idle one leaves the pool. */
+  #lost(slot: Slot, tell: (listener: Listener) => void): void {
+    if (slot.listener !== undefined) {
+      tell(slot.listener);
+      return;
+    }
+    const i = this.#slots.indexOf(slot);
+    if (i >= 0 && !slot.busy) {
+      this.#slots.splice(i, 1);
+      slot.port.close();
+    }
   }
 
   async #pump(): Promise<void> {
@@ -176,10 +214,10 @@ export class WorkerPool {
       let slot = this.#slots.find((s) => !s.busy);
       if (slot === undefined) {
         if (this.#slots.length >= this.#options.size) return;
-        const fresh: Slot = { worker: undefined as unknown as Worker, busy: true, known: new Set() };
+        const fresh = reservedSlot();
         this.#slots.push(fresh);
         try {
-          fresh.worker = (await this.#spawn()).worker;
+          await this.#spawn(fresh);
           if (this.#closed) {
             void fresh.worker.terminate();
             return;
@@ -220,14 +258,13 @@ export class WorkerPool {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      worker.off('message', onMessage);
-      worker.off('error', onError);
-      worker.off('exit', onExit);
+      slot.listener = undefined;
       task.signal?.removeEventListener('abort', onAbort);
       if (kill) {
         // Replace the worker: its guest may still be running.
         const i = this.#slots.indexOf(slot);
         if (i >= 0) this.#slots.splice(i, 1);
+        slot.port.close();
         const dying = worker.terminate();
         this.#dying.add(dying);
         void dying.finally(() => this.#dying.delete(dying));
@@ -237,38 +274,42 @@ export class WorkerPool {
       task.resolve(outcome);
       void this.#pump();
     };
-    const onMessage = (reply: JobReply | HttpCall): void => {
-      if (reply.id !== id) return;
-      if (reply.type === 'http') {
-        answerHttp(reply, task.onHttp);
-        return;
-      }
-      if (reply.type === 'missing') {
-        // The worker dropped this code (or never had it): same call, now with the code.
-        worker.postMessage({ type: 'run', id, job: task.job });
-        return;
-      }
-      finish({ reply, timedOut: false, canceled: false, crash: undefined }, false);
-    };
-    const onError = (err: Error): void =>
-      finish({ reply: undefined, timedOut: false, canceled: false, crash: err.message }, true);
-    // A worker stopped by close() ends its call as canceled, not as a crash.
-    const onExit = (code: number): void =>
-      finish(
-        this.#closed
-          ? { reply: undefined, timedOut: false, canceled: true, crash: undefined }
-          : { reply: undefined, timedOut: false, canceled: false, crash: `worker exited with code ${code}` },
-        true,
-      );
     const onAbort = (): void =>
       finish({ reply: undefined, timedOut: false, canceled: true, crash: undefined }, true);
+    slot.listener = {
+      message: (reply) => {
+        if (reply.id !== id) return;
+        if (reply.type === 'http') {
+          answerHttp(reply, task.onHttp);
+          return;
+        }
+        if (reply.type === 'missing') {
+          // The worker dropped this code (or never had it): same call, now with the code.
+          send(slot, { type: 'run', id, job: task.job });
+          return;
+        }
+        finish({ reply, timedOut: false, canceled: false, crash: undefined }, false);
+      },
+      error: (err) =>
+        finish({ reply: undefined, timedOut: false, canceled: false, crash: err.message }, true),
+      // A worker stopped by close() ends its call as canceled, not as a crash.
+      exit: (code) =>
+        finish(
+          this.#closed
+            ? { reply: undefined, timedOut: false, canceled: true, crash: undefined }
+            : {
+                reply: undefined,
+                timedOut: false,
+                canceled: false,
+                crash: `worker exited with code ${code}`,
+              },
+          true,
+        ),
+    };
     const timer = setTimeout(
       () => finish({ reply: undefined, timedOut: true, canceled: false, crash: undefined }, true),
       task.timeoutMs,
     );
-    worker.on('message', onMessage);
-    worker.on('error', onError);
-    worker.on('exit', onExit);
     task.signal?.addEventListener('abort', onAbort, { once: true });
     if (task.signal?.aborted === true) {
       onAbort();
@@ -279,6 +320,55 @@ export class WorkerPool {
       if (slot.known.size >= MAX_KNOWN) slot.known.clear();
       slot.known.add(task.job.key);
     }
-    worker.postMessage({ type: 'run', id, job: known ? withoutCode(task.job) : task.job });
+    send(slot, { type: 'run', id, job: known ? withoutCode(task.job) : task.job });
+    // The only call in flight: watch for its reply instead of sleeping until the port's message event.
+    if (this.#queue.length === 0 && this.#slots.every((s) => s === slot || !s.busy)) {
+      watchReply(slot, () => settled);
+    }
   }
+}
+
+/** How long a lone call's reply is watched for (longer calls get it from the port's message event). */
+const WATCH_MS = 2;
+
+/**
+ * Polls the worker's reply flag once per turn of the event loop (setImmediate, so timers, I/O and
+ * other callbacks still run between polls) and takes whatever the worker posted off the port. A
+ * thread that sleeps until the message event pays its wake-up (tens of microseconds on a busy
+ * machine) on every call; this keeps the thread awake only while a short call runs.
+ */
+function watchReply(slot: Slot, settled: () => boolean): void {
+  const until = performance.now() + WATCH_MS;
+  const poll = (): void => {
+    if (settled() || slot.listener === undefined) return;
+    if (Atomics.load(slot.bell, 1) !== 0) {
+      Atomics.store(slot.bell, 1, 0);
+      for (let m = receiveMessageOnPort(slot.port); m !== undefined; m = receiveMessageOnPort(slot.port)) {
+        slot.listener?.message(m.message as JobReply | HttpCall);
+      }
+      if (settled()) return;
+    }
+    if (performance.now() < until) setImmediate(poll);
+  };
+  setImmediate(poll);
+}
+
+/** A slot whose worker is still starting (busy, so no job is given to it yet). */
+function reservedSlot(): Slot {
+  return {
+    worker: undefined as unknown as Worker,
+    port: undefined as unknown as MessagePort,
+    bell: undefined as unknown as Int32Array,
+    busy: true,
+    known: new Set(),
+    listener: undefined,
+  };
+}
+
+/** Queues a job on the worker's port, then rings its doorbell (see serve in worker.ts). */
+function send(slot: Slot, request: JobRequest): void {
+  Atomics.store(slot.bell, 1, 0);
+  slot.port.postMessage(request);
+  Atomics.store(slot.bell, 0, 1);
+  Atomics.notify(slot.bell, 0);
 }

@@ -4,16 +4,24 @@
  * confined-dir, the preview2 host): from dist it is loaded as worker.js, under vitest as data: URLs
  * (see resolveWorkerUrl). The main thread enforces wall time by terminating this worker.
  */
-import { parentPort } from 'node:worker_threads';
+import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import { setFlagsFromString } from 'node:v8';
 import { HOST_MEMORY_IMPORT } from './protocol.js';
-import type { ComponentJob, HostMemory, Job, JobReply, ModuleJob } from './protocol.js';
-import { createPreview1, Preview1Exit } from './preview1/host.js';
+import type {
+  ComponentJob,
+  HostMemory,
+  Job,
+  JobReply,
+  JobRequest,
+  ModuleJob,
+  WorkerChannel,
+} from './protocol.js';
+import { createPreview1, Preview1Exit, preview1Imports } from './preview1/host.js';
 import { FileLog, WriteBudget } from './confined-dir.js';
 import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';
 import { preview2Imports, type Preview2Host } from './preview2-host.js';
-import { blockingHttp } from './http-bridge.js';
+import { blockingHttp, type HttpCall } from './http-bridge.js';
 
 const WA = (globalThis as unknown as { WebAssembly: WebAssemblyApi }).WebAssembly;
 
@@ -77,14 +85,23 @@ class Sink {
     this.size += data.length;
   }
 
+  /** The bytes in a buffer of their own (never a slice of Node's shared pool), so a reply can transfer it. */
   bytes(): Uint8Array {
-    return Buffer.concat(this.chunks);
+    const out = new Uint8Array(this.size);
+    let at = 0;
+    for (const c of this.chunks) {
+      out.set(c, at);
+      at += c.length;
+    }
+    return out;
   }
 }
 
-function post(reply: JobReply): void {
-  // Copied, not transferred: Buffer.concat may hand out a slice of Node's shared pool.
-  parentPort?.postMessage(reply);
+/** The output buffers a reply hands over instead of copying (each is the reply's own, see Sink.bytes). */
+function transferOf(reply: JobReply): ArrayBuffer[] {
+  if (reply.type !== 'done') return [];
+  const buffers = [reply.stdout.buffer, reply.stderr.buffer];
+  return buffers.filter((b, i): b is ArrayBuffer => b instanceof ArrayBuffer && buffers.indexOf(b) === i);
 }
 
 function describe(err: unknown): string {
@@ -126,30 +143,56 @@ function doneReply(
 /**
  * The memory of one rewritten module (see memoryFromHost in binary.ts), kept between its calls:
  * reusing it saves mapping and faulting in fresh pages on every call. A new instance gets it zeroed,
- * which is what a new memory is, so the instance cannot tell the two apart. An earlier call's
- * instance still references the memory once its call is over (the glue may hold callbacks for it),
- * so it is also zeroed the moment a call ends: no call's data outlives its call, and whatever is
- * written between calls is wiped before the next. A worker runs one call at a time, synchronously:
- * nothing else runs while a call holds the memory. Only a memory still at its initial size is kept
- * (memories never shrink; a fresh instance starts at the initial size).
+ * which is what a new memory is, so the instance cannot tell the two apart. Once a call is over its
+ * memory is wiped before this worker takes another job (serve wipes it right after posting the reply,
+ * off the call's path; take() wipes one not yet wiped): no call's data reaches another. Where an
+ * earlier call's code may still write to it between calls (a component's glue may hold callbacks for
+ * it), take() zeroes it again. A worker runs one call at a time, synchronously: nothing else runs
+ * while a call holds the memory. Only a memory still at its initial size is kept (memories never
+ * shrink; a fresh instance starts at the initial size).
  */
 class MemorySlot {
   #spare: WasmMemory | undefined;
-  constructor(readonly limits: HostMemory) {}
+  /** The spare still holds the last call's data. */
+  #dirty = false;
+  constructor(
+    readonly limits: HostMemory,
+    /** Zero the spare again on take: code of an earlier call may have written to it since. */
+    readonly zeroOnTake: boolean,
+    /** Where a slot whose spare awaits its wipe is put (see wipeSpares). */
+    readonly toWipe: Set<MemorySlot>,
+  ) {}
 
   take(): WasmMemory {
     const spare = this.#spare;
     this.#spare = undefined;
     if (spare === undefined) return new WA.Memory(this.limits);
-    new Uint8Array(spare.buffer).fill(0);
+    if (this.#dirty || this.zeroOnTake) new Uint8Array(spare.buffer).fill(0);
+    this.#dirty = false;
+    this.toWipe.delete(this);
     return spare;
   }
 
   give(memory: WasmMemory): void {
     if (memory.buffer.byteLength !== this.limits.initial * PAGE) return;
-    new Uint8Array(memory.buffer).fill(0);
     this.#spare = memory;
+    this.#dirty = true;
+    this.toWipe.add(this);
   }
+
+  wipe(): void {
+    if (this.#spare !== undefined && this.#dirty) new Uint8Array(this.#spare.buffer).fill(0);
+    this.#dirty = false;
+  }
+}
+
+/** Slots whose spare memory still holds its last call's data. */
+const unwiped = new Set<MemorySlot>();
+
+/** Zeroes every memory a call left behind (between jobs, after the reply is on its way). */
+function wipeSpares(): void {
+  for (const slot of unwiped) slot.wipe();
+  unwiped.clear();
 }
 
 /** Imports for a module whose memory its slot supplies. */
@@ -168,6 +211,8 @@ function hiddenBy(source: string | undefined): ((name: string) => boolean) | und
 interface LoadedModule {
   module: WasmModule;
   slot: MemorySlot | undefined;
+  /** The preview1 functions it imports: the host wraps only these for a call. */
+  names: string[];
 }
 
 function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
@@ -190,6 +235,7 @@ function runModule(id: number, job: ModuleJob, code: LoadedModule): JobReply {
       hidden: hiddenBy(job.hiddenNames),
       writes,
       log,
+      names: code.names,
     });
   } catch (err) {
     return { type: 'failed', id, message: `a granted directory cannot be opened: ${describe(err)}` };
@@ -275,7 +321,15 @@ interface LoadedComponent {
   probesOnly: boolean;
 }
 
-function runComponent(id: number, job: ComponentJob, code: LoadedComponent): JobReply {
+/** Posts a message to the main thread (an HTTP call of the running job), transferring `transfer`. */
+type PostToMain = (call: HttpCall, transfer: MessagePort[]) => void;
+
+function runComponent(
+  id: number,
+  job: ComponentJob,
+  code: LoadedComponent,
+  toMain: PostToMain | undefined,
+): JobReply {
   const stdout = new Sink(job.outputBytes);
   const stderr = new Sink(job.outputBytes);
   const memories: WasmMemory[] = [];
@@ -290,10 +344,7 @@ function runComponent(id: number, job: ComponentJob, code: LoadedComponent): Job
     exit: (status) => {
       throw new GuestExit(status);
     },
-    http:
-      job.network && parentPort !== null && parentPort !== undefined
-        ? (request) => blockingHttp((call, transfer) => parentPort?.postMessage(call, transfer), id, request)
-        : undefined,
+    http: job.network && toMain !== undefined ? (request) => blockingHttp(toMain, id, request) : undefined,
   });
   // Memories this call's instances got from their slots, handed back once the call is over.
   const supplied: Array<[MemorySlot, WasmMemory]> = [];
@@ -390,15 +441,22 @@ function remember(key: string, code: LoadedModule | LoadedComponent): void {
   }
 }
 
-/** Runs one job in this thread and answers (exported so the bench can measure the in-process floor). */
-export async function executeJob(id: number, job: Job): Promise<JobReply> {
+/**
+ * Runs one job in this thread and answers (exported so the bench can measure the in-process floor).
+ * `toMain` carries a component's HTTP calls to the main thread; without it every request is refused.
+ */
+export async function executeJob(id: number, job: Job, toMain?: PostToMain): Promise<JobReply> {
   try {
     const known = codes.get(job.key);
     if (job.kind === 'module') {
       let code = known !== undefined && !('glue' in known) ? known : undefined;
       if (job.code !== undefined && code === undefined) {
         const { module, memory } = job.code;
-        code = { module, slot: memory === undefined ? undefined : new MemorySlot(memory) };
+        code = {
+          module,
+          slot: memory === undefined ? undefined : new MemorySlot(memory, false, unwiped),
+          names: preview1Imports(WA.Module.imports(module)),
+        };
       }
       if (code === undefined) return { type: 'missing', id };
       remember(job.key, code);
@@ -413,18 +471,54 @@ export async function executeJob(id: number, job: Job): Promise<JobReply> {
       const slots = new Map<WasmModule, MemorySlot>();
       for (const [name, limits] of Object.entries(memories)) {
         const module = modules[name];
-        if (module !== undefined) slots.set(module, new MemorySlot(limits));
+        if (module !== undefined) slots.set(module, new MemorySlot(limits, true, unwiped));
       }
       code = { glue, modules, slots, probesOnly: onlyJspiProbes(job.code.jsUrl) };
     }
     if (code === undefined) return { type: 'missing', id };
     remember(job.key, code);
-    return runComponent(id, job, code);
+    return runComponent(id, job, code, toMain);
   } catch (err) {
     return { type: 'failed', id, message: describe(err) };
   }
 }
 
-parentPort?.on('message', (msg: { type: 'run'; id: number; job: Job }) => {
-  void executeJob(msg.id, msg.job).then(post);
-});
+/** How long an idle worker sleeps on its doorbell before giving its event loop a turn (V8's housekeeping). */
+const IDLE_TURN_MS = 1000;
+
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * Serves jobs from the pool (worker-pool.ts): between jobs this thread sleeps on the doorbell, a shared
+ * flag the pool sets (Atomics.notify) after queueing a job on the port, and takes the job off the port
+ * synchronously. A call then costs neither a turn of this thread's event loop nor Node's message event
+ * dispatch on the way in. The thread is blocked while it waits: the pool still stops it with
+ * terminate(), which interrupts Atomics.wait, as it does a guest's loop.
+ */
+async function serve({ port, bell }: WorkerChannel): Promise<void> {
+  const flag = new Int32Array(bell);
+  for (;;) {
+    // Cleared before looking, so a job queued after the look rings a bell this thread then sees.
+    Atomics.store(flag, 0, 0);
+    const received = receiveMessageOnPort(port) as { message: JobRequest } | undefined;
+    if (received === undefined) {
+      if (Atomics.wait(flag, 0, 0, IDLE_TURN_MS) === 'timed-out') await nextTurn();
+      continue;
+    }
+    const { id, job } = received.message;
+    const reply = await executeJob(id, job, (call, transfer) => {
+      port.postMessage(call, transfer);
+      Atomics.store(flag, 1, 1);
+    });
+    port.postMessage(reply, transferOf(reply));
+    // Set after the reply is queued: a pool watching for it takes it off the port (see watchReply).
+    Atomics.store(flag, 1, 1);
+    wipeSpares();
+    // One turn of the event loop per job, off the call's path: tasks V8 posted meanwhile run here.
+    await nextTurn();
+  }
+}
+
+const channel = (workerData as { channel?: WorkerChannel } | null)?.channel;
+// Started after this module finished evaluating (the loop blocks this thread between jobs).
+if (channel !== undefined) setImmediate(() => void serve(channel));

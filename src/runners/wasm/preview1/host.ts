@@ -68,6 +68,11 @@ export interface Preview1Options {
   writes: WriteBudget;
   /** A learning run's record of every filesystem call. */
   log?: FileLog | undefined;
+  /**
+   * The preview1 functions the module imports (see preview1Imports): only these are wrapped for the
+   * call. Absent: all of them.
+   */
+  names?: readonly string[] | undefined;
 }
 
 /** Thrown by proc_exit; the runner catches it and reports `code`. */
@@ -154,6 +159,15 @@ function filetypeOf(
 }
 
 /** Builds the import object of one call. Host fds are opened here and closed by `close()`. */
+/** The wasi_snapshot_preview1 functions a module imports (what `names` of createPreview1 takes). */
+export function preview1Imports(
+  imports: ReadonlyArray<{ module: string; name: string; kind: string }>,
+): string[] {
+  return imports
+    .filter((i) => i.module === 'wasi_snapshot_preview1' && i.kind === 'function')
+    .map((i) => i.name);
+}
+
 export function createPreview1(options: Preview1Options): Preview1Host {
   const table = new Map<number, Entry>();
   const stdio = (n: 0 | 1 | 2): StdioEntry => ({
@@ -277,7 +291,8 @@ export function createPreview1(options: Preview1Options): Preview1Host {
   };
   const follow = (lookupflags: number): boolean => (lookupflags & LOOKUP_SYMLINK_FOLLOW) !== 0;
 
-  const sleeper = new Int32Array(new SharedArrayBuffer(4));
+  // Made on the first poll_oneoff that sleeps: most calls never sleep.
+  let sleeper: Int32Array | undefined;
 
   const fns: Record<string, (...args: never[]) => number | undefined> = {
     args_sizes_get: (argc: number, size: number) => {
@@ -858,7 +873,10 @@ export function createPreview1(options: Preview1Options): Preview1Host {
         const clocks = waits.filter((w): w is bigint => w !== undefined);
         const least = clocks.reduce((a, b) => (b < a ? b : a));
         // Atomics.wait, not a native sleep: worker.terminate() interrupts it at the call's timeout.
-        if (least > 0n) Atomics.wait(sleeper, 0, 0, Number(least / 1_000n) / 1_000);
+        if (least > 0n) {
+          sleeper ??= new Int32Array(new SharedArrayBuffer(4));
+          Atomics.wait(sleeper, 0, 0, Number(least / 1_000n) / 1_000);
+        }
         waits.forEach((w, i) => {
           if (w === least) event(i, EVENTTYPE.CLOCK, E.SUCCESS, 0n, 0);
         });
@@ -883,7 +901,10 @@ export function createPreview1(options: Preview1Options): Preview1Host {
   // Every call: a WasiError is its errno; a host error with a code maps to preview1's; a guest
   // pointer outside its memory is EFAULT. Anything else (exit, output cap) stops the guest.
   const imports: Record<string, (...args: never[]) => number | undefined> = {};
-  for (const [name, fn] of Object.entries(fns)) {
+  for (const name of options.names ?? Object.keys(fns)) {
+    const fn = fns[name];
+    // A name preview1 does not define stays unlinked: instantiating the module fails, as before.
+    if (fn === undefined || !Object.hasOwn(fns, name)) continue;
     imports[name] = (...args: never[]) => {
       try {
         return fn(...args);

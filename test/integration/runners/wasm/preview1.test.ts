@@ -260,6 +260,27 @@ describe('WasmRunner: limits', () => {
     expect(text(next.stdout)).toBe('still alive');
   });
 
+  it('a worker that slept between jobs (past its idle turn) still runs the next, and a loop there is stopped', async () => {
+    const own = new WasmRunner({ poolSize: 1 });
+    try {
+      await own.warm();
+      // Longer than a worker sleeps on its doorbell before giving its event loop a turn (1 s).
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const first = await own.runRaw({ ...spec(['cat']), input: Buffer.from('after a nap') });
+      expect(text(first.stdout)).toBe('after a nap');
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      // Canceled mid-loop: the pool terminates the blocked-between-jobs worker like any other.
+      const controller = new AbortController();
+      const spinning = own.runRaw({ ...spec(['ispin']), timeoutMs: 60_000, signal: controller.signal });
+      setTimeout(() => controller.abort(), 200);
+      expect(await spinning).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
+      const next = await own.runRaw({ ...spec(['cat']), input: Buffer.from('replaced') });
+      expect(text(next.stdout)).toBe('replaced');
+    } finally {
+      await own.close();
+    }
+  });
+
   it('stops a guest sleeping in poll_oneoff, and its thread is really gone (close() does not wait 10 s)', async () => {
     const own = new WasmRunner({ poolSize: 1 });
     const r = await own.runRaw({

@@ -3,7 +3,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { E, OFLAGS, R } from '../../../../../src/runners/wasm/preview1/abi.js';
-import { createPreview1, MAX_OPEN_FDS, Preview1Exit } from '../../../../../src/runners/wasm/preview1/host.js';
+import {
+  createPreview1,
+  MAX_OPEN_FDS,
+  Preview1Exit,
+  preview1Imports,
+} from '../../../../../src/runners/wasm/preview1/host.js';
 import type { Preview1Host } from '../../../../../src/runners/wasm/preview1/host.js';
 import { WriteBudget } from '../../../../../src/runners/wasm/confined-dir.js';
 
@@ -187,5 +192,43 @@ describe('preview1 host: the rest of the ABI', () => {
     host.close();
     // Closed: further calls see no preopen.
     expect(call('fd_prestat_get', 3, 0)).toBe(E.BADF);
+  });
+});
+
+describe('preview1 host: only the imported functions', () => {
+  it('wraps just the names a module imports; a name preview1 does not define (or an Object built-in) stays unlinked', () => {
+    make(false);
+    host.close();
+    host = createPreview1({
+      args: ['t'],
+      env: {},
+      stdin: new Uint8Array(0),
+      stdout: { write: () => {} },
+      stderr: { write: () => {} },
+      preopens: [],
+      memory: () => ({ buffer }),
+      writes,
+      names: preview1Imports([
+        { module: 'wasi_snapshot_preview1', name: 'fd_write', kind: 'function' },
+        { module: 'wasi_snapshot_preview1', name: 'toString', kind: 'function' },
+        { module: 'wasi_snapshot_preview1', name: 'no_such_call', kind: 'function' },
+        { module: 'env', name: 'proc_exit', kind: 'function' },
+      ]),
+    });
+    expect(Object.keys(host.imports)).toEqual(['fd_write']);
+    // Control: without `names` every preview1 function is there, and still no built-in.
+    const all = createPreview1({
+      args: ['t'],
+      env: {},
+      stdin: new Uint8Array(0),
+      stdout: { write: () => {} },
+      stderr: { write: () => {} },
+      preopens: [],
+      memory: () => ({ buffer }),
+      writes,
+    });
+    expect(Object.keys(all.imports)).toEqual(expect.arrayContaining(['fd_write', 'proc_exit', 'path_open']));
+    expect(Object.hasOwn(all.imports, 'toString')).toBe(false);
+    all.close();
   });
 });
