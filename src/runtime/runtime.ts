@@ -225,14 +225,21 @@ async function grantWarnings(grants: readonly string[], registry: Registry): Pro
     .map((g) => g.slice(RUN_CAPABILITY.length + 1));
   if (named.length === 0) return [];
   let names: string[];
+  let invalid: Map<string, string>;
   try {
-    names = (await registry.scan()).capabilities.map((c) => c.name);
+    const scan = await registry.scan();
+    names = scan.capabilities.map((c) => c.name);
+    // A folder named like the grant whose manifest is invalid: the grant is right, the manifest is not.
+    invalid = new Map(scan.invalid.map((i) => [i.folder, i.issues[0]?.file ?? i.dir]));
   } catch {
     return [];
   }
   return named
     .filter((n) => !names.includes(n))
     .map((n) => {
+      const broken = invalid.get(n);
+      if (broken !== undefined)
+        return `--grant ${RUN_CAPABILITY}:${n}: its folder holds an invalid manifest (${broken}); capsule validate says why.`;
       const near = closestNames(n, names);
       return (
         `--grant ${RUN_CAPABILITY}:${n} matches no capability in this project today` +

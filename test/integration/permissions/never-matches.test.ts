@@ -71,6 +71,30 @@ describe('a grant that can never match is refused (64) before anything runs', ()
       /run_capability:helo matches no capability in this project today \(closest: hello\)/,
     );
   });
+
+  it('a grant of a capability whose manifest is invalid says so, naming the manifest (not "the project has none")', async () => {
+    const { root, capRoot } = await tempProject('capsule-never-');
+    await writeFile(path.join(root, 'capsule.json'), JSON.stringify({ schemaVersion: 1 }));
+    await mkdir(path.join(capRoot, 'broken'), { recursive: true });
+    const manifest = path.join(capRoot, 'broken', 'capability.json');
+    await writeFile(manifest, JSON.stringify({ schemaVersion: 1, name: 'broken' }));
+    const r = await cli(
+      [
+        'exec',
+        '--no-prompt',
+        '--grant',
+        'run_capability:broken',
+        '--grant',
+        'run_command:true',
+        '--',
+        'true',
+      ],
+      { cwd: root },
+    );
+    expect(r.code).toBe(0);
+    expect(r.stderr).toContain(`run_capability:broken: its folder holds an invalid manifest (${manifest})`);
+    expect(r.stderr).not.toMatch(/it has none/);
+  });
 });
 
 describe('a rule or allowlist key that can never match is a config error naming the file and field', () => {
