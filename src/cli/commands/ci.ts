@@ -42,9 +42,16 @@ export function deniedSummary(outcomes: readonly CheckOutcome[]): string {
   );
 }
 
-function line(o: CheckOutcome): string {
-  // A denial's reason is the same for every case: the summary says it once.
-  const first = o.denied === true ? 'denied' : o.message?.split('\n')[0];
+/**
+ * One case's line. A denial's reason is the same for every case (the summary says it once), and so is an
+ * error that stops every case alike (no engine, a runner missing): said in full once, then referred to.
+ */
+export function caseLine(o: CheckOutcome, said: Set<string>): string {
+  let first = o.denied === true ? 'denied' : o.message?.split('\n')[0];
+  if (first !== undefined && o.denied !== true) {
+    if (said.has(first)) first = 'the same as above';
+    else said.add(first);
+  }
   const why = first ? ` — ${first}` : '';
   return `${MARKS[o.status]} ${o.capability} / ${o.caseName} [${o.environment}] ${o.durationMs.toFixed(0)} ms${why}`;
 }
@@ -107,6 +114,7 @@ export function registerCi(program: Command, io: CliIO): void {
           throw new CapsuleError('NOT_FOUND', `${scan.missingRoots.join(', ')} does not exist.`);
         }
         const inFolder = (file: string): boolean => !one || path.dirname(file) === folder;
+        const said = new Set<string>();
         const checks = await runChecks({
           executor: session.executor,
           capabilities: scan.capabilities.filter((c) => inFolder(c.manifestPath)),
@@ -114,9 +122,10 @@ export function registerCi(program: Command, io: CliIO): void {
           environments,
           onOutcome: (o) => {
             if (opts.json) return;
+            const text = caseLine(o, said);
             // On a terminal, passes update one status line and only problems stay; elsewhere, a line each.
-            if (!tty) void write(io.stderr, `${line(o)}\n`);
-            else void write(io.stderr, `\r\x1b[K${line(o)}${o.status === 'passed' ? '' : '\n'}`);
+            if (!tty) void write(io.stderr, `${text}\n`);
+            else void write(io.stderr, `\r\x1b[K${text}${o.status === 'passed' ? '' : '\n'}`);
           },
         });
         if (tty) await write(io.stderr, '\r\x1b[K');

@@ -55,6 +55,16 @@ describe('no Docker engine on the machine', () => {
     },
   );
 
+  it('capsule ci: the missing engine is said in full once, not again for every docker case', async () => {
+    const r = await capsule('ci', 'capabilities/hello-docker', '--grant', 'run_capability:hello-docker');
+    expect(r.code).toBe(1);
+    const said = r.stderr.split('\n').filter((l) => l.includes(`no Docker engine answers at ${dead}`));
+    expect(said).toHaveLength(1);
+    // Both cases are still reported, the second by reference to the first.
+    expect(r.stderr).toMatch(/hello-docker \/ greets as nobody \[docker\]/);
+    expect(r.stderr).toMatch(/hello-docker \/ runs as uid 65534 \[docker\] .* the same as above/);
+  });
+
   it('--json keeps the engine error for a program, and still exits 69', async () => {
     const r = await capsule('engines', '--json');
     expect(r.code).toBe(69);
