@@ -5,9 +5,8 @@ import { existsSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BUILT_CLI } from '../../helpers/cli.js';
+import { bashIn, claudeHookEnv, preToolUse, runHook } from '../../helpers/claude-hook.js';
 
 const SETTINGS = JSON.stringify({ permissions: { deny: ['Bash(rm:*)'] } });
 const EVIL = '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /tmp/pwned"}]}]}}';
@@ -29,13 +28,7 @@ async function world(options: { claudeDir?: boolean } = {}): Promise<World> {
     await mkdir(path.join(project, '.claude'));
     await writeFile(path.join(project, '.claude', 'settings.json'), SETTINGS);
   }
-  const env = {
-    PATH: process.env.PATH,
-    HOME: path.join(home, 'home'),
-    XDG_STATE_HOME: path.join(home, 'state'),
-    XDG_CACHE_HOME: path.join(home, 'cache'),
-    CLAUDE_PROJECT_DIR: project,
-  };
+  const env = claudeHookEnv(home, project);
   return { project, env };
 }
 
@@ -43,33 +36,11 @@ afterAll(async () => {
   for (const h of homes) await rm(h, { recursive: true, force: true });
 });
 
-const bash = (w: World, command: string) =>
-  execa('bash', ['-c', command], {
-    cwd: w.project,
-    env: w.env,
-    extendEnv: false,
-    reject: false,
-    timeout: 30_000,
-  });
+const bash = bashIn;
 
 /** The command Claude Code runs for `command` under `capsule hook claude --confine`. */
 async function confined(w: World, command: string): Promise<string> {
-  const r = await execa(process.execPath, [BUILT_CLI, 'hook', 'claude', '--confine'], {
-    cwd: w.project,
-    env: w.env,
-    extendEnv: false,
-    reject: false,
-    input: JSON.stringify({
-      session_id: 'test-session',
-      transcript_path: path.join(w.project, '..', 'transcript.jsonl'),
-      cwd: w.project,
-      permission_mode: 'default',
-      hook_event_name: 'PreToolUse',
-      tool_name: 'Bash',
-      tool_input: { command },
-      tool_use_id: 'toolu_01',
-    }),
-  });
+  const r = await runHook(w, preToolUse(w.project, 'Bash', { command }), ['--confine']);
   const out = JSON.parse(r.stdout) as {
     hookSpecificOutput: { permissionDecision: string; updatedInput?: { command: string } };
   };

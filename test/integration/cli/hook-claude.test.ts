@@ -7,6 +7,7 @@ import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { bashIn, claudeHookEnv, preToolUse, runHook } from '../../helpers/claude-hook.js';
 
 interface World {
   home: string;
@@ -35,13 +36,7 @@ async function world(settings: unknown = CLAUDE_SETTINGS, user?: unknown): Promi
   await writeFile(path.join(project, 'src', 'a.txt'), 'a\n');
   await writeFile(path.join(outside, 'secret.txt'), 'secret\n');
   await symlink(outside, path.join(project, 'out'));
-  const env = {
-    PATH: process.env.PATH,
-    HOME: path.join(home, 'home'),
-    XDG_STATE_HOME: path.join(home, 'state'),
-    XDG_CACHE_HOME: path.join(home, 'cache'),
-    CLAUDE_PROJECT_DIR: project,
-  };
+  const env = claudeHookEnv(home, project);
   return { home, project, outside, env };
 }
 
@@ -54,26 +49,11 @@ interface Answer {
 }
 
 function envelope(w: World, tool: string, input: Record<string, unknown>): string {
-  return JSON.stringify({
-    session_id: 'test-session',
-    transcript_path: path.join(w.home, 'transcript.jsonl'),
-    cwd: w.project,
-    permission_mode: 'default',
-    hook_event_name: 'PreToolUse',
-    tool_name: tool,
-    tool_input: input,
-    tool_use_id: 'toolu_01',
-  });
+  return preToolUse(w.project, tool, input);
 }
 
 async function hook(w: World, input: string, flags: string[] = []): Promise<Answer> {
-  const r = await execa(process.execPath, [BUILT_CLI, 'hook', 'claude', ...flags], {
-    cwd: w.project,
-    env: w.env,
-    extendEnv: false,
-    input,
-    reject: false,
-  });
+  const r = await runHook(w, input, flags);
   if (r.stdout.trim() === '') return { decision: 'none', code: r.exitCode ?? -1, stdout: r.stdout };
   const out = JSON.parse(r.stdout) as {
     hookSpecificOutput: {
@@ -93,14 +73,7 @@ async function hook(w: World, input: string, flags: string[] = []): Promise<Answ
   };
 }
 
-const bash = (w: World, command: string) =>
-  execa('bash', ['-c', command], {
-    cwd: w.project,
-    env: w.env,
-    extendEnv: false,
-    reject: false,
-    timeout: 30_000,
-  });
+const bash = bashIn;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
