@@ -64,6 +64,28 @@ async function scene(owner: Owner, name = 'proj'): Promise<Scene> {
   return { root, project, state, hidden };
 }
 
+/** `capsule exec` of `command` (granted exactly) in `cwd`, as root or as the ordinary user; never an internal error. */
+async function capsuleExec(owner: Owner, s: Scene, cwd: string, command: string): Promise<void> {
+  const key = await commandKey(command);
+  const user =
+    owner === 'user'
+      ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
+      : [];
+  const argv = [...user, process.execPath, BUILT_CLI, 'exec', '--grant', key, '--no-prompt', '--', command];
+  const r = await execa(argv[0] as string, argv.slice(1), {
+    cwd,
+    reject: false,
+    extendEnv: false,
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: s.root,
+      CAPSULE_STATE_DIR: path.join(s.root, `state-${owner}`),
+      XDG_CACHE_HOME: path.join(s.root, `cache-${owner}`),
+    },
+  });
+  expect(r.stderr).not.toContain('internal error');
+}
+
 interface DriveOptions {
   readOnly?: string[];
   hidden?: string[];
@@ -345,36 +367,7 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
     const audit = path.join(fresh, '.capsule', 'audit.jsonl');
     // Through capsule itself: its runtime makes .capsule/ before the first host run, so the first command
     // finds it read-only; it tries to plant the audit log as a hard link to a file of its own.
-    const exec = async (command: string): Promise<void> => {
-      const key = await commandKey(command);
-      const user =
-        owner === 'user'
-          ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
-          : [];
-      const argv = [
-        ...user,
-        process.execPath,
-        BUILT_CLI,
-        'exec',
-        '--grant',
-        key,
-        '--no-prompt',
-        '--',
-        command,
-      ];
-      const r = await execa(argv[0] as string, argv.slice(1), {
-        cwd: fresh,
-        reject: false,
-        extendEnv: false,
-        env: {
-          PATH: process.env.PATH ?? '/usr/bin:/bin',
-          HOME: s.root,
-          CAPSULE_STATE_DIR: path.join(s.root, `state-${owner}`),
-          XDG_CACHE_HOME: path.join(s.root, `cache-${owner}`),
-        },
-      });
-      expect(r.stderr).not.toContain('internal error');
-    };
+    const exec = (command: string): Promise<void> => capsuleExec(owner, s, fresh, command);
     await exec('rm -f .capsule/audit.jsonl; mkdir -p .capsule; : > evil; ln evil .capsule/audit.jsonl');
     await exec('true');
     // What it writes is not in its command line (the log records that): six Qs.
@@ -387,36 +380,7 @@ describe.each(['root', 'user'] as const)('names as %s', (owner) => {
 
   it('Claude Code’s project settings through capsule exec: not planted when .claude/ is missing, not swapped when it is a link', async () => {
     const s = await scene(owner);
-    const exec = async (cwd: string, command: string): Promise<void> => {
-      const key = await commandKey(command);
-      const user =
-        owner === 'user'
-          ? ['setpriv', '--reuid', String(NOBODY), '--regid', String(NOBODY), '--clear-groups']
-          : [];
-      const argv = [
-        ...user,
-        process.execPath,
-        BUILT_CLI,
-        'exec',
-        '--grant',
-        key,
-        '--no-prompt',
-        '--',
-        command,
-      ];
-      const r = await execa(argv[0] as string, argv.slice(1), {
-        cwd,
-        reject: false,
-        extendEnv: false,
-        env: {
-          PATH: process.env.PATH ?? '/usr/bin:/bin',
-          HOME: s.root,
-          CAPSULE_STATE_DIR: path.join(s.root, `state-${owner}`),
-          XDG_CACHE_HOME: path.join(s.root, `cache-${owner}`),
-        },
-      });
-      expect(r.stderr).not.toContain('internal error');
-    };
+    const exec = (cwd: string, command: string): Promise<void> => capsuleExec(owner, s, cwd, command);
     // No .claude/ at all: the run can make neither the folder's settings nor a hooks script.
     const fresh = path.join(s.root, 'fresh');
     await mkdir(fresh);
