@@ -8,16 +8,17 @@
  *   const { result } = await executor.run('hello', { name: 'world' });
  *   await executor.close();
  */
-export { CapsuleError, isCapsuleError, type ErrorCode, type ErrorDetails } from './errors.js';
+export { CapsuleError, isCapsuleError, type ErrorCode, type ErrorDetails } from './base/errors.js';
 
-export { manifestSchema, MANIFEST_FILE, type Manifest } from './manifest/schema.js';
+export { manifestSchema, type Manifest } from './manifest/schema.js';
+export { MANIFEST_FILE } from './project/environments.js';
 export { parseManifest } from './manifest/parse.js';
 export { loadCapability } from './manifest/load.js';
 export type { Capability, Environment, InvalidCapability } from './manifest/types.js';
 export { Registry, type RegistryOptions, type ScanResult } from './registry/registry.js';
-export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './config/project-config.js';
-export { userCacheDir } from './config/cache-dir.js';
-export { confinedPaths, protectedPaths, type ConfinedPath } from './permissions/protected-state.js';
+export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './project/project-config.js';
+export { userCacheDir } from './base/cache-dir.js';
+export { confinedPaths, protectedPaths, type ConfinedPath } from './project/protected-state.js';
 
 // Adding a runner: implement Runner (run a Capability's environment, return the one RunResult shape).
 export type { Runner, RunRequest, RunResult } from './runners/types.js';
@@ -39,9 +40,10 @@ export { makeKey } from './permissions/keys.js';
 export { PermissionEngine } from './permissions/engine.js';
 export { createCommandParser } from './permissions/command-parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
-export { auditHeadPath, auditLogPath, verifyAuditLog, type AuditHeadRef } from './permissions/audit-log.js';
-export { secretDir, userStateDir } from './config/user-state.js';
-export { StateKey } from './config/state-key.js';
+export { verifyAuditLog, type AuditHeadRef } from './permissions/audit-log.js';
+export { auditHeadPath, auditLogPath } from './project/audit-paths.js';
+export { secretDir, userStateDir } from './base/user-state.js';
+export { StateKey } from './project/state-key.js';
 
 // Adding a tool: defineTool with a zod schema, permission() (noCheck or askHost with a makeKey key)
 // and execute(ctx); run it with executor.call(tool, args, context).

@@ -1,6 +1,6 @@
 import { realpath } from 'node:fs/promises';
-import type { AllowlistEntry, PermissionMode } from '../config/project-config.js';
-import { CapsuleError } from '../errors.js';
+import type { AllowlistEntry, PermissionMode } from '../project/project-config.js';
+import { CapsuleError } from '../base/errors.js';
 import { Executor } from '../executor/executor.js';
 import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
@@ -9,7 +9,7 @@ import type { CommandParser } from '../permissions/command-parser.js';
 import type { PolicyReload } from '../permissions/engine.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';
-import { protectedPaths } from '../permissions/protected-state.js';
+import { protectedPaths } from '../project/protected-state.js';
 import type { SessionAllowlist } from '../permissions/session-allowlist.js';
 import type { PermissionGate } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';

@@ -1,5 +1,5 @@
 import type { LimitedGrant } from '../permissions/grant-lifetime.js';
-import type { PermissionMode } from '../config/project-config.js';
+import type { PermissionMode } from '../project/project-config.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import { createNonInteractivePrompter, type Prompter } from '../permissions/prompter.js';
 import type { Runner } from '../runners/types.js';

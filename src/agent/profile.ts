@@ -1,14 +1,14 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { packageRoot } from '../package-root.js';
+import { packageRoot } from '../base/package-root.js';
 import { parse as parseYaml, YAMLParseError } from 'yaml';
 import { z } from 'zod';
-import { PERMISSION_MODES, type PermissionMode } from '../config/project-config.js';
-import { CapsuleError } from '../errors.js';
-import { zodIssues } from '../manifest/parse.js';
+import { PERMISSION_MODES, type PermissionMode } from '../project/project-config.js';
+import { CapsuleError } from '../base/errors.js';
+import { zodIssues } from '../base/zod-issues.js';
 import type { Trust } from '../permissions/ceiling.js';
 import { parseRule } from '../permissions/rules.js';
-import { PROFILES_DIR } from '../permissions/protected-state.js';
+import { PROFILES_DIR } from '../project/protected-state.js';
 import { isToolName, TOOL_NAMES, type ToolName } from '../tools/catalog.js';
 
 /** An agent profile (docs/mcp.md, "Profiles"): front matter validated, body kept as the system prompt. */

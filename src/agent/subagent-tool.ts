@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { defineTool, noCheck, type AgentTool } from '../tools/define.js';
 
 const MAX_CALLS = 50;

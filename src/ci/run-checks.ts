@@ -1,5 +1,6 @@
-import { judgeCase, loadCases, type CheckCase } from '../checks/cases.js';
-import { isCapsuleError } from '../errors.js';
+import { loadCases, type CheckCase } from '../checks/cases.js';
+import { judgeCase } from './judge-case.js';
+import { isCapsuleError } from '../base/errors.js';
 import type { Executor, PlannedVariant, RunPermit, VariantPlan } from '../executor/executor.js';
 import type { Capability, Environment, InvalidCapability } from '../manifest/types.js';
 import { inputDocumentText } from '../manifest/input.js';

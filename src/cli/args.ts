@@ -1,7 +1,7 @@
-import { CapsuleError } from '../errors.js';
-import { ENVIRONMENTS } from '../manifest/environments.js';
+import { CapsuleError } from '../base/errors.js';
+import { ENVIRONMENTS } from '../project/environments.js';
 import type { Environment } from '../manifest/types.js';
-import { shellWord } from '../shell-quote.js';
+import { shellWord } from '../base/shell-quote.js';
 
 /* Argument parsing more than one command shares (light: loaded before any command runs). */
 

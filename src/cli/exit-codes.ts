@@ -1,4 +1,4 @@
-import type { ErrorCode } from '../errors.js';
+import type { ErrorCode } from '../base/errors.js';
 import { exitStatus } from '../runners/exit-status.js';
 import type { RunResult } from '../runners/types.js';
 

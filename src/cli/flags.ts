@@ -1,5 +1,5 @@
 import { Option, type Command } from 'commander';
-import { PERMISSION_MODES, type PermissionMode } from '../config/modes.js';
+import { PERMISSION_MODES, type PermissionMode } from '../project/modes.js';
 
 function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];

@@ -1,6 +1,6 @@
-import { CapsuleError, type Denial } from '../errors.js';
+import { CapsuleError, type Denial } from '../base/errors.js';
 import { DENIED_BY_TEXT } from '../permissions/denial.js';
-import { shellWord } from '../shell-quote.js';
+import { shellWord } from '../base/shell-quote.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**

@@ -19,7 +19,7 @@ import { registerRun } from './commands/run.js';
 import { registerShow } from './commands/show.js';
 import { registerValidate } from './commands/validate.js';
 import { registerWasmRun } from './commands/wasm-run.js';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { EXIT } from './exit-codes.js';
 import { addExitCodeHelp, helpSettings, helpWidth } from './help.js';
 import { reportError, write, type CliIO } from './output.js';

@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 
 /**
  * The file a report flag (`--junit`, `--html`) names, checked before anything runs: it must not exist

@@ -1,4 +1,4 @@
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import type { Executor } from '../executor/executor.js';
 import type { IsolationReport } from '../executor/isolation.js';
 import type { Environment } from '../manifest/types.js';

@@ -1,5 +1,5 @@
 import { columnName, type CompareReport, type EnvironmentReport } from './compare.js';
-import { lineDiff } from '../text-diff.js';
+import { lineDiff } from '../base/text-diff.js';
 
 const ms = (n: number): string => (n >= 100 ? n.toFixed(0) : n.toFixed(1));
 const oneLine = (s: string, width: number): string => {

@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { deriveVariant } from './variants.js';
-import { CapsuleError } from '../errors.js';
-import { zodIssues } from '../manifest/parse.js';
+import { CapsuleError } from '../base/errors.js';
+import { zodIssues } from '../base/zod-issues.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import type { Decision, PermissionGate, PermissionRequest } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';

@@ -1,13 +1,13 @@
 import { homedir } from 'node:os';
 import path from 'node:path';
-import { userCacheDir } from '../config/cache-dir.js';
-import { userStateDir } from '../config/user-state.js';
-import type { DockerEngineConfig } from '../config/engines.js';
+import { userCacheDir } from '../base/cache-dir.js';
+import { userStateDir } from '../base/user-state.js';
+import type { DockerEngineConfig } from '../project/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
-import type { StateKey } from '../config/state-key.js';
-import type { HostProtection } from '../permissions/protected-state.js';
+import type { StateKey } from '../project/state-key.js';
+import type { HostProtection } from '../project/protected-state.js';
 
 export interface DefaultRunnerOptions {
   projectRoot: string;

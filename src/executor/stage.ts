@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { chmod, lstat, mkdir, mkdtemp, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { contentFiles, snapshotFiles, walkFolder } from '../manifest/hash.js';
 import type { Capability } from '../manifest/types.js';
 

@@ -1,7 +1,7 @@
 import { chmod, cp, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { packageRoot } from '../package-root.js';
+import { packageRoot } from '../base/package-root.js';
 import { dockerSchema } from '../manifest/schema.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';

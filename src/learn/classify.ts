@@ -2,7 +2,7 @@ import path from 'node:path';
 import type { Manifest, NetworkGrant } from '../manifest/schema.js';
 import { isInside } from '../manifest/paths.js';
 import { addressKind } from '../network/addresses.js';
-import { protectedStateHit } from '../permissions/protected-state.js';
+import { protectedStateHit } from '../project/protected-state.js';
 import type { Observation } from '../runners/types.js';
 
 type FsGrant = Manifest['grants']['fs'][number];

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ENVIRONMENTS } from '../manifest/environments.js';
+import { ENVIRONMENTS } from '../project/environments.js';
 import { grantsSchema } from '../manifest/schema.js';
 
 /*

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { isInside } from './paths.js';
 import type { Manifest } from './schema.js';
 

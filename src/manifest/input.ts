@@ -1,8 +1,8 @@
 import { createRequire } from 'node:module';
 import { Script, createContext, type Context } from 'node:vm';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
-import { CapsuleError } from '../errors.js';
-import { LinearRegexEngine } from '../linear-regex.js';
+import { CapsuleError } from '../base/errors.js';
+import { LinearRegexEngine } from '../base/linear-regex.js';
 import { schemaPatternProblem, schemaPatterns } from './schema-patterns.js';
 import type { Capability } from './types.js';
 

@@ -9,12 +9,12 @@ import {
   findCapabilityRoot,
   findProtectedState,
   findReservedEntry,
-} from '../permissions/protected-state.js';
+} from '../project/protected-state.js';
 import { resolveInside, isInside } from './paths.js';
 import { contentFiles, hashFiles, walkFolder } from './hash.js';
 import { entryProblem } from './runnable.js';
 import { unsatisfiable } from './satisfiable.js';
-import { MANIFEST_FILE } from './schema.js';
+import { MANIFEST_FILE } from '../project/environments.js';
 import type { Capability, InvalidCapability, ResolvedFsGrant } from './types.js';
 import type { InputValidator } from './input.js';
 

@@ -4,7 +4,7 @@
  * (src/linear-regex.ts); a pattern that engine cannot compile is found here when the manifest loads, so
  * the manifest is refused naming the place rather than failing on its first run.
  */
-import type { LinearRegexEngine } from '../linear-regex.js';
+import type { LinearRegexEngine } from '../base/linear-regex.js';
 
 /** One regular expression of a schema: where it is (`inputSchema.properties.s.pattern`) and its text. */
 export interface SchemaPattern {

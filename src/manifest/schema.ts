@@ -1,12 +1,10 @@
 import { z } from 'zod';
-import { ENVIRONMENTS } from './environments.js';
+import { ENVIRONMENTS } from '../project/environments.js';
+import { CAPABILITY_NAME } from '../project/key-syntax.js';
 
-export { ENVIRONMENTS, MANIFEST_FILE } from './environments.js';
 export const CURRENT_SCHEMA_VERSION = 1;
 export const INTERPRETERS = ['sh', 'bash', 'node', 'python3'] as const;
 
-/** Safe identifier: it becomes a folder name, a permission key and a container label. */
-export const CAPABILITY_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 const ENV_VAR_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
 /**

@@ -1,5 +1,5 @@
 import type { Manifest } from './schema.js';
-import type { ENVIRONMENTS } from './schema.js';
+import type { ENVIRONMENTS } from '../project/environments.js';
 
 export type Environment = (typeof ENVIRONMENTS)[number];
 

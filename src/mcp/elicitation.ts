@@ -5,7 +5,7 @@ import { promptSafe, type PromptQuestion, type Prompter } from '../permissions/p
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { AskAnswer, AskReply } from '../permissions/types.js';
 import { DENIED_BY_TEXT, type Denial } from '../permissions/denial.js';
-import { singleQuoted } from '../shell-quote.js';
+import { singleQuoted } from '../base/shell-quote.js';
 
 /** A human gets this long to answer an elicitation before it counts as a denial. */
 export const ELICITATION_TIMEOUT_MS = 10 * 60_000;

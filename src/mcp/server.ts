@@ -11,7 +11,7 @@ import {
 import { z } from 'zod';
 import type { AgentSession, PlanApproval } from '../agent/agent-session.js';
 import type { WriteConfirmer } from '../agent/learn-tool.js';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { ProgressReporter } from '../tools/ports.js';

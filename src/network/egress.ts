@@ -1,7 +1,8 @@
 import { lookup } from 'node:dns/promises';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import type { NetworkGrant } from '../manifest/schema.js';
 import type { Capability } from '../manifest/types.js';
+import type { EgressRecord } from '../permissions/types.js';
 import { checkAddress, ipLiteral, matchGrant, type EgressTarget } from './policy.js';
 
 /** One address a host name resolved to. */
@@ -20,21 +21,6 @@ const systemResolver: Resolver = async (host) => {
   const found = await lookup(host, { all: true, verbatim: true });
   return found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
 };
-
-/** One network request of a run, as the audit log records it. */
-export interface EgressRecord {
-  capability: string;
-  contentHash: string;
-  host: string;
-  port: number;
-  method: string;
-  /** The address connected to (allowed requests). */
-  address?: string | undefined;
-  decision: 'allow' | 'deny';
-  reason: string;
-  bytesOut: number;
-  bytesIn: number;
-}
 
 /** Where a run's network records go (the permission engine's audit log). */
 export type EgressAudit = (record: EgressRecord) => Promise<void>;

@@ -2,7 +2,7 @@ import { chmod, rm } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import type { EgressPermit, EgressSession } from './egress.js';
 import { normalizeHost, type EgressTarget } from './policy.js';
 

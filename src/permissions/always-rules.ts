@@ -2,9 +2,9 @@
  * The rules an "always" answer saves in capsule.json (docs/permissions.md, "Prompting"): "always deny"
  * becomes deny rules for the key, "always allow a pattern" an allow rule the person confirmed. Pure.
  */
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { ceilingFor } from './ceiling.js';
-import { GlobCache } from './glob.js';
+import { GlobCache } from '../base/glob.js';
 import { RUN_COMMAND } from './keys.js';
 import { allowRuleMatches, parseRule } from './rules.js';
 import type { PermissionRequest } from './types.js';

@@ -10,39 +10,24 @@ import {
   statSync,
   writeSync,
 } from 'node:fs';
-import { mkdir, open, readFile, realpath, rename, truncate } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
-import { withFileLock } from '../config/file-lock.js';
-import { STATE_DIR, writeFileAtomic } from '../config/config-store.js';
-import type { StateKey } from '../config/state-key.js';
-import { parseStrictJson } from '../config/strict-json.js';
-import { CapsuleError, type DeniedBy } from '../errors.js';
+import { withFileLock } from '../base/file-lock.js';
+import { writeFileAtomic } from '../base/atomic-write.js';
+import type { StateKey } from '../project/state-key.js';
+import { parseStrictJson } from '../base/strict-json.js';
+import { CapsuleError, type DeniedBy } from '../base/errors.js';
 import type { Clock } from './session-allowlist.js';
+import type { NetworkAuditFields } from './types.js';
 
 const fdatasync = promisify(fdatasyncCallback);
 
-export const AUDIT_FILE = 'audit.jsonl';
 export const GENESIS_HASH = '0'.repeat(64);
 
 /** Append, create if missing, and never through a symlink planted where the log should be. */
 const APPEND_FLAGS = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW;
-
-/** Default audit log of a project: `<root>/.capsule/audit.jsonl`. */
-export function auditLogPath(projectRoot: string): string {
-  return path.join(projectRoot, STATE_DIR, AUDIT_FILE);
-}
-
-/**
- * Where the head of a project's log lives: in the per-user state directory (never under a root a
- * capability or tool can be granted), one file per project, named by a hash of the root's real path.
- */
-export async function auditHeadPath(userStateDir: string, projectRoot: string): Promise<string> {
-  const real = await realpath(projectRoot).catch(() => path.resolve(projectRoot));
-  const id = createHash('sha256').update(real).digest('hex').slice(0, 32);
-  return path.join(userStateDir, 'audit-heads', `${id}.json`);
-}
 
 /** One decision, as the engine reports it. */
 export interface AuditEvent {
@@ -66,18 +51,6 @@ export interface AuditEvent {
   learning?: boolean | undefined;
   /** A network request a capability made through capsule (tool `network`): where, how, how much. */
   network?: NetworkAuditFields | undefined;
-}
-
-/** What one network request record holds beside the decision (see docs/network.md). */
-export interface NetworkAuditFields {
-  capability: string;
-  host: string;
-  port: number;
-  method: string;
-  /** The address connected to (allowed requests only). */
-  address?: string | undefined;
-  bytesOut: number;
-  bytesIn: number;
 }
 
 const networkAuditSchema = z.strictObject({
@@ -228,7 +201,8 @@ function canonicalBody(r: AuditBody): string {
   });
 }
 
-function canonicalNetwork(n: NetworkAuditFields): NetworkAuditFields {
+/** Exactly the fields a network record logs, in their order (a record's hash covers them). */
+export function canonicalNetwork(n: NetworkAuditFields): NetworkAuditFields {
   return {
     capability: n.capability,
     host: n.host,

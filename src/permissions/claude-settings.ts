@@ -6,9 +6,9 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { CapsuleError, isCapsuleError } from '../errors.js';
+import { CapsuleError, isCapsuleError } from '../base/errors.js';
 import { commandPermissionKey, type CommandParser } from './command-parser.js';
-import { RULE_TOOLS } from './never-matches.js';
+import { RULE_TOOLS } from '../project/never-matches.js';
 import { parseRule, rulePatternProgram } from './rules.js';
 
 /** The `permissions` block of a Claude Code settings.json (other keys are ignored). */

@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Node, Parser } from 'web-tree-sitter';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import {
   LOADS_CODE,
   argumentsMatter,

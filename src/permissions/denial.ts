@@ -1,6 +1,6 @@
-import type { DeniedBy } from '../errors.js';
+import type { DeniedBy } from '../base/errors.js';
 
-export type { Denial, DeniedBy } from '../errors.js';
+export type { Denial, DeniedBy } from '../base/errors.js';
 
 /**
  * The one mapping from the engine's decision sources to DeniedBy. `ceilingSkipped`: a project file

@@ -2,7 +2,7 @@ import type { LimitedGrant } from './grant-lifetime.js';
 import { readdir, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
-import { addPermissionRules, setAllowlistEntry, removeAllowlistEntry } from '../config/config-store.js';
+import { addPermissionRules, setAllowlistEntry, removeAllowlistEntry } from '../project/config-store.js';
 import {
   normalizeAllowlist,
   PROJECT_CONFIG_FILE,
@@ -10,11 +10,13 @@ import {
   type AllowlistEntry,
   type PermissionMode,
   type ProjectConfig,
-} from '../config/project-config.js';
-import { CapsuleError, isCapsuleError } from '../errors.js';
-import { userStateDir } from '../config/user-state.js';
-import { StateKey } from '../config/state-key.js';
-import { auditHeadPath, auditLogPath, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
+} from '../project/project-config.js';
+import { CapsuleError, isCapsuleError } from '../base/errors.js';
+import { userStateDir } from '../base/user-state.js';
+import { StateKey } from '../project/state-key.js';
+import { auditHeadPath, auditLogPath } from '../project/audit-paths.js';
+import { canonicalNetwork, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
+import { type EgressRecord } from './types.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import {
   canonicalGrantKey,
@@ -22,7 +24,7 @@ import {
   type CommandAnalysis,
   type CommandParser,
 } from './command-parser.js';
-import { GlobCache } from './glob.js';
+import { GlobCache } from '../base/glob.js';
 import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
 import {
   decide,
@@ -46,7 +48,7 @@ import {
 import type { PolicySnapshotStore } from './policy-snapshot.js';
 import type { Prompter } from './prompter.js';
 import { buildRuleSet, type RuleSource } from './rules.js';
-import { PROFILES_DIR, protectedStateHit } from './protected-state.js';
+import { PROFILES_DIR, protectedStateHit } from '../project/protected-state.js';
 import {
   SessionAllowlist,
   systemClock,
@@ -58,8 +60,7 @@ import { deniedByOf, type Denial } from './denial.js';
 import type { AskAnswer, AskReply, Decision, PermissionGate, PermissionRequest } from './types.js';
 import { checkAllowPattern, denyRulesFor } from './always-rules.js';
 import { lifetimeText } from './grant-lifetime.js';
-import type { EgressRecord } from '../network/egress.js';
-import { shellWord } from '../shell-quote.js';
+import { shellWord } from '../base/shell-quote.js';
 
 export interface PermissionEngineOptions {
   /** Project root (the folder holding capsule.json, or the cwd). */
@@ -846,15 +847,7 @@ export class PermissionEngine implements PermissionGate {
       source: record.decision === 'allow' ? 'network-grant' : 'egress-policy',
       reason: `${record.capability}: ${record.method} ${record.host}:${record.port} ${record.decision === 'allow' ? 'allowed' : 'refused'}: ${record.reason}`,
       contentHash: record.contentHash,
-      network: {
-        capability: record.capability,
-        host: record.host,
-        port: record.port,
-        method: record.method,
-        address: record.address,
-        bytesOut: record.bytesOut,
-        bytesIn: record.bytesIn,
-      },
+      network: canonicalNetwork(record),
     });
   }
 

@@ -1,4 +1,4 @@
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 
 /** How long a session grant lives: a number of uses, a time, or both (whichever ends first). */
 export interface GrantLifetime {

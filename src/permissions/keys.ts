@@ -1,7 +1,7 @@
-import { CapsuleError } from '../errors.js';
-import { matchPathGlob } from './glob.js';
-import { TOOL_NAME } from './key-syntax.js';
-import { grantNeverMatches } from './never-matches.js';
+import { CapsuleError } from '../base/errors.js';
+import { matchPathGlob } from '../base/glob.js';
+import { TOOL_NAME } from '../project/key-syntax.js';
+import { grantNeverMatches } from '../project/never-matches.js';
 import type { PermissionKey } from './types.js';
 
 /**

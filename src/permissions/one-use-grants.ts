@@ -3,8 +3,8 @@ import { constants } from 'node:fs';
 import { mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import type { StateKey } from '../config/state-key.js';
-import { CapsuleError } from '../errors.js';
+import type { StateKey } from '../project/state-key.js';
+import { CapsuleError } from '../base/errors.js';
 
 /** The folder of one-use grants inside capsule's per-user state. */
 export const ONE_USE_GRANTS_DIR = 'one-use-grants';

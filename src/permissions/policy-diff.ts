@@ -2,16 +2,16 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { enginesSchema, type DockerEngineConfig, type EnginesConfig } from '../config/engines.js';
+import { enginesSchema, type DockerEngineConfig, type EnginesConfig } from '../project/engines.js';
 import {
   normalizeAllowlist,
   PERMISSION_MODES,
   PROJECT_ENTRY_LEVELS,
   type AllowlistEntryInput,
   type ProjectConfig,
-} from '../config/project-config.js';
+} from '../project/project-config.js';
 import { promptSafe } from './prompter.js';
-import { PROFILES_DIR } from './protected-state.js';
+import { PROFILES_DIR } from '../project/protected-state.js';
 
 /**
  * The policy part of a project: what decides whether a call may run. capsule.json's mode, rules

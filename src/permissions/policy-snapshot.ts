@@ -2,11 +2,11 @@ import { createHash } from 'node:crypto';
 import { mkdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { writeFileAtomic } from '../config/config-store.js';
-import type { ProjectConfig } from '../config/project-config.js';
-import { parseStrictJson } from '../config/strict-json.js';
-import type { StateKey } from '../config/state-key.js';
-import { CapsuleError } from '../errors.js';
+import { writeFileAtomic } from '../base/atomic-write.js';
+import type { ProjectConfig } from '../project/project-config.js';
+import { parseStrictJson } from '../base/strict-json.js';
+import type { StateKey } from '../project/state-key.js';
+import { CapsuleError } from '../base/errors.js';
 import {
   configWithPolicy,
   policyChange,

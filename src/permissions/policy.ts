@@ -1,7 +1,7 @@
-import type { AllowlistEntry, PermissionMode } from '../config/project-config.js';
-import { CapsuleError } from '../errors.js';
+import type { AllowlistEntry, PermissionMode } from '../project/project-config.js';
+import { CapsuleError } from '../base/errors.js';
 import { ceilingFor, mayAllow, type CeilingVerdict, type PolicySource } from './ceiling.js';
-import type { GlobCache } from './glob.js';
+import type { GlobCache } from '../base/glob.js';
 import { grantCovers, isWildcardGrant, WRITE_FILE } from './keys.js';
 import { allowRuleMatches, judgeDenyRule, type RuleSet } from './rules.js';
 import type { SessionAllowlist, SessionEntry } from './session-allowlist.js';

@@ -1,12 +1,12 @@
-import { isCapsuleError } from '../errors.js';
+import { isCapsuleError } from '../base/errors.js';
 import type { CommandAnalysis, CommandParser } from './command-parser.js';
 import { commandPermissionKey } from './command-parser.js';
 import { baseName, implicitRuns } from './command-semantics.js';
-import { GlobCache, hasGlobMeta } from './glob.js';
+import { GlobCache, hasGlobMeta } from '../base/glob.js';
 import { grantCovers, RUN_COMMAND } from './keys.js';
 import { allowRuleMatches, judgeDenyRule, rulePatternProgram, type Rule } from './rules.js';
 import type { PermissionRequest } from './types.js';
-import { singleQuoted } from '../shell-quote.js';
+import { singleQuoted } from '../base/shell-quote.js';
 
 /**
  * A command that shows a rule does not mean what it says. Every one is real: an allow counterexample

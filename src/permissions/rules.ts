@@ -1,11 +1,11 @@
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import type { Trust } from './ceiling.js';
 import { baseName, canonicalOptions } from './command-semantics.js';
-import { hasGlobMeta, matchPathGlob, type GlobCache } from './glob.js';
+import { hasGlobMeta, matchPathGlob, type GlobCache } from '../base/glob.js';
 import { RUN_COMMAND } from './keys.js';
 import type { CommandFact, PermissionRequest } from './types.js';
-import { RULE_SYNTAX } from './key-syntax.js';
-import { ruleNeverMatches } from './never-matches.js';
+import { RULE_SYNTAX } from '../project/key-syntax.js';
+import { ruleNeverMatches } from '../project/never-matches.js';
 
 /** A parsed `Tool` / `Tool(glob)` rule and where it came from. */
 export interface Rule {

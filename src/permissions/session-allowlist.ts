@@ -1,4 +1,4 @@
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { grantCovers, isWildcardGrant } from './keys.js';
 import type { PermissionRequest } from './types.js';
 

@@ -1,6 +1,10 @@
-import { PERMISSION_MODES, type LoadedProjectConfig, type PermissionMode } from '../config/project-config.js';
-import type { StateKey } from '../config/state-key.js';
-import { CapsuleError } from '../errors.js';
+import {
+  PERMISSION_MODES,
+  type LoadedProjectConfig,
+  type PermissionMode,
+} from '../project/project-config.js';
+import type { StateKey } from '../project/state-key.js';
+import { CapsuleError } from '../base/errors.js';
 import type { CommandParser } from './command-parser.js';
 import { PermissionEngine } from './engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } from './prompter.js';

@@ -1,6 +1,24 @@
 import type { GrantLifetime } from './grant-lifetime.js';
 import type { Denial } from './denial.js';
-import type { EgressRecord } from '../network/egress.js';
+
+/** What one network request record holds beside the decision (see docs/network.md). */
+export interface NetworkAuditFields {
+  capability: string;
+  host: string;
+  port: number;
+  method: string;
+  /** The address connected to (allowed requests only). */
+  address?: string | undefined;
+  bytesOut: number;
+  bytesIn: number;
+}
+
+/** One network request of a run as the egress policy reports it: the decision and the fields logged. */
+export interface EgressRecord extends NetworkAuditFields {
+  contentHash: string;
+  decision: 'allow' | 'deny';
+  reason: string;
+}
 
 /**
  * Shared vocabulary of the permission engine. Pure types: the engine and the tools both import these.

@@ -1,9 +1,9 @@
 import { lstat, readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { InputValidator } from '../manifest/input.js';
 import { loadCapability } from '../manifest/load.js';
-import { CAPABILITY_NAME } from '../manifest/schema.js';
+import { CAPABILITY_NAME } from '../project/key-syntax.js';
 import type { Capability, InvalidCapability } from '../manifest/types.js';
 import type { ScanIndex } from './scan-index.js';
 

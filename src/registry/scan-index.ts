@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../config/config-store.js';
+import { writeFileAtomic } from '../base/atomic-write.js';
 import path from 'node:path';
 import { z } from 'zod';
-import { parseStrictJson } from '../config/strict-json.js';
-import type { StateKey } from '../config/state-key.js';
+import { parseStrictJson } from '../base/strict-json.js';
+import type { StateKey } from '../project/state-key.js';
 import { hashFiles } from '../manifest/hash.js';
 
 /**

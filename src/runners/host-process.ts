@@ -23,11 +23,11 @@ import { randomBytes } from 'node:crypto';
 import type { Readable, Writable } from 'node:stream';
 import { CappedOutput } from './capped-output.js';
 import type { RunResult } from './types.js';
-import { singleQuoted } from '../shell-quote.js';
+import { singleQuoted } from '../base/shell-quote.js';
 import { processAlive } from './process-alive.js';
 import { seccompProgram } from './seccomp.js';
-import { packageRoot } from '../package-root.js';
-import type { HostProtection } from '../permissions/protected-state.js';
+import { packageRoot } from '../base/package-root.js';
+import type { HostProtection } from '../project/protected-state.js';
 
 /**
  * The one way capsule starts a host process (shell capabilities, the agent's run_command, `capsule exec`).

@@ -6,12 +6,12 @@ import {
   loadProjectConfig,
   type LoadedProjectConfig,
   type PermissionMode,
-} from '../config/project-config.js';
-import { userCacheDir } from '../config/cache-dir.js';
-import { StateKey } from '../config/state-key.js';
-import { secretDir, userStateDir } from '../config/user-state.js';
-import { ENGINE_ENV, resolveEngines, selectEngines } from '../config/engines.js';
-import { CapsuleError } from '../errors.js';
+} from '../project/project-config.js';
+import { userCacheDir } from '../base/cache-dir.js';
+import { StateKey } from '../project/state-key.js';
+import { secretDir, userStateDir } from '../base/user-state.js';
+import { ENGINE_ENV, resolveEngines, selectEngines } from '../project/engines.js';
+import { CapsuleError } from '../base/errors.js';
 import { Executor } from '../executor/executor.js';
 import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
@@ -28,7 +28,7 @@ import {
 import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseGrant, RUN_CAPABILITY, RUN_COMMAND } from '../permissions/keys.js';
-import { closestNames } from '../permissions/never-matches.js';
+import { closestNames } from '../project/never-matches.js';
 import type { Prompter } from '../permissions/prompter.js';
 import type { RuleSource } from '../permissions/rules.js';
 import {
@@ -37,7 +37,7 @@ import {
   protectedPaths,
   type HostProtection,
   type ProtectedPaths,
-} from '../permissions/protected-state.js';
+} from '../project/protected-state.js';
 import type { PermissionGate } from '../permissions/types.js';
 import { Registry } from '../registry/registry.js';
 import { ScanIndex, scanIndexPath } from '../registry/scan-index.js';

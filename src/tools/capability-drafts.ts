@@ -1,18 +1,18 @@
 import { writeFile } from 'node:fs/promises';
-import { fieldPath } from '../manifest/parse.js';
+import { fieldPath } from '../base/zod-issues.js';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import {
-  CAPABILITY_NAME,
   INTERPRETERS,
-  MANIFEST_FILE,
   grantsSchema,
   limitsSchema,
   relativePath,
   type ManifestInput,
 } from '../manifest/schema.js';
+import { MANIFEST_FILE } from '../project/environments.js';
+import { CAPABILITY_NAME } from '../project/key-syntax.js';
 import type { Environment } from '../manifest/types.js';
-import { isReservedName } from '../permissions/protected-state.js';
+import { isReservedName } from '../project/protected-state.js';
 import { SANDBOX_IMAGES } from '../runners/docker/image-recipes.js';
 import { z } from 'zod';
 import type { AgentToolContext } from './ports.js';

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { fieldPath } from '../manifest/parse.js';
+import { fieldPath } from '../base/zod-issues.js';
 import { chmod, lstat, mkdir, realpath, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { loadCapability } from '../manifest/load.js';
 import { isInside } from '../manifest/paths.js';
-import { MANIFEST_FILE } from '../manifest/schema.js';
+import { MANIFEST_FILE } from '../project/environments.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import type { AgentToolContext } from './ports.js';
 import type { Draft } from './capability-drafts.js';

@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { z } from 'zod';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { defineTool, noCheck, type AgentTool } from './define.js';
 
 /** Default cap for sleep(seconds); a session may lower or raise it. */

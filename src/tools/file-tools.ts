@@ -1,12 +1,12 @@
 import { lstat, mkdir, open, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { CapsuleError } from '../errors.js';
-import { LinearRegexEngine } from '../linear-regex.js';
-import { GlobCache } from '../permissions/glob.js';
+import { CapsuleError } from '../base/errors.js';
+import { LinearRegexEngine } from '../base/linear-regex.js';
+import { GlobCache } from '../base/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, noCheck, type AgentTool } from './define.js';
-import { unifiedDiff } from '../text-diff.js';
+import { unifiedDiff } from '../base/text-diff.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */

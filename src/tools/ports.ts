@@ -1,4 +1,4 @@
-import type { PermissionMode } from '../config/project-config.js';
+import type { PermissionMode } from '../project/project-config.js';
 import type { Capability } from '../manifest/types.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { Registry } from '../registry/registry.js';

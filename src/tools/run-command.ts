@@ -1,15 +1,15 @@
 import path from 'node:path';
 import { z } from 'zod';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from '../base/errors.js';
 import { commandCheck } from '../permissions/command-check.js';
 import type { CommandParser } from '../permissions/command-parser.js';
-import type { HostProtection } from '../permissions/protected-state.js';
+import type { HostProtection } from '../project/protected-state.js';
 import { HostProcesses } from '../runners/host-process.js';
 import type { RunResult } from '../runners/types.js';
 import type { CapabilityContext } from './ports.js';
 import type { Tool } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
-import { singleQuoted } from '../shell-quote.js';
+import { singleQuoted } from '../base/shell-quote.js';
 
 export const RUN_COMMAND_DEFAULT_TIMEOUT_MS = 60_000;
 export const RUN_COMMAND_MAX_TIMEOUT_MS = 10 * 60_000;

@@ -1,7 +1,7 @@
 import { lstat, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { writeFileAtomic } from '../config/config-store.js';
-import { CapsuleError } from '../errors.js';
+import { writeFileAtomic } from '../base/atomic-write.js';
+import { CapsuleError } from '../base/errors.js';
 import { isInside } from '../manifest/paths.js';
 import {
   claudeConfinedPath,
@@ -9,7 +9,7 @@ import {
   findProtectedState,
   protectedPaths,
   type HostProtection,
-} from '../permissions/protected-state.js';
+} from '../project/protected-state.js';
 
 /** A path inside the project, resolved: what file tools read and write. */
 export interface ResolvedPath {

@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AgentSession, type PlanApproval } from '../../src/agent/agent-session.js';
 import { ProfileCatalog } from '../../src/agent/profile.js';
-import { readProjectConfigFile } from '../../src/config/project-config.js';
+import { readProjectConfigFile } from '../../src/project/project-config.js';
 import { createCommandParser } from '../../src/permissions/command-parser.js';
 import { PermissionEngine } from '../../src/permissions/engine.js';
 import {

@@ -1,7 +1,7 @@
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { AuditHeadRef, ForeignSegment } from '../../permissions/audit-log.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
@@ -25,7 +25,7 @@ async function logAndHead(
   const [{ cliStateDir, cliStateKey, openProject }, { auditHeadPath, auditLogPath }, { isInside }] =
     await Promise.all([
       import('../session.js'),
-      import('../../permissions/audit-log.js'),
+      import('../../project/audit-paths.js'),
       import('../../manifest/paths.js'),
     ]);
   const { project } = await openProject(io);

@@ -2,13 +2,13 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { CheckOutcome } from '../../ci/junit.js';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 import { parseEnvs } from '../args.js';
-import { shellWord } from '../../shell-quote.js';
+import { shellWord } from '../../base/shell-quote.js';
 
 const MARKS: Record<CheckOutcome['status'], string> = {
   passed: 'PASS ',
@@ -84,7 +84,7 @@ export function registerCi(program: Command, io: CliIO): void {
         await Promise.all([
           import('../../ci/junit.js'),
           import('../../ci/run-checks.js'),
-          import('../../config/config-store.js'),
+          import('../../base/atomic-write.js'),
           import('../session.js'),
         ]);
       const tty = (io.stderr as { isTTY?: boolean }).isTTY === true && !opts.json;

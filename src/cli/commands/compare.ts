@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { CompareInput, CompareReport } from '../../compare/compare.js';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import { EXIT } from '../exit-codes.js';
 import { parseEnvs } from '../args.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
@@ -89,7 +89,7 @@ export function registerCompare(program: Command, io: CliIO): void {
           await Promise.all([
             import('../../compare/compare.js'),
             import('../../compare/render.js'),
-            import('../../config/config-store.js'),
+            import('../../base/atomic-write.js'),
             import('../session.js'),
           ]);
         const session = await openSession(io, {

@@ -47,7 +47,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           { isNoEngine, noEngineLine },
         ] = await Promise.all([
           import('../session.js'),
-          import('../../config/engines.js'),
+          import('../../project/engines.js'),
           import('../../runners/docker/engine-config.js'),
           import('../../runners/docker/engine-pool.js'),
           import('../../runners/docker/dockerode-engine.js'),

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { CommandParser } from '../../permissions/command-parser.js';
 import type { Explanation } from '../../permissions/engine.js';
 import { makeKey, RUN_CAPABILITY } from '../../permissions/keys.js';

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import type { AllowlistEntry } from '../../config/project-config.js';
-import { CapsuleError } from '../../errors.js';
+import type { AllowlistEntry } from '../../project/project-config.js';
+import { CapsuleError } from '../../base/errors.js';
 import { isWildcardGrant, RUN_CAPABILITY, RUN_COMMAND } from '../../permissions/keys.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
@@ -95,7 +95,7 @@ export function registerGrants(program: Command, io: CliIO): void {
       action(io, async (opts: { json?: boolean }) => {
         const [{ openProject }, { normalizeAllowlist }, { defaultIsolation }] = await Promise.all([
           import('../session.js'),
-          import('../../config/project-config.js'),
+          import('../../project/project-config.js'),
           import('../../executor/isolation.js'),
         ]);
         const { project, registry } = await openProject(io);
@@ -146,7 +146,7 @@ export function registerGrants(program: Command, io: CliIO): void {
       action(io, async (key: string, opts: { json?: boolean }) => {
         const [{ openProject }, { removeAllowlistEntry }] = await Promise.all([
           import('../session.js'),
-          import('../../config/config-store.js'),
+          import('../../project/config-store.js'),
         ]);
         const { project } = await openProject(io);
         if (!project.exists || !(await removeAllowlistEntry(project.file, key))) {

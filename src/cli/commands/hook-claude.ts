@@ -9,17 +9,17 @@ import {
   readClaudeSettingsDocument,
   type ClaudeSettingsScope,
 } from '../../permissions/claude-settings.js';
-import { CapsuleError, isCapsuleError } from '../../errors.js';
+import { CapsuleError, isCapsuleError } from '../../base/errors.js';
 import { isInside } from '../../manifest/paths.js';
 import type { CommandParser } from '../../permissions/command-parser.js';
 import type { Explanation, PermissionEngine } from '../../permissions/engine.js';
-import { matchPathGlob } from '../../permissions/glob.js';
+import { matchPathGlob } from '../../base/glob.js';
 import { makeKey, RUN_COMMAND, WRITE_FILE } from '../../permissions/keys.js';
 import { promptSafe } from '../../permissions/prompter.js';
 import type { RuleSource } from '../../permissions/rules.js';
 import type { PermissionRequest } from '../../permissions/types.js';
-import type { StateKey } from '../../config/state-key.js';
-import { shellWord } from '../../shell-quote.js';
+import type { StateKey } from '../../project/state-key.js';
+import { shellWord } from '../../base/shell-quote.js';
 import { EXIT } from '../exit-codes.js';
 import { write, type CliIO } from '../output.js';
 
@@ -179,10 +179,10 @@ async function openHookGate(
     { PermissionEngine },
     { createNonInteractivePrompter },
   ] = await Promise.all([
-    import('../../config/project-config.js'),
-    import('../../config/state-key.js'),
-    import('../../config/user-state.js'),
-    import('../../config/cache-dir.js'),
+    import('../../project/project-config.js'),
+    import('../../project/state-key.js'),
+    import('../../base/user-state.js'),
+    import('../../base/cache-dir.js'),
     import('../../permissions/policy-snapshot.js'),
     import('../../permissions/engine.js'),
     import('../../permissions/prompter.js'),
@@ -412,7 +412,7 @@ async function judgeFile(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
     );
   const target = path.resolve(envelope.cwd, given ?? '.');
   const { Workspace } = await import('../../tools/workspace.js');
-  const { findProtectedState } = await import('../../permissions/protected-state.js');
+  const { findProtectedState } = await import('../../project/protected-state.js');
   const runtime = ctx.runtime;
   const workspace = await Workspace.open({
     projectRoot: runtime.root,
@@ -583,16 +583,22 @@ async function recordAnswer(
   knownRoot: string | undefined,
 ): Promise<HookAnswer> {
   try {
-    const [{ JsonlAuditLog, auditHeadPath, auditLogPath }, { StateKey }, { userStateDir }, { systemClock }] =
-      await Promise.all([
-        import('../../permissions/audit-log.js'),
-        import('../../config/state-key.js'),
-        import('../../config/user-state.js'),
-        import('../../permissions/session-allowlist.js'),
-      ]);
+    const [
+      { JsonlAuditLog },
+      { auditHeadPath, auditLogPath },
+      { StateKey },
+      { userStateDir },
+      { systemClock },
+    ] = await Promise.all([
+      import('../../permissions/audit-log.js'),
+      import('../../project/audit-paths.js'),
+      import('../../project/state-key.js'),
+      import('../../base/user-state.js'),
+      import('../../permissions/session-allowlist.js'),
+    ]);
     let root = knownRoot;
     if (root === undefined) {
-      const { loadProjectConfig } = await import('../../config/project-config.js');
+      const { loadProjectConfig } = await import('../../project/project-config.js');
       root = await realpath((await loadProjectConfig(await realpath(claudeProjectDir(io)))).root);
     }
     const stateDir = userStateDir(io.env, homedir());

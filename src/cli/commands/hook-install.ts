@@ -9,13 +9,13 @@ import {
   readClaudeSettingsDocument,
   type ClaudeSettingsDocument as ClaudeSettings,
 } from '../../permissions/claude-settings.js';
-import { writeFileAtomic } from '../../config/config-store.js';
-import { StateKey } from '../../config/state-key.js';
-import { userStateDir } from '../../config/user-state.js';
-import { CapsuleError, isCapsuleError } from '../../errors.js';
+import { writeFileAtomic } from '../../base/atomic-write.js';
+import { StateKey } from '../../project/state-key.js';
+import { userStateDir } from '../../base/user-state.js';
+import { CapsuleError, isCapsuleError } from '../../base/errors.js';
 import { openProjectAt } from '../../runtime/runtime.js';
-import { shellWord } from '../../shell-quote.js';
-import { unifiedDiff } from '../../text-diff.js';
+import { shellWord } from '../../base/shell-quote.js';
+import { unifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
 

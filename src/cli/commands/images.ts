@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { DockerodeEngine } from '../../runners/docker/dockerode-engine.js';
 import { IMAGE_RECIPES } from '../../runners/docker/image-recipes.js';
 import { EXIT } from '../exit-codes.js';

@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { LearnInput, LearnReport } from '../../learn/learn.js';
-import type { unifiedDiff as UnifiedDiff } from '../../text-diff.js';
+import type { unifiedDiff as UnifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
 import { action, cancelOnSignals, json, progressLine, write, type CliIO } from '../output.js';
@@ -140,7 +140,7 @@ export function registerLearn(program: Command, io: CliIO): void {
       const inputs = parseInputs(opts.input);
       const [{ learnCapability }, { unifiedDiff }, { askYesNo }, { openSession }] = await Promise.all([
         import('../../learn/learn.js'),
-        import('../../text-diff.js'),
+        import('../../base/text-diff.js'),
         import('../../permissions/prompter.js'),
         import('../session.js'),
       ]);

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { Option, type Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
-import { ENVIRONMENTS } from '../../manifest/environments.js';
+import { CapsuleError } from '../../base/errors.js';
+import { ENVIRONMENTS } from '../../project/environments.js';
 import type { Environment } from '../../manifest/types.js';
 import type { Draft } from '../../tools/capability-drafts.js';
 import { EXIT } from '../exit-codes.js';
@@ -166,8 +166,8 @@ export function registerNew(program: Command, io: CliIO): void {
         const [{ openProject, cliStateDir }, { userCacheDir }, { protectedPaths }, { Workspace }] =
           await Promise.all([
             import('../session.js'),
-            import('../../config/cache-dir.js'),
-            import('../../permissions/protected-state.js'),
+            import('../../base/cache-dir.js'),
+            import('../../project/protected-state.js'),
             import('../../tools/workspace.js'),
           ]);
         const { project, registry } = await openProject(io);

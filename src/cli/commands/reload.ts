@@ -25,7 +25,7 @@ export function registerReload(program: Command, io: CliIO): void {
           { askYesNo },
           { cliStateDir, cliStateKey },
         ] = await Promise.all([
-          import('../../config/project-config.js'),
+          import('../../project/project-config.js'),
           import('../../permissions/policy-diff.js'),
           import('../../permissions/policy-snapshot.js'),
           import('../../permissions/prompter.js'),

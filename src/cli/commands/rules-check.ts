@@ -3,8 +3,8 @@ import { accessSync, constants, readFileSync } from 'node:fs';
 import { machine } from 'node:os';
 import path from 'node:path';
 import { ProfileCatalog } from '../../agent/profile.js';
-import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../config/project-config.js';
-import { CapsuleError } from '../../errors.js';
+import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../project/project-config.js';
+import { CapsuleError } from '../../base/errors.js';
 import { canonicalGrantKey, createCommandParser } from '../../permissions/command-parser.js';
 import {
   readClaudeSettings,

@@ -1,9 +1,9 @@
 // `capsule rules import`'s work, loaded only when the command runs (see rules.ts).
 import { homedir } from 'node:os';
 import path from 'node:path';
-import { addPermissionRules } from '../../config/config-store.js';
-import { loadProjectConfig } from '../../config/project-config.js';
-import { CapsuleError } from '../../errors.js';
+import { addPermissionRules } from '../../project/config-store.js';
+import { loadProjectConfig } from '../../project/project-config.js';
+import { CapsuleError } from '../../base/errors.js';
 import {
   planClaudeImport,
   readClaudeSettings,

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { RunResult } from '../../runners/types.js';
 import { runExitCode } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';

@@ -1,8 +1,8 @@
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
-import { MANIFEST_FILE } from '../../manifest/environments.js';
+import { CapsuleError } from '../../base/errors.js';
+import { MANIFEST_FILE } from '../../project/environments.js';
 import type { Capability, InvalidCapability } from '../../manifest/types.js';
 import type { Registry } from '../../registry/registry.js';
 import { action, json, write, type CliIO } from '../output.js';
@@ -43,7 +43,7 @@ async function validatePath(
   }
   const [{ loadCapability }, { protectedPaths }] = await Promise.all([
     import('../../manifest/load.js'),
-    import('../../permissions/protected-state.js'),
+    import('../../project/protected-state.js'),
   ]);
   const loaded = await loadCapability(folder, {
     root: await realpath(path.dirname(path.resolve(folder))),
@@ -72,7 +72,7 @@ export function registerValidate(program: Command, io: CliIO): void {
       action(io, async (target: string | undefined, opts: { json?: boolean }) => {
         const [{ openProject, cliStateDir }, { userCacheDir }] = await Promise.all([
           import('../session.js'),
-          import('../../config/cache-dir.js'),
+          import('../../base/cache-dir.js'),
         ]);
         const { project, registry } = await openProject(io);
         const result =

@@ -1,7 +1,7 @@
 import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { DirGrant } from '../../runners/wasm/dir-grants.js';
 import { positiveInt } from '../args.js';
 import { EXIT } from '../exit-codes.js';
@@ -127,7 +127,7 @@ export function registerWasmRun(program: Command, io: CliIO): void {
         };
         const [{ WasmRunner }, { userCacheDir }] = await Promise.all([
           import('../../runners/wasm/wasm-runner.js'),
-          import('../../config/cache-dir.js'),
+          import('../../base/cache-dir.js'),
         ]);
         const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const cancel = cancelOnSignals(io.signals, ['SIGINT']);

@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import { OutputDemuxer } from './demux.js';
 import { engineMessage } from './engine.js';
 import type { ContainerSpec, DockerEngine, PidsHits } from './engine.js';

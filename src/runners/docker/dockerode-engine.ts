@@ -1,6 +1,6 @@
 import Docker from 'dockerode';
 import { createHash } from 'node:crypto';
-import { canonicalJson } from '../../config/state-key.js';
+import { canonicalJson } from '../../project/state-key.js';
 import { realpath, stat } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';

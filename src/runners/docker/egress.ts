@@ -1,7 +1,7 @@
 import { chmod, lstat, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import { EgressSession, type EgressAudit, type Resolver } from '../../network/egress.js';
 import { isPrivateFolder } from '../private-folder.js';

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { DockerEngineConfig } from '../../config/engines.js';
-import { CapsuleError } from '../../errors.js';
+import type { DockerEngineConfig } from '../../project/engines.js';
+import { CapsuleError } from '../../base/errors.js';
 import { DockerodeEngine } from './dockerode-engine.js';
 import { EnginePool } from './engine-pool.js';
 import type { EnginePoolOptions, PoolEngine } from './engine-pool.js';

@@ -1,10 +1,10 @@
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { engineMessage } from './engine.js';
 import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
-import { withFileLock } from '../../config/file-lock.js';
+import { withFileLock } from '../../base/file-lock.js';
 import {
   HOST_LABEL,
   INSTANCE_LABEL,

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
-import { packageRoot } from '../../package-root.js';
+import { packageRoot } from '../../base/package-root.js';
 import type { PidsHits } from './pids-events.js';
 
 export type { PidsHits };

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import {
   WATCHDOG_GRACE_MS,

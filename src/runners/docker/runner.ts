@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { lstat } from 'node:fs/promises';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
@@ -23,7 +23,7 @@ import { cleanupOnProcessSignals } from './process-signals.js';
 import { buildContainerSpec } from './spec.js';
 import { openDockerEgress } from './egress.js';
 import type { Resolver } from '../../network/egress.js';
-import { assertGrantsUnprotected } from '../../permissions/protected-state.js';
+import { assertGrantsUnprotected } from '../../project/protected-state.js';
 
 export interface DockerRunnerOptions {
   /** Default: dockerode on DOCKER_HOST or the local socket. */

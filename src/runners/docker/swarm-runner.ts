@@ -1,6 +1,6 @@
 import { lstat, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';

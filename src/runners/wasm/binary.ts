@@ -1,4 +1,4 @@
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import { wasmHeader } from '../../manifest/runnable.js';
 import { HOST_MEMORY_IMPORT, type HostMemory } from './protocol.js';
 

@@ -3,8 +3,8 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { packageRoot } from '../../package-root.js';
-import { CapsuleError } from '../../errors.js';
+import { packageRoot } from '../../base/package-root.js';
+import { CapsuleError } from '../../base/errors.js';
 import { detectWasmKind } from './binary.js';
 import type { componentize as ComponentizeFn } from 'componentize-qjs';
 

@@ -1,6 +1,6 @@
 import { lstat } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 
 /** A directory the guest may see: a granted host directory and where it appears in the guest. */
 export interface DirGrant {

@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { z } from 'zod';
-import { CapsuleError } from '../../errors.js';
+import { CapsuleError } from '../../base/errors.js';
 import { capMemory, detectWasmKind, memoryFromHost } from './binary.js';
 import { HOST_MEMORY_IMPORT, type HostMemory } from './protocol.js';
 import { webAssembly } from './wasm-types.js';

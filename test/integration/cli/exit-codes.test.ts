@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
-import { withFileLock } from '../../../src/config/file-lock.js';
+import { withFileLock } from '../../../src/base/file-lock.js';
 import { COMMAND_EXIT_CODES, EXIT, EXIT_CODES } from '../../../src/cli/exit-codes.js';
 import { commandPath, leafCommands } from '../../../src/cli/help.js';
 import { buildProgram } from '../../../src/cli/program.js';

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 import { Executor } from '../../../src/executor/executor.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';

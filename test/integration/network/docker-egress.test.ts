@@ -2,7 +2,7 @@ import { cp, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EgressRecord } from '../../../src/network/egress.js';
+import type { EgressRecord } from '../../../src/permissions/types.js';
 import type { DockerodeEngine } from '../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { dockerForTests, tempCapability } from '../runners/docker/helpers.js';

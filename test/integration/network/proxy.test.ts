@@ -4,7 +4,8 @@ import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { EgressSession, type EgressRecord } from '../../../src/network/egress.js';
+import { EgressSession } from '../../../src/network/egress.js';
+import { type EgressRecord } from '../../../src/permissions/types.js';
 import { startEgressProxy, type EgressProxy } from '../../../src/network/proxy.js';
 import { egressCapability as capability, listen, mapResolver, type Listener } from './loopback.js';
 

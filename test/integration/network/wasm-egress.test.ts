@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EgressRecord } from '../../../src/network/egress.js';
+import type { EgressRecord } from '../../../src/permissions/types.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { assemble, wasmCapability } from '../runners/wasm/helpers.js';
 import { listen, mapResolver, type Listener } from './loopback.js';

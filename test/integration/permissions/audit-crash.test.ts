@@ -7,7 +7,8 @@ import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../helpers/cli.js';
 import type * as AuditLogModule from '../../../src/permissions/audit-log.js';
-import type * as StateKeyModule from '../../../src/config/state-key.js';
+import type * as AuditPathsModule from '../../../src/project/audit-paths.js';
+import type * as StateKeyModule from '../../../src/project/state-key.js';
 
 /** The state folder's key, from the built module the acting processes use too. */
 async function keyOf(stateDir: string): Promise<StateKeyModule.StateKey> {
@@ -112,9 +113,12 @@ describe('audit log under a kill (write before acting)', () => {
       await mkdir(path.join(root, '.capsule'), { recursive: true });
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
-      const { auditHeadPath, verifyAuditLog } = (await import(
+      const { verifyAuditLog } = (await import(
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
       )) as typeof AuditLogModule;
+      const { auditHeadPath } = (await import(
+        pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
+      )) as typeof AuditPathsModule;
       const headFile = await auditHeadPath(state, root);
       const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');
@@ -159,9 +163,12 @@ describe('audit log under a kill (write before acting)', () => {
       await mkdir(path.join(root, '.capsule'), { recursive: true });
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
-      const { auditHeadPath, verifyAuditLog } = (await import(
+      const { verifyAuditLog } = (await import(
         pathToFileURL(path.join(DIST, 'audit-log.js')).href
       )) as typeof AuditLogModule;
+      const { auditHeadPath } = (await import(
+        pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
+      )) as typeof AuditPathsModule;
       const headFile = await auditHeadPath(state, root);
       const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');

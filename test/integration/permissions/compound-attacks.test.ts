@@ -12,7 +12,7 @@ import { createNonInteractivePrompter } from '../../../src/permissions/prompter.
 import { createRunCommandTool } from '../../../src/tools/run-command.js';
 import { Workspace } from '../../../src/tools/workspace.js';
 import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 
 let parser: CommandParser;
 let root: string;

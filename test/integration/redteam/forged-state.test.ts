@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { projectConfigSchema } from '../../../src/config/project-config.js';
+import { projectConfigSchema } from '../../../src/project/project-config.js';
 import { policyHash, policyViewOf } from '../../../src/permissions/policy-diff.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI, cli } from '../../helpers/cli.js';

@@ -10,7 +10,7 @@ import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import { Registry } from '../../../src/registry/registry.js';
-import { StateKey } from '../../../src/config/state-key.js';
+import { StateKey } from '../../../src/project/state-key.js';
 import { ScanIndex } from '../../../src/registry/scan-index.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../src/errors.js';
+import { CapsuleError } from '../../../src/base/errors.js';
 import { LazyRunner } from '../../../src/runners/lazy-runner.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import type { Runner } from '../../../src/runners/types.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { reportError, type CliIO } from '../../../src/cli/output.js';
-import { CapsuleError } from '../../../src/errors.js';
+import { CapsuleError } from '../../../src/base/errors.js';
 import { memoryIO } from '../../helpers/io.js';
 
 function io(env: NodeJS.ProcessEnv = {}): CliIO & { err: () => string; out: () => string } {

@@ -1,7 +1,7 @@
 import { parse, type DefaultTreeAdapterMap } from 'parse5';
 import { describe, expect, it } from 'vitest';
 import type { CompareReport } from '../../../src/compare/compare.js';
-import { lineDiff } from '../../../src/text-diff.js';
+import { lineDiff } from '../../../src/base/text-diff.js';
 import { renderHtml, renderTable } from '../../../src/compare/render.js';
 
 type Node = DefaultTreeAdapterMap['node'];

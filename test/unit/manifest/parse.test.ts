@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { fieldPath, parseManifest, zodIssues } from '../../../src/manifest/parse.js';
+import { fieldPath, zodIssues } from '../../../src/base/zod-issues.js';
+import { parseManifest } from '../../../src/manifest/parse.js';
 import { relativePath } from '../../../src/manifest/schema.js';
 
 const valid = {

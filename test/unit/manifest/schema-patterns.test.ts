@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../src/errors.js';
+import { CapsuleError } from '../../../src/base/errors.js';
 import { InputValidator } from '../../../src/manifest/input.js';
 import { schemaPatternProblem, schemaPatterns } from '../../../src/manifest/schema-patterns.js';
 import type { Capability } from '../../../src/manifest/types.js';
-import { LinearRegexEngine } from '../../../src/linear-regex.js';
+import { LinearRegexEngine } from '../../../src/base/linear-regex.js';
 import { CATASTROPHIC } from '../../helpers/catastrophic-regex.js';
 
 describe('schemaPatterns finds a pattern wherever a schema holds one', () => {

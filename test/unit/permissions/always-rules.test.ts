@@ -11,7 +11,7 @@ import { createCommandParser } from '../../../src/permissions/command-parser.js'
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import type { AskAnswer, AskReply } from '../../../src/permissions/types.js';
-import { matchRuleGlob } from '../../../src/permissions/glob.js';
+import { matchRuleGlob } from '../../../src/base/glob.js';
 import { capabilityRequest, commandReq, fakeClock, tempProject } from './helpers.js';
 
 describe('the rules an "always" answer saves', () => {

@@ -3,14 +3,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
-  auditHeadPath,
-  auditLogPath,
   JsonlAuditLog,
   verifyAuditLog,
   type AuditEvent,
   type AuditHeadRef,
 } from '../../../src/permissions/audit-log.js';
-import { StateKey } from '../../../src/config/state-key.js';
+import { auditHeadPath, auditLogPath } from '../../../src/project/audit-paths.js';
+import { StateKey } from '../../../src/project/state-key.js';
 import { fakeClock, HASH_A, tempProject } from './helpers.js';
 
 function event(i: number): AuditEvent {

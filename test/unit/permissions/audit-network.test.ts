@@ -1,6 +1,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { auditLogPath, JsonlAuditLog, verifyAuditLog } from '../../../src/permissions/audit-log.js';
+import { JsonlAuditLog, verifyAuditLog } from '../../../src/permissions/audit-log.js';
+import { auditLogPath } from '../../../src/project/audit-paths.js';
 import { fakeClock, HASH_A, tempProject } from './helpers.js';
 
 describe('network request records in the audit log', () => {

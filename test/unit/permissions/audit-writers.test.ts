@@ -4,15 +4,14 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
-  auditHeadPath,
-  auditLogPath,
   JsonlAuditLog,
   verifyAuditLog,
   writerId,
   type AuditEvent,
   type AuditHeadRef,
 } from '../../../src/permissions/audit-log.js';
-import { StateKey } from '../../../src/config/state-key.js';
+import { auditHeadPath, auditLogPath } from '../../../src/project/audit-paths.js';
+import { StateKey } from '../../../src/project/state-key.js';
 import { fakeClock, tempProject } from './helpers.js';
 import { forgeChain } from '../../helpers/audit-forgery.js';
 

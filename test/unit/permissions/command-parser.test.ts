@@ -5,7 +5,7 @@ import {
   keyCommand,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 
 let parser: CommandParser;
 beforeAll(async () => {

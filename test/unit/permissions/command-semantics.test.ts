@@ -16,7 +16,7 @@ import {
   programHazard,
   unwrap,
 } from '../../../src/permissions/command-semantics.js';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 
 let parser: CommandParser;
 beforeAll(async () => {

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { createCommandParser } from '../../../src/permissions/command-parser.js';
 import { PermissionEngine, type PermissionEngineOptions } from '../../../src/permissions/engine.js';

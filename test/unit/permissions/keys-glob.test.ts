@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { matchPathGlob, matchRuleGlob } from '../../../src/permissions/glob.js';
+import { matchPathGlob, matchRuleGlob } from '../../../src/base/glob.js';
 import { grantCovers, makeKey, parseKey } from '../../../src/permissions/keys.js';
 
 describe('grantCovers', () => {

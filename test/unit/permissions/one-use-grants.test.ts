@@ -2,7 +2,7 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { StateKey } from '../../../src/config/state-key.js';
+import { StateKey } from '../../../src/project/state-key.js';
 import { OneUseGrantStore } from '../../../src/permissions/one-use-grants.js';
 
 const dirs: string[] = [];

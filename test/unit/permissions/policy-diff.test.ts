@@ -2,11 +2,11 @@ import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { projectConfigSchema } from '../../../src/config/project-config.js';
+import { projectConfigSchema } from '../../../src/project/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { policyChange, policyHash, policyViewOf, tightenOnly } from '../../../src/permissions/policy-diff.js';
 import { PolicySnapshotStore, resolveStartingPolicy } from '../../../src/permissions/policy-snapshot.js';
-import { StateKey } from '../../../src/config/state-key.js';
+import { StateKey } from '../../../src/project/state-key.js';
 
 function storeAt(stateDir: string): PolicySnapshotStore {
   return new PolicySnapshotStore({ stateDir, key: new StateKey({ stateDir }) });

@@ -4,10 +4,10 @@ import {
   commandPermissionKey,
   type CommandParser,
 } from '../../../src/permissions/command-parser.js';
-import { GlobCache } from '../../../src/permissions/glob.js';
+import { GlobCache } from '../../../src/base/glob.js';
 import { judgeDenyRule, parseRule } from '../../../src/permissions/rules.js';
 import type { PermissionRequest } from '../../../src/permissions/types.js';
-import { isCapsuleError } from '../../../src/errors.js';
+import { isCapsuleError } from '../../../src/base/errors.js';
 
 let parser: CommandParser;
 beforeAll(async () => {

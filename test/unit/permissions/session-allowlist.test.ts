@@ -2,13 +2,9 @@ import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  auditLogPath,
-  JsonlAuditLog,
-  type AuditEvent,
-  type AuditSink,
-} from '../../../src/permissions/audit-log.js';
-import { projectConfigSchema } from '../../../src/config/project-config.js';
+import { JsonlAuditLog, type AuditEvent, type AuditSink } from '../../../src/permissions/audit-log.js';
+import { auditLogPath } from '../../../src/project/audit-paths.js';
+import { projectConfigSchema } from '../../../src/project/project-config.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { SessionAllowlist } from '../../../src/permissions/session-allowlist.js';

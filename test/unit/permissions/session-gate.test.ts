@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadProjectConfig, parseProjectConfig } from '../../../src/config/project-config.js';
+import { loadProjectConfig, parseProjectConfig } from '../../../src/project/project-config.js';
 import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';

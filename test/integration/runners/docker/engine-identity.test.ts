@@ -2,7 +2,7 @@ import { mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../../src/errors.js';
+import { CapsuleError } from '../../../../src/base/errors.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import type { DockerEngine, EnginePin } from '../../../../src/runners/docker/engine.js';
 import { EnginePool } from '../../../../src/runners/docker/engine-pool.js';

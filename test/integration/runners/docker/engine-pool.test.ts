@@ -2,7 +2,7 @@ import { execa } from 'execa';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../../src/errors.js';
+import { CapsuleError } from '../../../../src/base/errors.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { EnginePool } from '../../../../src/runners/docker/engine-pool.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';

@@ -1,7 +1,7 @@
 import { mkdir, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { StateKey } from '../../../../src/config/state-key.js';
+import { StateKey } from '../../../../src/project/state-key.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { PostureStore } from '../../../../src/runners/docker/posture-store.js';
 import { tempProject, writeCapability } from '../../../helpers/capability.js';

@@ -1,7 +1,7 @@
 import { readFile, symlink } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../../src/errors.js';
+import { CapsuleError } from '../../../../src/base/errors.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { judgePosture, parseProbeOutput, PROBE_SCRIPT } from '../../../../src/runners/docker/posture.js';
 import { SwarmRunner } from '../../../../src/runners/docker/swarm-runner.js';

@@ -4,7 +4,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../../src/errors.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';

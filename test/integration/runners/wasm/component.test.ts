@@ -4,7 +4,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../../src/errors.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 import { InputValidator } from '../../../../src/manifest/input.js';
 import { loadCapability } from '../../../../src/manifest/load.js';
 import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';

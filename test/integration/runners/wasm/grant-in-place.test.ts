@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../../src/errors.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRawResult, WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';

@@ -2,7 +2,7 @@ import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync } from '
 import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isCapsuleError } from '../../../../src/errors.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRawResult, WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';

@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { StateKey } from '../../../../src/config/state-key.js';
+import { StateKey } from '../../../../src/project/state-key.js';
 import { PostureStore, keptCanary, sameDaemon } from '../../../../src/runners/docker/posture-store.js';
 import type { StoredPosture } from '../../../../src/runners/docker/posture-store.js';
 

@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CapsuleError } from '../../../../src/errors.js';
+import { CapsuleError } from '../../../../src/base/errors.js';
 import { manifestSchema } from '../../../../src/manifest/schema.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import type { DockerEngine, SwarmApi, SwarmServiceSpec } from '../../../../src/runners/docker/engine.js';

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import wabtInit from 'wabt';
 import { capMemory, detectWasmKind, memoryFromHost } from '../../../../src/runners/wasm/binary.js';
 import { HOST_MEMORY_IMPORT } from '../../../../src/runners/wasm/protocol.js';
-import { isCapsuleError } from '../../../../src/errors.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import type { WasmMemory } from '../../../../src/runners/wasm/wasm-types.js';
 

@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ConfinedDir, MAX_SYMLINK_HOPS, leadsDownward } from '../../../../src/runners/wasm/confined-dir.js';
-import { isReservedName, RESERVED_NAME_PATTERN } from '../../../../src/permissions/protected-state.js';
+import { isReservedName, RESERVED_NAME_PATTERN } from '../../../../src/project/protected-state.js';
 
 const { O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND } = constants;
 

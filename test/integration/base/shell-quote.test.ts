@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { shellWord, singleQuoted } from '../../src/shell-quote.js';
-import { HOSTILE_WORDS } from '../helpers/shell-words.js';
+import { shellWord, singleQuoted } from '../../../src/base/shell-quote.js';
+import { HOSTILE_WORDS } from '../../helpers/shell-words.js';
 
 describe('shell words through a real shell', () => {
   it('come back as exactly the text, one word each', () => {

@@ -2,8 +2,8 @@ import { constants, type Stats } from 'node:fs';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { link, lstat, mkdir, open, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
-import { secretDir } from './user-state.js';
+import { CapsuleError } from '../base/errors.js';
+import { secretDir } from '../base/user-state.js';
 
 /** The key file inside secretDir(stateDir). */
 export const STATE_KEY_FILE = 'state.key';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { closestNames, grantNeverMatches, ruleNeverMatches } from '../../../src/permissions/never-matches.js';
+import { closestNames, grantNeverMatches, ruleNeverMatches } from '../../../src/project/never-matches.js';
 
 describe('grants that can never match', () => {
   it.each([

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseStrictJson } from '../../../src/config/strict-json.js';
+import { parseStrictJson } from '../../../src/base/strict-json.js';
 
 function dup(text: string): string | undefined {
   const r = parseStrictJson(text);

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { StateKey } from '../../../src/config/state-key.js';
+import { StateKey } from '../../../src/project/state-key.js';
 import { PolicySnapshotStore } from '../../../src/permissions/policy-snapshot.js';
 import { REPO_ROOT } from '../../helpers/cli.js';
 

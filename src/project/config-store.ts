@@ -1,8 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { CapsuleError } from '../errors.js';
-import { withFileLock, type FileLockOptions } from './file-lock.js';
+import { CapsuleError } from '../base/errors.js';
+import { writeFileAtomic } from '../base/atomic-write.js';
+import { withFileLock, type FileLockOptions } from '../base/file-lock.js';
 import { parseProjectConfig, type AllowlistEntryInput, type ProjectConfig } from './project-config.js';
 
 /** Where capsule keeps its own state under the project root (audit log, locks, profiles). */
@@ -121,24 +121,4 @@ export async function removeAllowlistEntry(file: string, key: string): Promise<b
     return found;
   });
   return found;
-}
-
-export async function writeFileAtomic(file: string, text: string, mode = 0o644): Promise<void> {
-  const tmp = path.join(
-    path.dirname(file),
-    `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`,
-  );
-  try {
-    const handle = await open(tmp, 'wx', mode);
-    try {
-      await handle.writeFile(text, 'utf8');
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await unlink(tmp).catch(() => undefined);
-    throw err;
-  }
 }

@@ -1,12 +1,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { removeAllowlistEntry, setAllowlistEntry } from '../../../src/config/config-store.js';
+import { removeAllowlistEntry, setAllowlistEntry } from '../../../src/project/config-store.js';
 import {
   loadProjectConfig,
   normalizeAllowlist,
   parseProjectConfig,
-} from '../../../src/config/project-config.js';
-import { isCapsuleError, type CapsuleError } from '../../../src/errors.js';
+} from '../../../src/project/project-config.js';
+import { isCapsuleError, type CapsuleError } from '../../../src/base/errors.js';
 import { HASH_A, tempProject } from '../permissions/helpers.js';
 
 function configError(text: string): CapsuleError {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { resolveEngines, selectEngines } from '../../../src/config/engines.js';
-import { parseProjectConfig } from '../../../src/config/project-config.js';
-import { CapsuleError } from '../../../src/errors.js';
+import { resolveEngines, selectEngines } from '../../../src/project/engines.js';
+import { parseProjectConfig } from '../../../src/project/project-config.js';
+import { CapsuleError } from '../../../src/base/errors.js';
 
 const sock = { type: 'docker', host: 'unix:///run/a.sock' } as const;
 

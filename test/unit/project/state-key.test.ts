@@ -2,8 +2,8 @@ import { chmod, chown, mkdir, mkdtemp, readdir, readFile, stat, symlink, writeFi
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canonicalJson, StateKey, STATE_KEY_FILE } from '../../../src/config/state-key.js';
-import { secretDir } from '../../../src/config/user-state.js';
+import { canonicalJson, StateKey, STATE_KEY_FILE } from '../../../src/project/state-key.js';
+import { secretDir } from '../../../src/base/user-state.js';
 
 const fresh = () => mkdtemp(path.join(tmpdir(), 'capsule-key-'));
 const isRoot = process.getuid?.() === 0;

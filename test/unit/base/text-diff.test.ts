@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { unifiedDiff } from '../../src/text-diff.js';
+import { unifiedDiff } from '../../../src/base/text-diff.js';
 
 const labels = { old: 'a', new: 'b' };
 

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CapsuleError } from '../errors.js';
+import { CapsuleError } from './errors.js';
 
 export interface FileLockOptions {
   /** Give up after this long (default 10 s). */

@@ -2,7 +2,7 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { addPermissionRules } from '../../../src/config/config-store.js';
+import { addPermissionRules } from '../../../src/project/config-store.js';
 
 async function file(text?: string): Promise<string> {
   const f = path.join(await mkdtemp(path.join(tmpdir(), 'capsule-store-')), 'capsule.json');

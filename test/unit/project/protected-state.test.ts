@@ -12,8 +12,8 @@ import {
   isReservedName,
   protectedPaths,
   protectedStateHit,
-} from '../../../src/permissions/protected-state.js';
-import { userCacheDir } from '../../../src/config/cache-dir.js';
+} from '../../../src/project/protected-state.js';
+import { userCacheDir } from '../../../src/base/cache-dir.js';
 
 describe('protected state: the lexical core', () => {
   it('lists capsule.json, .capsule/, the audit log, profiles, locks and the cache dir', () => {

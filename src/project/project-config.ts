@@ -2,12 +2,12 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { enginesSchema } from './engines.js';
-import { CapsuleError } from '../errors.js';
-import { zodIssues } from '../manifest/parse.js';
-import { parseStrictJson } from './strict-json.js';
-import { ENVIRONMENTS } from '../manifest/schema.js';
-import { KEY_SYNTAX, RULE_SYNTAX } from '../permissions/key-syntax.js';
-import { grantNeverMatches, ruleNeverMatches } from '../permissions/never-matches.js';
+import { CapsuleError } from '../base/errors.js';
+import { zodIssues } from '../base/zod-issues.js';
+import { parseStrictJson } from '../base/strict-json.js';
+import { ENVIRONMENTS } from './environments.js';
+import { KEY_SYNTAX, RULE_SYNTAX } from './key-syntax.js';
+import { grantNeverMatches, ruleNeverMatches } from './never-matches.js';
 
 /** Rules that can never match are refused with the file and the rule's index as the field. */
 function neverMatchingRules(kind: 'allow' | 'deny') {

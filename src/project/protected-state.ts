@@ -1,10 +1,10 @@
 import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { STATE_DIR } from '../config/config-store.js';
-import { PROJECT_CONFIG_FILE } from '../config/project-config.js';
-import { secretDir } from '../config/user-state.js';
-import { CapsuleError } from '../errors.js';
-import { auditLogPath } from './audit-log.js';
+import { STATE_DIR } from './config-store.js';
+import { PROJECT_CONFIG_FILE } from './project-config.js';
+import { secretDir } from '../base/user-state.js';
+import { CapsuleError } from '../base/errors.js';
+import { auditLogPath } from './audit-paths.js';
 
 /**
  * capsule's own state, in one place: what no grant, tool, command cwd or runner mount may reach.

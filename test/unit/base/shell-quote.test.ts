@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { shellWord, singleQuoted } from '../../src/shell-quote.js';
-import { HOSTILE_WORDS } from '../helpers/shell-words.js';
+import { shellWord, singleQuoted } from '../../../src/base/shell-quote.js';
+import { HOSTILE_WORDS } from '../../helpers/shell-words.js';
 
 describe('shell words', () => {
   it('leave plain words as they are and quote anything a shell would expand or split', () => {

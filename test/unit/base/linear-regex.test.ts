@@ -1,7 +1,7 @@
 import { Script, createContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { LinearRegexEngine } from '../../src/linear-regex.js';
-import { CATASTROPHIC } from '../helpers/catastrophic-regex.js';
+import { LinearRegexEngine } from '../../../src/base/linear-regex.js';
+import { CATASTROPHIC } from '../../helpers/catastrophic-regex.js';
 
 /** Whether plain `new RegExp` is still matching after `ms` (V8 stops it then). */
 function backtrackingStillRunsAfter(pattern: string, input: string, ms: number): boolean {

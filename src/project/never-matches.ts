@@ -4,9 +4,9 @@
  * an allow rule whose program is a pattern. Refused where they are written (a flag: USAGE; a file:
  * CONFIG_INVALID naming the file and field), never accepted in silence. Pure; light enough for config/.
  */
-import { CAPABILITY_NAME } from '../manifest/schema.js';
-import { ENVIRONMENTS } from '../manifest/environments.js';
-import { hasGlobMeta, matchRuleGlob } from './glob.js';
+import { CAPABILITY_NAME } from './key-syntax.js';
+import { ENVIRONMENTS } from './environments.js';
+import { hasGlobMeta, matchRuleGlob } from '../base/glob.js';
 
 /** Tools whose keys the gate decides on (the `tool` of `tool:action`). */
 export const KEY_TOOLS: readonly string[] = [

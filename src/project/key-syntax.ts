@@ -1,7 +1,10 @@
 /*
  * The syntax of keys and rules (docs/permissions.md), in one place for the parsers in permissions/ and
- * the capsule.json schema. A leaf: it imports nothing, so config/ can use it without pulling the gate in.
+ * the capsule.json schema. A leaf: it imports nothing, so capsule.json's schema can use it without pulling the gate in.
  */
+
+/** A capability's name: it becomes a folder name, a permission key and a container label. */
+export const CAPABILITY_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
 /** A tool name: lower case, digits and `_` (`run_command`, `write_file`). */
 const TOOL = '[a-z][a-z0-9_]*';

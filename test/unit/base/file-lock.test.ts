@@ -3,7 +3,7 @@ import { mkdtemp, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { withFileLock } from '../../../src/config/file-lock.js';
+import { withFileLock } from '../../../src/base/file-lock.js';
 
 describe('withFileLock', () => {
   it('breaks an empty lock left by a holder killed long ago (older than the stale threshold)', async () => {

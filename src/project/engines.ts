@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { CapsuleError } from '../errors.js';
-import { parseStrictJson } from './strict-json.js';
+import { CapsuleError } from '../base/errors.js';
+import { parseStrictJson } from '../base/strict-json.js';
 
 /** Engine names: what `--engine NAME` and `capsule engines` show. */
 const ENGINE_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
