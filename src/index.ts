@@ -30,7 +30,7 @@ export { DockerRunner } from './runners/docker/runner.js';
 export type {
   PermissionGate,
   PermissionRequest,
-  PermissionCheck,
+  DeclaredPermission,
   PermissionKey,
   Decision,
   ToolKind,
@@ -45,11 +45,11 @@ export { auditHeadPath, auditLogPath } from './project/audit-paths.js';
 export { secretDir, userStateDir } from './base/user-state.js';
 export { StateKey } from './project/state-key.js';
 
-// Adding a tool: defineTool with a zod schema, permission() (noCheck or askHost with a makeKey key)
+// Adding a tool: defineTool with a zod schema, permission() (askNone or askHost with a makeKey key)
 // and execute(ctx); run it with executor.call(tool, args, context).
 export type { Tool, ToolContext } from './tools/tool.js';
 export type { CapabilityContext, AgentToolContext } from './tools/ports.js';
-export { defineTool, noCheck, askHost, type AgentTool } from './tools/define.js';
+export { defineTool, askNone, askHost, type AgentTool } from './tools/define.js';
 export { createToolCatalog, type ToolCatalogOptions } from './tools/catalog.js';
 export {
   Executor,
@@ -67,5 +67,5 @@ export { ProfileCatalog } from './agent/profile.js';
 export { CapsuleMcpServer } from './mcp/server.js';
 
 export { compareCapability, type CompareReport } from './compare/compare.js';
-export { runChecks } from './ci/run-checks.js';
+export { runCases } from './ci/run-cases.js';
 export { noTelemetry, otelTelemetry, type Telemetry } from './telemetry/telemetry.js';

@@ -3,7 +3,7 @@ import type { Executor } from '../executor/executor.js';
 import { learnCapability, type LearnInput } from '../learn/learn.js';
 import type { LearnPlace } from '../learn/classify.js';
 import { learnResultSchema, type LearnResultDocument } from '../learn/report-schema.js';
-import { defineTool, noCheck, type AgentTool } from '../tools/define.js';
+import { defineTool, askNone, type AgentTool } from '../tools/define.js';
 
 /** What a person is shown before learned grants are written, and their answer (true only for a yes). */
 export type WriteConfirmer = (
@@ -83,7 +83,7 @@ export function createLearnCapabilityTool(options: LearnToolOptions): AgentTool 
     output: learnResultSchema,
     // Nothing is decided here: each run inside is its own gate decision on run_capability:<name>.
     async permission(args) {
-      return noCheck(args.name);
+      return askNone(args.name);
     },
     async execute(args, ctx) {
       const inputs: LearnInput[] | undefined = args.inputs?.map((input, i) => ({

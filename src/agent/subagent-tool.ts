@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
-import { defineTool, noCheck, type AgentTool } from '../tools/define.js';
+import { defineTool, askNone, type AgentTool } from '../tools/define.js';
 
 const MAX_CALLS = 50;
 
@@ -45,7 +45,7 @@ export function createRunSubagentTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: runSubagentParameters,
     async permission(args) {
-      return noCheck(args.profile);
+      return askNone(args.profile);
     },
     async execute(args, ctx) {
       const child = await ctx.control.spawnSubAgent({ profile: args.profile, grants: args.grants });

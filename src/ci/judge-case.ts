@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from 'node:util';
-import type { CheckCase } from '../checks/cases.js';
+import type { CapabilityCase } from '../cases/cases.js';
 import type { RunResult } from '../runners/types.js';
 
 /**
@@ -37,7 +37,7 @@ const fail = (contract: CaseContract, why: string): CaseFailure => ({
  * enforces counts, not only the case's `expect`: a run that hit a limit, had a request refused, or
  * printed output its outputSchema rejects fails whatever its stdout shows.
  */
-export function judgeCase(check: CheckCase, result: RunResult): CaseFailure | undefined {
+export function judgeCase(check: CapabilityCase, result: RunResult): CaseFailure | undefined {
   const { expect } = check;
   if (expect.stdout === undefined && expect.json === undefined && expect.contains === undefined) {
     return fail(

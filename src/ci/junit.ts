@@ -1,5 +1,5 @@
 /** A finished check, as the CI report sees it. */
-export interface CheckOutcome {
+export interface CaseOutcome {
   capability: string;
   environment: string;
   caseName: string;
@@ -41,16 +41,16 @@ const seconds = (ms: number): string => (ms / 1000).toFixed(3);
  * Written by hand on purpose: the report is three element kinds and an escape, and an XML or JUnit
  * library would be a dependency the CLI loads for a string this size (tests parse it with a real one).
  */
-export function renderJunit(outcomes: readonly CheckOutcome[], name = 'capsule ci'): string {
-  const suites = new Map<string, CheckOutcome[]>();
+export function renderJunit(outcomes: readonly CaseOutcome[], name = 'capsule ci'): string {
+  const suites = new Map<string, CaseOutcome[]>();
   for (const o of outcomes) {
     const list = suites.get(o.capability) ?? [];
     list.push(o);
     suites.set(o.capability, list);
   }
-  const count = (list: readonly CheckOutcome[], status: CheckOutcome['status']): number =>
+  const count = (list: readonly CaseOutcome[], status: CaseOutcome['status']): number =>
     list.filter((o) => o.status === status).length;
-  const total = (list: readonly CheckOutcome[]): number => list.reduce((s, o) => s + o.durationMs, 0);
+  const total = (list: readonly CaseOutcome[]): number => list.reduce((s, o) => s + o.durationMs, 0);
 
   let xml = '<?xml version="1.0" encoding="UTF-8"?>\n';
   xml += `<testsuites name="${xmlEscape(name)}" tests="${outcomes.length}" failures="${count(outcomes, 'failed')}" errors="${count(outcomes, 'error')}" skipped="${count(outcomes, 'skipped')}" time="${seconds(total(outcomes))}">\n`;

@@ -1,7 +1,7 @@
 import { cp, lstat, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
-import { loadCases, type CheckCase } from '../checks/cases.js';
+import { loadCases, type CapabilityCase } from '../cases/cases.js';
 import { judgeCase } from '../ci/judge-case.js';
 import { sameOutput } from '../compare/compare.js';
 import { writeFileAtomic } from '../base/atomic-write.js';
@@ -23,7 +23,7 @@ export interface LearnInput {
   name: string;
   input: unknown;
   /** Set for a case: the proof judges it too. */
-  check?: CheckCase | undefined;
+  check?: CapabilityCase | undefined;
 }
 
 export interface ProofRun {

@@ -9,7 +9,7 @@ import type { Manifest } from './schema.js';
 const MAX_FILES = 2000;
 const MAX_TOTAL_BYTES = 128 * 1024 * 1024;
 
-/** The checks file of a capability (see src/checks): data for capsule, not code for the runner. */
+/** The checks file of a capability (see src/cases): data for capsule, not code for the runner. */
 export const CHECKS_FILE = 'cases.json';
 
 export interface FolderWalk {

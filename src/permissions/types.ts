@@ -43,7 +43,7 @@ export interface PermissionKey {
 export type Permission = { type: 'none' } | { type: 'ask'; key: PermissionKey };
 
 /** permission() result: the declared Permission plus what the gate needs to judge it. */
-export interface PermissionCheck {
+export interface DeclaredPermission {
   permission: Permission;
   subject: string;
   sandboxed: boolean;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineTool, noCheck, type AgentTool } from './define.js';
+import { defineTool, askNone, type AgentTool } from './define.js';
 import { createRunCapabilityTool } from './run-capability.js';
 import type { Capability } from '../manifest/types.js';
 import type { AgentToolContext } from './ports.js';
@@ -25,7 +25,7 @@ export function createListCapabilitiesTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: z.strictObject({}),
     async permission() {
-      return noCheck('*');
+      return askNone('*');
     },
     async execute(_args, ctx) {
       const scan = await ctx.registry.scan();
@@ -53,7 +53,7 @@ export function createDescribeCapabilityTool(): AgentTool {
       name: z.string().min(1).max(64).describe('Capability name, as listed by list_capabilities.'),
     }),
     async permission(args) {
-      return noCheck(args.name);
+      return askNone(args.name);
     },
     async execute(args, ctx) {
       const c = await ctx.registry.get(args.name);

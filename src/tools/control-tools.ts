@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
-import { defineTool, noCheck, type AgentTool } from './define.js';
+import { defineTool, askNone, type AgentTool } from './define.js';
 
 /** Default cap for sleep(seconds); a session may lower or raise it. */
 export const DEFAULT_SLEEP_MAX_SECONDS = 300;
@@ -16,7 +16,7 @@ export function createEnterPlanModeTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: z.strictObject({}),
     async permission() {
-      return noCheck('plan');
+      return askNone('plan');
     },
     async execute(_args, ctx) {
       const previous = ctx.control.mode;
@@ -40,7 +40,7 @@ export function createExitPlanModeTool(): AgentTool {
       plan: z.string().min(1).max(100_000).describe('The plan to approve, in Markdown.'),
     }),
     async permission() {
-      return noCheck('plan');
+      return askNone('plan');
     },
     async execute(args, ctx) {
       // Leaving plan mode is the one way this tool changes the mode: from any other mode an
@@ -86,7 +86,7 @@ export function createSleepTool(): AgentTool {
         .describe('Seconds to wait (0 or more; values above the cap wait only the cap).'),
     }),
     async permission(args) {
-      return noCheck(String(args.seconds));
+      return askNone(String(args.seconds));
     },
     async execute(args, ctx) {
       const seconds = Math.min(args.seconds, ctx.sleepMaxSeconds);
@@ -108,7 +108,7 @@ export function createReloadTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: z.strictObject({}),
     async permission() {
-      return noCheck('reload');
+      return askNone('reload');
     },
     async execute(_args, ctx) {
       return ctx.control.reload(ctx.signal);

@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import type { PermissionKey } from '../permissions/types.js';
 import type { AgentToolContext } from './ports.js';
-import type { PermissionCheck, Tool } from './tool.js';
+import type { DeclaredPermission, Tool } from './tool.js';
 
 /** A tool of the agent catalog, as the catalog and the MCP server hold it. */
 export type AgentTool = Tool<z.ZodType, unknown, AgentToolContext>;
@@ -12,11 +12,11 @@ export function defineTool<S extends z.ZodType, R>(tool: Tool<S, R, AgentToolCon
 }
 
 /** Permission::None: read-only tools never reach the gate. */
-export function noCheck(subject: string): PermissionCheck {
+export function askNone(subject: string): DeclaredPermission {
   return { permission: { type: 'none' }, subject, sandboxed: true };
 }
 
 /** Permission::Ask(key) for work that runs on the host (its ceiling is the session allowlist). */
-export function askHost(key: PermissionKey, subject: string, isolation: string): PermissionCheck {
+export function askHost(key: PermissionKey, subject: string, isolation: string): DeclaredPermission {
   return { permission: { type: 'ask', key }, subject, sandboxed: false, isolation };
 }

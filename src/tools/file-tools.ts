@@ -5,7 +5,7 @@ import { CapsuleError } from '../base/errors.js';
 import { LinearRegexEngine } from '../base/linear-regex.js';
 import { GlobCache } from '../base/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
-import { askHost, defineTool, noCheck, type AgentTool } from './define.js';
+import { askHost, defineTool, askNone, type AgentTool } from './define.js';
 import { unifiedDiff } from '../base/text-diff.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
@@ -113,7 +113,7 @@ export function createReadFileTool(): AgentTool {
     parameters: readFileParameters,
     async permission(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
-      return noCheck(file.relative);
+      return askNone(file.relative);
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
@@ -152,7 +152,7 @@ export function createGlobTool(): AgentTool {
     async permission(args, ctx) {
       checkGlob(args.pattern, 'pattern');
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return noCheck(base.relative);
+      return askNone(base.relative);
     },
     async execute(args, ctx) {
       checkGlob(args.pattern, 'pattern');
@@ -205,7 +205,7 @@ export function createGrepTool(): AgentTool {
     async permission(args, ctx) {
       if (args.glob !== undefined) checkGlob(args.glob, 'glob');
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return noCheck(base.relative);
+      return askNone(base.relative);
     },
     async execute(args, ctx) {
       // The agent's pattern meets the project's files: linear-time matching, so no pair of them can
@@ -277,7 +277,7 @@ export function createDiffTool(): AgentTool {
     async permission(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
       if (args.otherPath !== undefined) await ctx.workspace.resolve(args.otherPath, 'otherPath');
-      return noCheck(file.relative);
+      return askNone(file.relative);
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');

@@ -12,7 +12,7 @@ import {
 } from './capability-drafts.js';
 import { installDraft, planInstall, type InstallPlan } from './capability-install.js';
 import { askHost, defineTool, type AgentTool } from './define.js';
-import type { PermissionCheck } from '../permissions/types.js';
+import type { DeclaredPermission } from '../permissions/types.js';
 import type { AgentToolContext } from './ports.js';
 
 /**
@@ -24,7 +24,11 @@ import type { AgentToolContext } from './ports.js';
  * to write new capabilities never covers deleting one, and a yes for this session covers replacing
  * only the content the person was shown.
  */
-function generateCheck(environment: Environment, plan: InstallPlan, ctx: AgentToolContext): PermissionCheck {
+function generateCheck(
+  environment: Environment,
+  plan: InstallPlan,
+  ctx: AgentToolContext,
+): DeclaredPermission {
   const where = ctx.workspace.relativeOf(plan.target);
   if (plan.replaces === undefined) {
     return askHost(

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { inputDocumentText } from '../manifest/input.js';
 
 import type { RunResult } from '../runners/types.js';
-import type { PermissionCheck, Tool } from './tool.js';
+import type { DeclaredPermission, Tool } from './tool.js';
 import type { CapabilityContext } from './ports.js';
 
 export const runCapabilityParameters = z.strictObject({
@@ -15,7 +15,7 @@ export const runCapabilityParameters = z.strictObject({
 
 export type RunCapabilityArgs = z.infer<typeof runCapabilityParameters>;
 
-export function capabilityKey(name: string): PermissionCheck['permission'] {
+export function capabilityKey(name: string): DeclaredPermission['permission'] {
   return {
     type: 'ask',
     key: { tool: 'run_capability', action: name, raw: `run_capability:${name}`, compound: false },

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
-import { commandCheck } from '../permissions/command-check.js';
+import { commandPermission } from '../permissions/command-permission.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { HostProtection } from '../project/protected-state.js';
 import { HostProcesses } from '../runners/host-process.js';
@@ -121,12 +121,12 @@ export function createRunCommandTool(
         args.cwd === undefined ? ctx.workspace.root : (await resolveCwd(ctx.workspace, args.cwd)).real;
       // The engine's keying: run_command:<program>, or the whole normalized string when compound;
       // a relative program is keyed by its path resolved in the folder it runs in.
-      const check = commandCheck(ctx.commands, args.command, cwd);
+      const check = commandPermission(ctx.commands, args.command, cwd);
       const rel = path.relative(ctx.workspace.root, cwd);
       if (rel === '' || check.permission.type !== 'ask' || !check.permission.key.compound) return check;
       // A compound command in a sub-folder is keyed as the command that does the same from the root,
       // so a grant for it at the root never covers it elsewhere.
-      return commandCheck(ctx.commands, `cd -- ${singleQuoted(rel)}\n${args.command}`, cwd);
+      return commandPermission(ctx.commands, `cd -- ${singleQuoted(rel)}\n${args.command}`, cwd);
     },
     async execute(args, ctx): Promise<CommandResult> {
       const cwd =

@@ -1,7 +1,7 @@
 import type { z } from 'zod';
-import type { PermissionCheck, ToolKind } from '../permissions/types.js';
+import type { DeclaredPermission, ToolKind } from '../permissions/types.js';
 
-export type { PermissionCheck };
+export type { DeclaredPermission };
 
 /** What a tool can reach while it runs; built by the executor for one session. */
 export interface ToolContext {
@@ -25,6 +25,6 @@ export interface Tool<
   readonly parameters: Schema;
   /** The shape of its result, when it has one (MCP: the tool's outputSchema, the result its structuredContent). */
   readonly output?: z.ZodType | undefined;
-  permission(args: z.infer<Schema>, context: Ctx): Promise<PermissionCheck>;
+  permission(args: z.infer<Schema>, context: Ctx): Promise<DeclaredPermission>;
   execute(args: z.infer<Schema>, context: Ctx): Promise<Result>;
 }

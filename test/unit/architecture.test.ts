@@ -15,7 +15,7 @@ const RANK: Record<string, number> = {
   project: 1,
   manifest: 2,
   registry: 3,
-  checks: 4,
+  cases: 4,
   // decides and records: owns every audit record type
   permissions: 5,
   network: 6,

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import type { CheckOutcome } from '../../ci/junit.js';
+import type { CaseOutcome } from '../../ci/junit.js';
 import { CapsuleError } from '../../base/errors.js';
 import { EXIT } from '../exit-codes.js';
 import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
@@ -10,7 +10,7 @@ import { reportTarget, writeReport } from '../report-file.js';
 import { parseEnvs } from '../args.js';
 import { shellWord } from '../../base/shell-quote.js';
 
-const MARKS: Record<CheckOutcome['status'], string> = {
+const MARKS: Record<CaseOutcome['status'], string> = {
   passed: 'PASS ',
   failed: 'FAIL ',
   error: 'ERROR',
@@ -21,7 +21,7 @@ const MARKS: Record<CheckOutcome['status'], string> = {
  * 0 when every check passed; 1 when a check failed or errored on its own (a broken capability or runner
  * outranks a missing grant: granting would not make it pass); 77 when the only failures are denials.
  */
-function ciExitCode(outcomes: readonly CheckOutcome[]): number {
+function ciExitCode(outcomes: readonly CaseOutcome[]): number {
   const bad = outcomes.filter((o) => o.status === 'failed' || o.status === 'error');
   if (bad.length === 0) return EXIT.OK;
   return bad.every((o) => o.denied === true) ? EXIT.DENIED : EXIT.FAILURE;
@@ -31,7 +31,7 @@ function ciExitCode(outcomes: readonly CheckOutcome[]): number {
  * One summary of every denial, instead of the denial's whole text per case: how many, which keys, and
  * the flags that allow exactly those keys.
  */
-export function deniedSummary(outcomes: readonly CheckOutcome[]): string {
+export function deniedSummary(outcomes: readonly CaseOutcome[]): string {
   const denied = outcomes.filter((o) => o.denied === true);
   if (denied.length === 0) return '';
   const keys = [...new Set(denied.map((o) => `run_capability:${o.capability}`))];
@@ -46,7 +46,7 @@ export function deniedSummary(outcomes: readonly CheckOutcome[]): string {
  * One case's line. A denial's reason is the same for every case (the summary says it once), and so is an
  * error that stops every case alike (no engine, a runner missing): said in full once, then referred to.
  */
-export function caseLine(o: CheckOutcome, said: Set<string>): string {
+export function caseLine(o: CaseOutcome, said: Set<string>): string {
   let first = o.denied === true ? 'denied' : o.message?.split('\n')[0];
   if (first !== undefined && o.denied !== true) {
     if (said.has(first)) first = 'the same as above';
@@ -80,10 +80,10 @@ export function registerCi(program: Command, io: CliIO): void {
     action(io, async (target: string | undefined, opts: CiOptions) => {
       const environments = opts.env === undefined ? undefined : parseEnvs(opts.env);
       const junitFile = await reportTarget(io.cwd, opts.junit, '--junit', opts.force === true);
-      const [{ renderJunit }, { runChecks }, { writeFileAtomic }, { openSession, cliRegistry }] =
+      const [{ renderJunit }, { runCases }, { writeFileAtomic }, { openSession, cliRegistry }] =
         await Promise.all([
           import('../../ci/junit.js'),
-          import('../../ci/run-checks.js'),
+          import('../../ci/run-cases.js'),
           import('../../base/atomic-write.js'),
           import('../session.js'),
         ]);
@@ -115,7 +115,7 @@ export function registerCi(program: Command, io: CliIO): void {
         }
         const inFolder = (file: string): boolean => !one || path.dirname(file) === folder;
         const said = new Set<string>();
-        const checks = await runChecks({
+        const checks = await runCases({
           executor: session.executor,
           capabilities: scan.capabilities.filter((c) => inFolder(c.manifestPath)),
           invalid: scan.invalid.filter((i) => !one || i.folder === folder),
@@ -129,7 +129,7 @@ export function registerCi(program: Command, io: CliIO): void {
           },
         });
         if (tty) await write(io.stderr, '\r\x1b[K');
-        const count = (status: CheckOutcome['status']): number =>
+        const count = (status: CaseOutcome['status']): number =>
           checks.outcomes.filter((o) => o.status === status).length;
         const [passed, failed, errors, skipped] = [
           count('passed'),

@@ -14,7 +14,7 @@ async function readInputs(io: CliIO, opts: { input?: string; cases?: string }): 
     throw new CapsuleError('USAGE', 'Use either --input or --cases, not both.');
   if (opts.cases !== undefined) {
     const file = path.resolve(io.cwd, opts.cases);
-    const { parseCases } = await import('../../checks/cases.js');
+    const { parseCases } = await import('../../cases/cases.js');
     const text = await readFile(file, 'utf8').catch(() => {
       throw new CapsuleError('NOT_FOUND', `Cannot read --cases ${file}.`, { file });
     });

@@ -64,7 +64,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {
-          const { commandRequest } = await import('../../permissions/command-check.js');
+          const { commandRequest } = await import('../../permissions/command-permission.js');
           request = commandRequest(parser, command, session.project.root);
         } else {
           const cap = await session.registry.get(opts.capability as string);

@@ -311,7 +311,7 @@ async function judgeBash(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
   const parser = ctx.parser as CommandParser;
   const root = ctx.runtime.root;
   const cwd = await realpath(envelope.cwd).catch(() => path.resolve(envelope.cwd));
-  const { commandRequest } = await import('../../permissions/command-check.js');
+  const { commandRequest } = await import('../../permissions/command-permission.js');
   const request = commandRequest(parser, command, isInside(root, cwd) ? cwd : root);
   const key = request.key.raw;
   const ex = ctx.engine.explain(request);
@@ -366,16 +366,16 @@ async function confine(
   command: string,
   answer: HookAnswer,
 ): Promise<HookAnswer> {
-  const [{ OneUseGrantStore }, { commandCheck }, { RUN_COMMAND_MAX_TIMEOUT_MS }] = await Promise.all([
+  const [{ OneUseGrantStore }, { commandPermission }, { RUN_COMMAND_MAX_TIMEOUT_MS }] = await Promise.all([
     import('../../permissions/one-use-grants.js'),
-    import('../../permissions/command-check.js'),
+    import('../../permissions/command-permission.js'),
     import('../../tools/run-command.js'),
   ]);
   const root = ctx.runtime.root;
   const cwd = await realpath(envelope.cwd).catch(() => path.resolve(envelope.cwd));
   // capsule exec runs in the project root: a command of a sub-folder goes there first, as run_command does.
   const inner = cwd === root ? command : `cd -- ${shellWord(cwd)}\n${command}`;
-  const key = commandCheck(ctx.parser as CommandParser, inner, root).permission;
+  const key = commandPermission(ctx.parser as CommandParser, inner, root).permission;
   if (key.type !== 'ask') throw new Error('unreachable: commands always ask');
   const store = new OneUseGrantStore({ stateDir: ctx.runtime.stateDir, key: ctx.runtime.stateKey });
   const id = await store.mint({

@@ -11,7 +11,7 @@ import {
   translateClaudeRule,
   type ForeignRule,
 } from '../../permissions/claude-settings.js';
-import { checkRules, type RuleFinding } from '../../permissions/rule-check.js';
+import { findCounterexamples, type RuleFinding } from '../../permissions/rule-counterexamples.js';
 import { parseRule, type Rule } from '../../permissions/rules.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
@@ -129,7 +129,7 @@ export async function rulesCheck(io: CliIO, opts: RulesCheckOptions): Promise<nu
         }
       }
     }
-    const findings = checkRules(parser, {
+    const findings = findCounterexamples(parser, {
       allow,
       deny,
       grants,

@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import type { CheckCase } from '../../../src/checks/cases.js';
+import type { CapabilityCase } from '../../../src/cases/cases.js';
 import { judgeCase } from '../../../src/ci/judge-case.js';
 import { emptyResult, type RunResult } from '../../../src/runners/types.js';
 
 const result = (over: Partial<RunResult>): RunResult => ({ ...emptyResult('shell'), exitCode: 0, ...over });
-const check = (expect: Partial<CheckCase['expect']>): CheckCase => ({
+const check = (expect: Partial<CapabilityCase['expect']>): CapabilityCase => ({
   name: 'c',
   input: {},
   expect: { exitCode: 0, ...expect },
 });
-const why = (c: CheckCase, r: RunResult): string | undefined => judgeCase(c, r)?.message;
+const why = (c: CapabilityCase, r: RunResult): string | undefined => judgeCase(c, r)?.message;
 
 describe('judging a case', () => {
   it('judges exact stdout, substrings, JSON structure and exit codes', () => {

@@ -5,7 +5,7 @@ import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
-import { commandRequest } from '../../../src/permissions/command-check.js';
+import { commandRequest } from '../../../src/permissions/command-permission.js';
 import { createSessionEngine, parseMode } from '../../../src/permissions/session-gate.js';
 import { capabilityRequest, HASH_A, tempProject } from './helpers.js';
 

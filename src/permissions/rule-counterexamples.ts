@@ -34,7 +34,7 @@ export interface RuleFinding {
   asks: Counterexample[];
 }
 
-export interface CheckInput {
+export interface RuleSetInput {
   allow: readonly Rule[];
   deny: readonly Rule[];
   /** `--grant` keys, canonical. */
@@ -169,7 +169,7 @@ interface Rewrite {
 const FILE_OPERANDS = /^(rm|rmdir|unlink|shred|chmod|chown|chgrp|truncate|touch|mkdir)$/;
 
 /** Ways to write the same command that a text match would miss (the deny-rule attack families). */
-function denyRewrites(instance: string, program: string, machine: CheckInput['machine']): Rewrite[] {
+function denyRewrites(instance: string, program: string, machine: RuleSetInput['machine']): Rewrite[] {
   const rest = instance.slice(program.length).trimStart();
   const tail = rest === '' ? '' : ` ${rest}`;
   const q = singleQuoted;
@@ -306,7 +306,7 @@ function denyInstance(pattern: string): string {
  * Search for counterexamples with the real parser: commands an allow rule (or a `--grant`) admits that
  * run a program it does not name, and rewrites of a command a deny rule is written for that it misses.
  */
-export function checkRules(parser: CommandParser, input: CheckInput): RuleFinding[] {
+export function findCounterexamples(parser: CommandParser, input: RuleSetInput): RuleFinding[] {
   const globs = new GlobCache();
   const findings: RuleFinding[] = [];
   const installed = input.installed ?? (() => true);

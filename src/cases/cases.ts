@@ -31,10 +31,10 @@ export const casesFileSchema = z
   })
   .describe('cases.json: example input/expected-output checks beside capability.json, run by `capsule ci`.');
 
-export type CheckCase = z.infer<typeof caseSchema>;
+export type CapabilityCase = z.infer<typeof caseSchema>;
 
 /** Pure: parse cases.json text. */
-export function parseCases(text: string, file: string): CheckCase[] {
+export function parseCases(text: string, file: string): CapabilityCase[] {
   const json = parseStrictJson(text);
   if (!json.ok) {
     const message =
@@ -64,7 +64,7 @@ export function parseCases(text: string, file: string): CheckCase[] {
 }
 
 /** The capability's cases, or undefined when it has no cases.json. */
-export async function loadCases(capability: Capability): Promise<CheckCase[] | undefined> {
+export async function loadCases(capability: Capability): Promise<CapabilityCase[] | undefined> {
   const file = path.join(capability.dir, CASES_FILE);
   let text: string;
   try {

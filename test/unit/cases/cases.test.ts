@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseCases } from '../../../src/checks/cases.js';
+import { parseCases } from '../../../src/cases/cases.js';
 
 describe('cases', () => {
   it('parses a cases file and names the bad field', () => {

@@ -1,13 +1,13 @@
-import { loadCases, type CheckCase } from '../checks/cases.js';
+import { loadCases, type CapabilityCase } from '../cases/cases.js';
 import { judgeCase } from './judge-case.js';
 import { isCapsuleError } from '../base/errors.js';
 import type { Executor, PlannedVariant, RunPermit, VariantPlan } from '../executor/executor.js';
 import type { Capability, Environment, InvalidCapability } from '../manifest/types.js';
 import { inputDocumentText } from '../manifest/input.js';
-import type { CheckOutcome } from './junit.js';
+import type { CaseOutcome } from './junit.js';
 
-export interface CheckRun {
-  outcomes: CheckOutcome[];
+export interface CaseRun {
+  outcomes: CaseOutcome[];
   /** Capabilities without a cases.json. */
   withoutCases: string[];
   /** Invalid manifests or cases files: each is an error outcome too. */
@@ -20,20 +20,20 @@ const message = (err: unknown): string => (err instanceof Error ? err.message : 
  * Run every case of every capability through the gate (in CI, Ask is a denial unless granted), in its own
  * environment or in each of `environments` it is portable to. A denial or invalid input fails the case; a
  * runner that cannot run is an error; an environment the capability is not portable to is skipped.
- * A case is judged by every contract a run has (src/checks/cases.ts), and its outcome names the one
+ * A case is judged by every contract a run has (src/cases/cases.ts), and its outcome names the one
  * it broke.
  */
-export async function runChecks(options: {
+export async function runCases(options: {
   executor: Executor;
   capabilities: readonly Capability[];
   invalid?: readonly InvalidCapability[];
   environments?: readonly Environment[] | undefined;
-  onOutcome?: (outcome: CheckOutcome) => void;
+  onOutcome?: (outcome: CaseOutcome) => void;
   signal?: AbortSignal;
-}): Promise<CheckRun> {
+}): Promise<CaseRun> {
   const { executor } = options;
-  const run: CheckRun = { outcomes: [], withoutCases: [], invalid: [...(options.invalid ?? [])] };
-  const record = (o: CheckOutcome): void => {
+  const run: CaseRun = { outcomes: [], withoutCases: [], invalid: [...(options.invalid ?? [])] };
+  const record = (o: CaseOutcome): void => {
     run.outcomes.push(o);
     options.onOutcome?.(o);
   };
@@ -49,7 +49,7 @@ export async function runChecks(options: {
     });
   }
   for (const capability of options.capabilities) {
-    let cases: CheckCase[] | undefined;
+    let cases: CapabilityCase[] | undefined;
     try {
       cases = await loadCases(capability);
     } catch (err) {
@@ -89,11 +89,11 @@ export async function runChecks(options: {
 }
 
 function eachCase(
-  record: (o: CheckOutcome) => void,
+  record: (o: CaseOutcome) => void,
   capability: Capability,
   environment: Environment,
-  cases: readonly CheckCase[],
-  status: CheckOutcome['status'],
+  cases: readonly CapabilityCase[],
+  status: CaseOutcome['status'],
   why: string,
 ): void {
   for (const c of cases) {
@@ -112,13 +112,13 @@ async function checkEnvironment(
   executor: Executor,
   plan: VariantPlan,
   variant: PlannedVariant,
-  cases: readonly CheckCase[],
-  record: (o: CheckOutcome) => void,
+  cases: readonly CapabilityCase[],
+  record: (o: CaseOutcome) => void,
   signal: AbortSignal | undefined,
 ): Promise<void> {
   const { capability } = plan;
   const { environment } = variant;
-  const each = (status: CheckOutcome['status'], why: string): void =>
+  const each = (status: CaseOutcome['status'], why: string): void =>
     eachCase(record, capability, environment, cases, status, why);
   if (!variant.ok) return each('skipped', `not portable to ${environment}: ${variant.reason}`);
   let permit: RunPermit;
