@@ -1,6 +1,5 @@
 import type { LimitedGrant } from './grant-lifetime.js';
 import { readdir, stat } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import path from 'node:path';
 import { addPermissionRules, setAllowlistEntry, removeAllowlistEntry } from '../project/config-store.js';
 import {
@@ -12,10 +11,7 @@ import {
   type ProjectConfig,
 } from '../project/project-config.js';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
-import { userStateDir } from '../base/user-state.js';
-import { StateKey } from '../project/state-key.js';
-import { auditHeadPath, auditLogPath } from '../project/audit-paths.js';
-import { canonicalNetwork, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
+import { canonicalNetwork, type AuditEvent, type AuditSink } from './audit-log.js';
 import { type EgressRecord } from './types.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import {
@@ -86,13 +82,11 @@ export interface PermissionEngineOptions {
   /** Session grants with a lifetime (`--grant-for LIFETIME=KEY`): canonicalized like sessionGrants. */
   limitedGrants?: readonly LimitedGrant[] | undefined;
   prompter: Prompter;
-  /** Where decisions go; default the JSONL log at `<root>/.capsule/audit.jsonl`; false: nowhere. */
-  audit?: AuditSink | false | undefined;
   /**
-   * The per-user state directory holding the default log's head (see userStateDir); default
-   * `~/.local/state/capsule`. The composition root passes the one derived from its environment.
+   * Where decisions go (false: nowhere). Always the caller's: the composition root opens the project's log
+   * with its head in the per-user state folder (runtime/audit.ts); the gate itself opens no file for it.
    */
-  userStateDir?: string | undefined;
+  audit: AuditSink | false;
   clock?: Clock | undefined;
   /** Warnings that must not stop a call (a failed persist of an "always" answer). */
   logger?: ((message: string) => void) | undefined;
@@ -108,8 +102,6 @@ export interface PermissionEngineOptions {
   confirmPolicy?: PolicyConfirmer | undefined;
   /** Where confirmed policies are recorded across processes (capsule's per-user state). */
   snapshots?: PolicySnapshotStore | undefined;
-  /** The per-user key of `userStateDir` (the audit head's MAC); made from it when not given. */
-  stateKey?: StateKey | undefined;
   /** Hashes of the project profiles the session loaded (the confirmed ones); default: read at create. */
   profiles?: ProfileHashes | undefined;
 }
@@ -272,19 +264,7 @@ export class PermissionEngine implements PermissionGate {
     )
       options = { ...options, commandParser: await createCommandParser() };
     const profileHashes = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
-    let audit = options.audit;
-    if (audit === undefined) {
-      const root = path.resolve(options.projectRoot);
-      const stateDir = options.userStateDir ?? userStateDir({}, homedir());
-      audit = new JsonlAuditLog(auditLogPath(root), options.clock ?? systemClock(), {
-        head: {
-          file: await auditHeadPath(stateDir, root),
-          key: options.stateKey ?? new StateKey({ stateDir }),
-        },
-        projectRoot: root,
-      });
-    }
-    return new PermissionEngine({ ...options, profiles: profileHashes, audit }, config);
+    return new PermissionEngine({ ...options, profiles: profileHashes }, config);
   }
 
   get mode(): PermissionMode {
