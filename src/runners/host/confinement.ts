@@ -216,38 +216,12 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
       );
       return result;
     }
-    const held = (flag: string, what: string): boolean => {
-      if (out.includes(flag)) missing.push(what);
-      return !out.includes(flag);
-    };
-    result.pidNamespace = held('not-alone', 'the command is not alone in its pid namespace');
-    result.pidNamespace = held('host-proc', '/proc shows the host') && result.pidNamespace;
-    result.userNamespace = result.pidNamespace;
-    result.diesWithCapsule = result.pidNamespace;
-    result.noCapabilities = held('caps-left', 'capabilities or no_new_privs not in force');
-    result.minimalDev = held('dev-extra', '/dev holds more than the minimal devices');
-    result.kernelReadOnly = held('kernel-writable', '/proc/sys or /sys is writable');
-    result.syscallFilter = program !== undefined && held('no-filter', 'the syscall filter is not in force');
-    if (program === undefined) missing.push(`no syscall filter for ${process.arch}`);
-    result.readOnlyPaths =
-      held('state-written', 'protected paths could not be made read-only') &&
-      readFileSync(file, 'utf8') === 'x';
-    result.hiddenPaths = held('hidden-visible', 'hidden paths stay visible');
-    if (group !== undefined && held('cgroups-writable', 'the cgroup hierarchies are writable')) {
-      result.memoryLimit = true;
-      result.pidsLimit = true;
-      result.cgroup = layout;
-      result.stop = 'freeze-then-kill';
-    } else {
-      result.stop = 'namespace-kill';
-      missing.push(
-        layout === undefined
-          ? 'no cgroup with memory and pids controllers capsule may create'
-          : 'cgroup limits could not be set',
-      );
-    }
-    if (result.stop === 'freeze-then-kill' && layout?.version === 1 && layout.freezerParent === undefined)
-      result.stop = 'namespace-kill';
+    readProbe(result, out, {
+      filter: program !== undefined,
+      protectedIntact: () => readFileSync(file, 'utf8') === 'x',
+      limited: group !== undefined,
+      layout,
+    });
     result.tools = found;
     return result;
   } finally {
@@ -255,4 +229,56 @@ export function probeHostConfinement(options: { toolDirs?: readonly string[] } =
     if (group !== undefined) removeCgroup(group);
     rmSync(scratch, { recursive: true, force: true });
   }
+}
+
+/**
+ * What the probe's output says held (each line it printed names a guarantee that failed, `result.missing`
+ * says why), with what capsule saw from outside: a filter to give, the protected file unchanged, a cgroup
+ * the run joined, and where cgroups are made.
+ */
+function readProbe(
+  result: HostConfinement,
+  out: string,
+  seen: {
+    filter: boolean;
+    protectedIntact: () => boolean;
+    limited: boolean;
+    layout: CgroupLayout | undefined;
+  },
+): void {
+  const held = (flag: string, what: string): boolean => {
+    if (out.includes(flag)) result.missing.push(what);
+    return !out.includes(flag);
+  };
+  result.pidNamespace = held('not-alone', 'the command is not alone in its pid namespace');
+  result.pidNamespace = held('host-proc', '/proc shows the host') && result.pidNamespace;
+  result.userNamespace = result.pidNamespace;
+  result.diesWithCapsule = result.pidNamespace;
+  result.noCapabilities = held('caps-left', 'capabilities or no_new_privs not in force');
+  result.minimalDev = held('dev-extra', '/dev holds more than the minimal devices');
+  result.kernelReadOnly = held('kernel-writable', '/proc/sys or /sys is writable');
+  result.syscallFilter = seen.filter && held('no-filter', 'the syscall filter is not in force');
+  if (!seen.filter) result.missing.push(`no syscall filter for ${process.arch}`);
+  result.readOnlyPaths =
+    held('state-written', 'protected paths could not be made read-only') && seen.protectedIntact();
+  result.hiddenPaths = held('hidden-visible', 'hidden paths stay visible');
+  if (seen.limited && held('cgroups-writable', 'the cgroup hierarchies are writable')) {
+    result.memoryLimit = true;
+    result.pidsLimit = true;
+    result.cgroup = seen.layout;
+    result.stop = 'freeze-then-kill';
+  } else {
+    result.stop = 'namespace-kill';
+    result.missing.push(
+      seen.layout === undefined
+        ? 'no cgroup with memory and pids controllers capsule may create'
+        : 'cgroup limits could not be set',
+    );
+  }
+  if (
+    result.stop === 'freeze-then-kill' &&
+    seen.layout?.version === 1 &&
+    seen.layout.freezerParent === undefined
+  )
+    result.stop = 'namespace-kill';
 }
