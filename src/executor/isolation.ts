@@ -1,7 +1,7 @@
 import type { Capability } from '../manifest/types.js';
 import { describeGrants } from '../network/policy.js';
 import { dockerIsolation } from '../runners/docker/isolation.js';
-import { describeConfinement, type HostConfinement } from '../runners/host-process.js';
+import { describeConfinement, type HostConfinement } from '../runners/host/confinement.js';
 import type { IsolationReport } from '../tools/ports.js';
 
 export type { IsolationReport };

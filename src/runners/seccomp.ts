@@ -92,6 +92,16 @@ const argLow = (i: number): number => 16 + 8 * i;
 type Insn = [code: number, jt: number, jf: number, k: number];
 
 /**
+ * A call whose argument decides: for syscall `nr`, load the low word of argument `arg` and run `verdict`
+ * (which ends in a return); any other call skips past it.
+ */
+const byArgument = (nr: number, arg: number, verdict: readonly Insn[]): Insn[] => [
+  [JEQ_K, 0, verdict.length + 1, nr],
+  [LD_W_ABS, 0, 0, argLow(arg)],
+  ...verdict,
+];
+
+/**
  * The filter for this machine's architecture, as bytes for bubblewrap's `--seccomp FD`, or undefined
  * where capsule has no syscall table (the isolation report then says no filter is in force).
  */
@@ -106,19 +116,19 @@ export function seccompProgram(arch: string = process.arch): Buffer | undefined 
   prog.push([JEQ_K, 0, 1, X86_64_CLONE3], [RET_K, 0, 0, retErrno(ENOSYS)]);
   // clone(flags, …): a namespace flag in the low word of the first argument.
   prog.push(
-    [JEQ_K, 0, 4, X86_64_CLONE],
-    [LD_W_ABS, 0, 0, argLow(0)],
-    [JSET_K, 0, 1, CLONE_NAMESPACES],
-    [RET_K, 0, 0, deny],
-    [RET_K, 0, 0, RET_ALLOW],
+    ...byArgument(X86_64_CLONE, 0, [
+      [JSET_K, 0, 1, CLONE_NAMESPACES],
+      [RET_K, 0, 0, deny],
+      [RET_K, 0, 0, RET_ALLOW],
+    ]),
   );
   // ioctl(fd, request, …): the request is an unsigned int, the low word of the second argument.
   prog.push(
-    [JEQ_K, 0, 4, X86_64_IOCTL],
-    [LD_W_ABS, 0, 0, argLow(1)],
-    [JEQ_K, 1, 0, TIOCSTI],
-    [JEQ_K, 0, 1, TIOCLINUX],
-    [RET_K, 0, 0, deny],
+    ...byArgument(X86_64_IOCTL, 1, [
+      [JEQ_K, 1, 0, TIOCSTI],
+      [JEQ_K, 0, 1, TIOCLINUX],
+      [RET_K, 0, 0, deny],
+    ]),
   );
   prog.push([RET_K, 0, 0, RET_ALLOW]);
   const out = Buffer.alloc(prog.length * 8);

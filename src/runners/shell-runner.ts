@@ -5,9 +5,10 @@ import path from 'node:path';
 import { CapsuleError } from '../base/errors.js';
 import type { Capability } from '../manifest/types.js';
 import { claudeConfinedPath, protectedPaths, type HostProtection } from '../project/protected-state.js';
-import { HostProcesses, type HostConfinement } from './host-process.js';
+import type { HostConfinement } from './host/confinement.js';
+import { HostProcesses } from './host/host-processes.js';
 import { parseTrace, TRACER, tracerArgs } from './tracer.js';
-import { emptyResult, type RunObservations, type RunRequest, type RunResult, type Runner } from './types.js';
+import { finishedRun, type RunObservations, type RunRequest, type RunResult, type Runner } from './types.js';
 
 /** PATH given to shell capabilities: a fixed system path, never the caller's (which may hold user dirs). */
 export const SHELL_PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -56,7 +57,7 @@ export function commandLine(capability: Capability): { file: string; args: strin
 /**
  * Host processes. NOT a sandbox: it scrubs the environment, confines the cwd, caps output and time,
  * and — where the machine allows it — runs the capability in its own pid namespace with capsule's state
- * read-only and memory/pids limits (see host-process.ts); that is why its grants never reach the
+ * read-only and memory/pids limits (see host/host-processes.ts); that is why its grants never reach the
  * project allowlist.
  */
 export class ShellRunner implements Runner {
@@ -148,19 +149,7 @@ export class ShellRunner implements Runner {
         field: capability.manifest.interpreter !== undefined ? 'interpreter' : 'entry',
       });
     }
-    const result = emptyResult('shell');
-    result.exitCode = done.exitCode;
-    result.signal = done.signal;
-    result.stdout = done.stdout;
-    result.stderr = done.stderr;
-    result.timedOut = done.timedOut;
-    result.canceled = done.canceled;
-    result.truncated = done.truncated;
-    result.oomKilled = done.oomKilled;
-    if (done.pidsLimited) result.pidsLimited = true;
-    result.durationMs = done.durationMs;
-    if (observed !== undefined) result.observed = observed;
-    return result;
+    return { environment: 'shell', ...finishedRun(done), ...(observed === undefined ? {} : { observed }) };
   }
 }
 

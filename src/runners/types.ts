@@ -118,17 +118,45 @@ export interface Runner {
   close(): Promise<void>;
 }
 
-export function emptyResult(environment: Environment): RunResult {
-  return {
-    environment,
-    exitCode: null,
-    signal: null,
-    stdout: '',
-    stderr: '',
-    timedOut: false,
-    canceled: false,
-    truncated: false,
-    oomKilled: false,
-    durationMs: 0,
+/** What a finished process or Wasm guest reports, whichever runner ran it: a RunResult but its environment. */
+export type FinishedRun = Pick<
+  RunResult,
+  | 'exitCode'
+  | 'signal'
+  | 'stdout'
+  | 'stderr'
+  | 'timedOut'
+  | 'canceled'
+  | 'truncated'
+  | 'oomKilled'
+  | 'durationMs'
+  | 'pidsLimited'
+  | 'writeLimited'
+>;
+
+/**
+ * The one way a finished run becomes a RunResult's fields: only those a RunResult has (nothing a runner keeps
+ * of its own), each one not given as for a run that never started, and a limit flag only when it was hit (a
+ * runner that does not enforce a limit never reports it).
+ */
+export function finishedRun(done: Partial<FinishedRun> = {}): FinishedRun {
+  const fields: FinishedRun = {
+    exitCode: done.exitCode ?? null,
+    signal: done.signal ?? null,
+    stdout: done.stdout ?? '',
+    stderr: done.stderr ?? '',
+    timedOut: done.timedOut ?? false,
+    canceled: done.canceled ?? false,
+    truncated: done.truncated ?? false,
+    oomKilled: done.oomKilled ?? false,
+    durationMs: done.durationMs ?? 0,
   };
+  if (done.pidsLimited === true) fields.pidsLimited = true;
+  if (done.writeLimited === true) fields.writeLimited = true;
+  return fields;
+}
+
+/** A run that never started: what a refusal reports, and where a test's result starts. */
+export function emptyResult(environment: Environment): RunResult {
+  return { environment, ...finishedRun() };
 }

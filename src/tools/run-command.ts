@@ -4,7 +4,7 @@ import { CapsuleError } from '../base/errors.js';
 import { commandPermission } from '../permissions/command-permission.js';
 import type { CommandParser } from '../permissions/command-parser.js';
 import type { HostProtection } from '../project/protected-state.js';
-import { HostProcesses } from '../runners/host-process.js';
+import { HostProcesses } from '../runners/host/host-processes.js';
 import type { RunResult } from '../runners/types.js';
 import type { CapabilityContext } from './ports.js';
 import type { Tool } from './tool.js';

@@ -14,7 +14,7 @@ export function registerShow(program: Command, io: CliIO): void {
           await Promise.all([
             import('../session.js'),
             import('../../executor/isolation.js'),
-            import('../../runners/host-process.js'),
+            import('../../runners/host/confinement.js'),
             import('../../network/policy.js'),
           ]);
         const { registry } = await openProject(io);

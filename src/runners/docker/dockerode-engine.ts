@@ -585,9 +585,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       Labels: labels,
       Data: data.toString('base64'),
     })) as { id?: string; ID?: string };
-    const id = created.id ?? created.ID;
-    if (id === undefined) throw new Error('the engine created a config without an id');
-    return id;
+    return createdId(created, 'config');
   }
 
   async removeConfig(id: string): Promise<void> {
@@ -595,10 +593,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async listConfigs(labelFilters: string[]): Promise<string[]> {
-    const list = (await this.docker.listConfigs({ filters: { label: labelFilters } })) as Array<{
-      ID: string;
-    }>;
-    return list.map((c) => c.ID);
+    return idsOf(await this.docker.listConfigs({ filters: { label: labelFilters } }));
   }
 
   async createService(spec: SwarmServiceSpec): Promise<string> {
@@ -640,9 +635,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       },
       Mode: { Replicated: { Replicas: 1 } },
     } as unknown as Docker.CreateServiceOptions)) as { id?: string; ID?: string };
-    const id = created.id ?? created.ID;
-    if (id === undefined) throw new Error('the engine created a service without an id');
-    return id;
+    return createdId(created, 'service');
   }
 
   async removeService(id: string): Promise<void> {
@@ -650,10 +643,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async listServices(labelFilters: string[]): Promise<string[]> {
-    const list = (await this.docker.listServices({ filters: { label: labelFilters } })) as Array<{
-      ID: string;
-    }>;
-    return list.map((s) => s.ID);
+    return idsOf(await this.docker.listServices({ filters: { label: labelFilters } }));
   }
 
   async serviceTasks(serviceId: string): Promise<SwarmTask[]> {
@@ -705,4 +695,16 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       version: n.Version?.Index ?? -1,
     }));
   }
+}
+
+/** The id a swarm create answers with (spelled `id` or `ID`, by engine version). */
+function createdId(created: { id?: string; ID?: string }, what: string): string {
+  const id = created.id ?? created.ID;
+  if (id === undefined) throw new Error(`the engine created a ${what} without an id`);
+  return id;
+}
+
+/** The ids of a swarm list answer (configs, services). */
+function idsOf(list: unknown): string[] {
+  return (list as Array<{ ID: string }>).map((x) => x.ID);
 }

@@ -384,38 +384,36 @@ export class DockerRunner implements Runner {
       deep: true,
     });
     for (const [i, grant] of capability.fsGrants.entries()) {
-      const field = `grants.fs[${i}].path`;
+      // Every refusal names the grant's field in the manifest.
+      const refuse = (code: CapsuleError['code'], message: string, hint?: string): CapsuleError =>
+        new CapsuleError(code, message, {
+          file: capability.manifestPath,
+          field: `grants.fs[${i}].path`,
+          ...(hint === undefined ? {} : { hint }),
+        });
       let st;
       try {
         st = await lstat(grant.hostPath);
       } catch {
-        throw new CapsuleError('RUNNER_FAILED', `${grant.declared} does not exist any more`, {
-          file: capability.manifestPath,
-          field,
-          hint: 'create it or remove the grant',
-        });
+        throw refuse(
+          'RUNNER_FAILED',
+          `${grant.declared} does not exist any more`,
+          'create it or remove the grant',
+        );
       }
       if (st.isSymbolicLink()) {
         // hostPath was resolved by the loader: a link there now was swapped in since, and the
         // engine would follow it wherever it leads.
-        throw new CapsuleError(
+        throw refuse(
           'PERMISSION_DENIED',
           `${grant.declared} became a symlink since it was checked`,
-          {
-            file: capability.manifestPath,
-            field,
-            hint: 'Grant a real folder; capsule never mounts through a symlink.',
-          },
+          'Grant a real folder; capsule never mounts through a symlink.',
         );
       }
       if (st.isSocket()) {
-        throw new CapsuleError(
+        throw refuse(
           'UNSUPPORTED',
           `${grant.declared} is a socket; capsule never mounts sockets into a container`,
-          {
-            file: capability.manifestPath,
-            field,
-          },
         );
       }
     }

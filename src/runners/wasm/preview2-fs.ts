@@ -24,7 +24,7 @@ import {
   type FileTimes,
   type WriteBudget,
 } from './confined-dir.js';
-import { MAX_OPEN_FDS } from './preview1/host.js';
+import { MAX_OPEN_FDS } from './preview1/call.js';
 import type { GuestPreopen } from './protocol.js';
 import {
   InputStream,

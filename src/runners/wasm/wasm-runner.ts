@@ -7,7 +7,7 @@ import { DEFAULT_WRITE_BYTES } from '../../manifest/schema.js';
 import { EgressSession, type Resolver } from '../../network/egress.js';
 import { NO_NETWORK_GRANT, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../project/protected-state.js';
-import type { Observation, Runner, RunRequest, RunResult } from '../types.js';
+import { finishedRun, type Observation, type Runner, type RunRequest, type RunResult } from '../types.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
@@ -167,7 +167,12 @@ export class WasmRunner implements Runner {
     const via = 'wasm host';
     for (const f of files ?? []) observations.unshift({ op: f.op, path: f.path, outcome: f.outcome, via });
     return {
-      ...rest,
+      environment: 'wasm',
+      ...finishedRun({
+        ...rest,
+        stdout: Buffer.from(raw.stdout).toString('utf8'),
+        stderr: Buffer.from(raw.stderr).toString('utf8'),
+      }),
       ...(request.learn === true
         ? {
             observed: {
@@ -179,8 +184,6 @@ export class WasmRunner implements Runner {
             },
           }
         : {}),
-      stdout: Buffer.from(raw.stdout).toString('utf8'),
-      stderr: Buffer.from(raw.stderr).toString('utf8'),
     };
   }
 
@@ -244,15 +247,9 @@ export class WasmRunner implements Runner {
     });
     const base: WasmRawResult = {
       environment: 'wasm',
-      exitCode: null,
-      signal: null,
+      ...finishedRun({ timedOut: outcome.timedOut, canceled: outcome.canceled }),
       stdout: new Uint8Array(0),
       stderr: new Uint8Array(0),
-      timedOut: outcome.timedOut,
-      canceled: outcome.canceled,
-      truncated: false,
-      oomKilled: false,
-      durationMs: 0,
     };
     if (outcome.startError !== undefined) {
       if (outcome.startError instanceof CapsuleError) throw outcome.startError;

@@ -16,7 +16,8 @@ import type {
   ModuleJob,
   WorkerChannel,
 } from './protocol.js';
-import { createPreview1, Preview1Exit, preview1Imports } from './preview1/host.js';
+import { Preview1Exit } from './preview1/call.js';
+import { createPreview1, preview1Imports } from './preview1/host.js';
 import { FileLog, WriteBudget } from './confined-dir.js';
 import type { Preview1Host } from './preview1/host.js';
 import type { WasmImports, WasmInstance, WasmMemory, WasmModule, WebAssemblyApi } from './wasm-types.js';

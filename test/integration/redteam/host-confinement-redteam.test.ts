@@ -3,11 +3,8 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  describeConfinement,
-  HostProcesses,
-  probeHostConfinement,
-} from '../../../src/runners/host-process.js';
+import { describeConfinement, probeHostConfinement } from '../../../src/runners/host/confinement.js';
+import { HostProcesses } from '../../../src/runners/host/host-processes.js';
 import { refusedNumbers } from '../../../src/runners/seccomp.js';
 import { tempProject } from '../../helpers/capability.js';
 import { BUILT_CLI, commandKey, REPO_ROOT } from '../../helpers/cli.js';
@@ -114,7 +111,7 @@ async function confined(owner: Owner, s: Scene, script: string, o: DriveOptions 
   const scripts = o.scripts ?? [script];
   await writeFile(
     driver,
-    `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
+    `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host/host-processes.js'))});
 const p = new HostProcesses(undefined, { prestart: ${o.prestart === true} });
 let r;
 for (const script of ${JSON.stringify(scripts)}) {
@@ -645,7 +642,7 @@ describe.each(['root', 'user'] as const)('the terminal as %s', (owner) => {
     await writeFile(
       driver,
       confinedRun
-        ? `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
+        ? `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host/host-processes.js'))});
 const r = await new HostProcesses().run({ file: 'perl', args: ['-e', ${JSON.stringify(inject)}], cwd: '/', env: { PATH: '/usr/bin:/bin' },
   output: 'inherit', outputBytes: 1 << 20, timeoutMs: 20000, protection: { readOnly: [], hidden: [] } });
 if (!r.confined) throw new Error('not confined');`

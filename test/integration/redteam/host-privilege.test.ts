@@ -3,7 +3,7 @@ import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { probeHostConfinement } from '../../../src/runners/host-process.js';
+import { probeHostConfinement } from '../../../src/runners/host/confinement.js';
 import { refusedNumbers } from '../../../src/runners/seccomp.js';
 import { tempProject } from '../../helpers/capability.js';
 import { REPO_ROOT } from '../../helpers/cli.js';
@@ -58,7 +58,7 @@ async function confined(
   const driver = path.join(s.root, `driver-${Math.random().toString(36).slice(2)}.mjs`);
   await writeFile(
     driver,
-    `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
+    `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host/host-processes.js'))});
 const p = new HostProcesses();
 const r = await p.run({ file: 'sh', args: ['-c', ${JSON.stringify(script)}], cwd: ${JSON.stringify(path.join(s.root, 'proj'))},
   env: { PATH: '/usr/bin:/bin', S: ${JSON.stringify(s.state)}, H: ${JSON.stringify(s.hidden)}, R: ${JSON.stringify(s.root)} },

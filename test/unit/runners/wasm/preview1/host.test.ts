@@ -3,12 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { E, OFLAGS, R } from '../../../../../src/runners/wasm/preview1/abi.js';
-import {
-  createPreview1,
-  MAX_OPEN_FDS,
-  Preview1Exit,
-  preview1Imports,
-} from '../../../../../src/runners/wasm/preview1/host.js';
+import { MAX_OPEN_FDS, Preview1Exit } from '../../../../../src/runners/wasm/preview1/call.js';
+import { createPreview1, preview1Imports } from '../../../../../src/runners/wasm/preview1/host.js';
 import type { Preview1Host } from '../../../../../src/runners/wasm/preview1/host.js';
 import { WriteBudget } from '../../../../../src/runners/wasm/confined-dir.js';
 

@@ -2,9 +2,10 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { HostProcesses, probeHostConfinement } from '../../../src/runners/host-process.js';
-import { tempProject } from '../../helpers/capability.js';
-import { killAll, survivors } from '../../helpers/processes.js';
+import { probeHostConfinement } from '../../../../src/runners/host/confinement.js';
+import { HostProcesses } from '../../../../src/runners/host/host-processes.js';
+import { tempProject } from '../../../helpers/capability.js';
+import { killAll, survivors } from '../../../helpers/processes.js';
 
 // A confined init is prestarted for the next call of the same kind (see docs/runners.md). These attacks
 // run a hostile call while the next call's init is already waiting, and judge by what the next call

@@ -4,15 +4,12 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
-import { exitStatus } from '../../../src/runners/exit-status.js';
-import {
-  describeConfinement,
-  HostProcesses,
-  probeHostConfinement,
-} from '../../../src/runners/host-process.js';
-import { tempProject } from '../../helpers/capability.js';
-import { REPO_ROOT } from '../../helpers/cli.js';
-import { killAll, survivors } from '../../helpers/processes.js';
+import { exitStatus } from '../../../../src/runners/exit-status.js';
+import { describeConfinement, probeHostConfinement } from '../../../../src/runners/host/confinement.js';
+import { HostProcesses } from '../../../../src/runners/host/host-processes.js';
+import { tempProject } from '../../../helpers/capability.js';
+import { REPO_ROOT } from '../../../helpers/cli.js';
+import { killAll, survivors } from '../../../helpers/processes.js';
 
 const tokens: string[] = [];
 afterEach(() => {
@@ -104,7 +101,7 @@ describe('host processes: the isolation report says what was measured', () => {
     const script = path.join(root, 'probe.mjs');
     await writeFile(
       script,
-      `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host-process.js'))});
+      `const { HostProcesses } = await import(${JSON.stringify(path.join(REPO_ROOT, 'dist/runners/host/host-processes.js'))});
 const p = new HostProcesses();
 const r = await p.run({ file: 'sh', args: ['-c', ${JSON.stringify(ATTACK(state, markers))}], cwd: ${JSON.stringify(root)}, env: { PATH: '/usr/bin:/bin' }, output: 'capture', outputBytes: 65536, timeoutMs: 10000, protection: { readOnly: [${JSON.stringify(state)}], hidden: [] } });
 console.log(JSON.stringify({ confinement: p.confinement(), confined: r.confined }));
