@@ -12,7 +12,7 @@ export async function benchShell({ root, iterations = 50 }) {
   const { Executor } = await import('../dist/executor/executor.js');
   const { HostProcesses } = await import('../dist/runners/host/host-processes.js');
   const { describeConfinement } = await import('../dist/runners/host/confinement.js');
-  const { protectedPaths } = await import('../dist/permissions/protected-state.js');
+  const { protectedPaths } = await import('../dist/project/protected-state.js');
   const processes = new HostProcesses(undefined, { prestart: true });
   const confinement = processes.confinement();
   process.stderr.write(`bench: shell confinement here: ${describeConfinement(confinement)}\n`);
