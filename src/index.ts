@@ -20,12 +20,12 @@ export { loadProjectConfig, findProjectRoot, type LoadedProjectConfig } from './
 export { userCacheDir } from './base/cache-dir.js';
 export { confinedPaths, protectedPaths, type ConfinedPath } from './project/protected-state.js';
 
-// Adding a runner: implement Runner (run a Capability's environment, return the one RunResult shape).
+// Adding a runner: implement Runner (run a Capability's environment, return the one RunResult shape); its
+// run() starts with redeemPermit(permit, request.capability), as capsule's own runners do. Only the executor
+// mints permits, so the concrete runners are not exported: a capability runs through executor.run.
 export type { Runner, RunRequest, RunResult } from './runners/types.js';
-export { ShellRunner } from './runners/shell-runner.js';
-export { WasmRunner } from './runners/wasm/wasm-runner.js';
+export { redeemPermit, type RunnerPermit } from './runners/permit.js';
 export { componentizeJs } from './runners/wasm/componentize.js';
-export { DockerRunner } from './runners/docker/runner.js';
 
 export type {
   PermissionGate,

@@ -5,6 +5,7 @@ import { zodIssues } from '../base/zod-issues.js';
 import type { Capability, Environment } from '../manifest/types.js';
 import type { Decision, PermissionGate, PermissionRequest } from '../permissions/types.js';
 import type { Registry } from '../registry/registry.js';
+import { mintRunnerPermit } from '../runners/permit.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Observation, RunResult, Runner } from '../runners/types.js';
 import type { CapabilityContext, RunPermit } from '../tools/ports.js';
@@ -197,6 +198,8 @@ export class Executor {
       );
     }
     const gate = this.gate;
+    // The runner's own proof, for this one run of exactly this staged capability: the only way to a runner.
+    const runnerPermit = mintRunnerPermit(capability);
     // A run outside a tool call (compare, ci) gets a span of its own.
     const inCall = permit === undefined ? undefined : this.#spans.get(permit);
     const span = inCall ?? this.#telemetry.startToolCall({ tool: 'run_capability' });
@@ -209,29 +212,32 @@ export class Executor {
     try {
       result = this.#checkOutput(
         capability,
-        await runner.run({
-          capability,
-          input: inputText,
-          signal,
-          engine: options.engine,
-          // Judged sandboxed: the runner re-checks that against what it measures where the call lands.
-          requireSandboxed: this.#judgedSandboxed.has(permit as RunPermit),
-          learn: options.learn,
-          egressAudit: async (record) => {
-            if (record.decision === 'deny') refused.push(`${record.method} ${record.host}:${record.port}`);
-            if (options.learn === true) {
-              requests.push({
-                op: 'http',
-                host: record.host,
-                port: record.port,
-                method: record.method,
-                outcome: record.decision === 'allow' ? 'ok' : 'refused',
-                via: 'egress',
-              });
-            }
-            await gate.recordNetwork?.(record);
+        await runner.run(
+          {
+            capability,
+            input: inputText,
+            signal,
+            engine: options.engine,
+            // Judged sandboxed: the runner re-checks that against what it measures where the call lands.
+            requireSandboxed: this.#judgedSandboxed.has(permit as RunPermit),
+            learn: options.learn,
+            egressAudit: async (record) => {
+              if (record.decision === 'deny') refused.push(`${record.method} ${record.host}:${record.port}`);
+              if (options.learn === true) {
+                requests.push({
+                  op: 'http',
+                  host: record.host,
+                  port: record.port,
+                  method: record.method,
+                  outcome: record.decision === 'allow' ? 'ok' : 'refused',
+                  via: 'egress',
+                });
+              }
+              await gate.recordNetwork?.(record);
+            },
           },
-        }),
+          runnerPermit,
+        ),
       );
       if (refused.length > 0) result = { ...result, networkDenied: refused };
       if (options.learn === true) {

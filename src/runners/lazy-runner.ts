@@ -1,4 +1,5 @@
 import type { Environment } from '../manifest/types.js';
+import { assertPermit, type RunnerPermit } from './permit.js';
 import type { Runner, RunRequest, RunResult } from './types.js';
 
 /**
@@ -35,8 +36,10 @@ export class LazyRunner implements Runner {
     return (await this.#get()).available();
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
-    return (await this.#get()).run(request);
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    // Refused before the module loads; the loaded runner spends the permit.
+    assertPermit(permit, request.capability);
+    return (await this.#get()).run(request, permit);
   }
 
   /** Passes the hint on, loading the runner for it only when it warms (see the constructor). */

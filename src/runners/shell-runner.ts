@@ -9,6 +9,7 @@ import type { HostConfinement } from './host/confinement.js';
 import { HostProcesses } from './host/host-processes.js';
 import { parseTrace, TRACER, tracerArgs } from './tracer.js';
 import { finishedRun, type RunObservations, type RunRequest, type RunResult, type Runner } from './types.js';
+import { redeemPermit, type RunnerPermit } from './permit.js';
 
 /** PATH given to shell capabilities: a fixed system path, never the caller's (which may hold user dirs). */
 export const SHELL_PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -95,7 +96,8 @@ export class ShellRunner implements Runner {
     await this.processes.close();
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    redeemPermit(permit, request.capability);
     const { capability, input, signal } = request;
     const { limits } = capability.manifest;
     const command = commandLine(capability);

@@ -1,5 +1,6 @@
 import type { Capability, Environment } from '../manifest/types.js';
 import type { EgressAudit } from '../network/egress.js';
+import type { RunnerPermit } from './permit.js';
 
 /**
  * The one result shape every runner returns. A non-zero exit is data, not an exception:
@@ -99,7 +100,11 @@ export interface Runner {
   readonly environment: Environment;
   /** Whether this runner can run here now (e.g. the Docker engine answers), with a reason when not. */
   available(): Promise<{ ok: true } | { ok: false; reason: string }>;
-  run(request: RunRequest): Promise<RunResult>;
+  /**
+   * Runs `request.capability` only with a permit the executor minted for exactly that capability, spent by
+   * this run: anything else is refused (PERMISSION_DENIED) before anything starts (src/runners/permit.ts).
+   */
+  run(request: RunRequest, permit: RunnerPermit): Promise<RunResult>;
   /**
    * A hint that one of this runner's capabilities is about to run (resolved, not yet judged): start
    * what a first call waits for (a Wasm worker) so it overlaps staging and the gate. Runs no

@@ -199,9 +199,6 @@ const IO_PARTS: Record<string, string> = {
 const ASSEMBLES: Record<string, readonly string[]> = {
   'runners/docker/engine-pool.ts': ['DockerRunner', 'SwarmRunner', 'ImageBuilder'],
   'runners/docker/runner.ts': ['DockerodeEngine', 'ImageBuilder'],
-  // Until `capsule wasm run` builds its raw-module runner with runtime/runners.ts createWasmRunner (another
-  // part of this change): the check below fails once the entry is no longer used, so it goes then.
-  'cli/commands/wasm-run.ts': ['WasmRunner'],
 };
 
 /** `new X(` of an I/O part in one src file (path relative to src/), outside runtime/ and X's own file. */
@@ -263,6 +260,63 @@ describe('architecture: only runtime/ meets I/O with `new`', () => {
     expect(constructsOutsideRuntime('runtime/x.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
     expect(constructsOutsideRuntime('permissions/audit-log.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
     expect(constructsOutsideRuntime('cli/x.ts', '// new JsonlAuditLog(f, c)\nnew Map();')).toEqual([]);
+  });
+});
+
+/**
+ * Files (src-relative) that could make a runner permit: they name the minting function, or reach the permit
+ * module whole (a namespace or dynamic import) where a name need not be written. Only src/executor/ may.
+ */
+function permitMinters(files: ReadonlyMap<string, string>): string[] {
+  const whole =
+    /import\s+\*\s+as\s+\w+\s+from\s+['"][^'"]*\/permit\.js['"]|import\(\s*['"][^'"]*\/permit\.js['"]\s*\)/;
+  return [...files]
+    .filter(([f]) => !f.startsWith('executor/') && f !== 'runners/permit.ts')
+    .filter(([, text]) => /\bmintRunnerPermit\b/.test(code(text)) || whole.test(code(text)))
+    .map(([f]) => f);
+}
+
+/** Files (src-relative) that run a raw Wasm module: only the Wasm runner itself and the one ungated run. */
+function rawRunners(files: ReadonlyMap<string, string>): string[] {
+  return [...files]
+    .filter(([f]) => !f.startsWith('runners/wasm/') && f !== 'runtime/ungated-module.ts')
+    .filter(([, text]) => /\.runRaw\s*\(/.test(code(text)))
+    .map(([f]) => f);
+}
+
+describe('architecture: only the executor can run a capability', () => {
+  const files = new Map(
+    sourceFiles(SRC).map((f) => [path.relative(SRC, f), readFileSync(f, 'utf8')] as const),
+  );
+
+  it('no module of src/ but the executor mints a runner permit (src/runners/permit.ts)', () => {
+    expect(permitMinters(files)).toEqual([]);
+    // The executor does mint: the check looks where the minting happens.
+    expect(/\bmintRunnerPermit\(/.test(files.get('executor/executor.ts') ?? '')).toBe(true);
+  });
+
+  it('the minting check finds a minter (the test itself can fail)', () => {
+    const sample = new Map([
+      ['runners/shell-runner.ts', "import { redeemPermit } from './permit.js';"],
+      ['executor/executor.ts', "import { mintRunnerPermit } from '../runners/permit.js';"],
+      ['tools/run-capability.ts', "import { mintRunnerPermit } from '../runners/permit.js';"],
+      ['agent/sneaky.ts', "import * as permits from '../runners/permit.js';"],
+      ['cli/lazy.ts', "const p = await import('../runners/permit.js');"],
+      ['mcp/commented.ts', '// never mintRunnerPermit here'],
+    ]);
+    expect(permitMinters(sample)).toEqual(['tools/run-capability.ts', 'agent/sneaky.ts', 'cli/lazy.ts']);
+  });
+
+  it('a raw Wasm module runs only in the Wasm runner and the one ungated run (src/runtime/ungated-module.ts)', () => {
+    expect(rawRunners(files)).toEqual([]);
+    expect(
+      rawRunners(
+        new Map([
+          ['runtime/ungated-module.ts', 'await runner.runRaw({ file });'],
+          ['cli/commands/wasm-run.ts', 'await runner.runRaw({ file });'],
+        ]),
+      ),
+    ).toEqual(['cli/commands/wasm-run.ts']);
   });
 });
 

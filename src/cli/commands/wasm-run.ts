@@ -74,7 +74,7 @@ function writeBytes(stream: NodeJS.WritableStream, bytes: Uint8Array): Promise<v
 export function registerWasmRun(program: Command, io: CliIO): void {
   const wasm = program
     .command('wasm')
-    .description('Run WebAssembly directly in the Wasm sandbox (no manifest, no gate).');
+    .description('Run WebAssembly directly in the Wasm sandbox (no manifest, no gate: the one ungated run).');
   wasm
     .command('run')
     .description(
@@ -111,12 +111,12 @@ export function registerWasmRun(program: Command, io: CliIO): void {
     .action(
       action(io, async (modulePath: string, args: string[], opts: WasmRunFlags) => {
         const file = path.resolve(io.cwd, modulePath);
-        if ((await stat(file).catch(() => undefined))?.isDirectory() === true) {
-          throw new CapsuleError('NOT_FOUND', `${file} is a folder, not a .wasm file.`, {
-            file,
-            hint: 'Give the path of a WebAssembly module or component.',
-          });
-        }
+        // The one ungated run: a module file as given, never a capability (src/runtime/ungated-module.ts).
+        const [{ assertModuleFile, runUngatedModule }, { userCacheDir }] = await Promise.all([
+          import('../../runtime/ungated-module.js'),
+          import('../../base/cache-dir.js'),
+        ]);
+        await assertModuleFile(file);
         const dirs = await Promise.all(opts.dir.map((d) => parseDir(d, io.cwd)));
         const env = parseEnv(opts.env, io.env);
         const limits = {
@@ -125,23 +125,21 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           outputBytes: positiveInt(opts.outputBytes, '--output-bytes'),
           writeBytes: positiveInt(opts.writeBytes, '--write-bytes'),
         };
-        const [{ WasmRunner }, { userCacheDir }] = await Promise.all([
-          import('../../runners/wasm/wasm-runner.js'),
-          import('../../base/cache-dir.js'),
-        ]);
-        const runner = new WasmRunner({ cacheDir: userCacheDir(io.env), poolSize: 1 });
         const cancel = cancelOnSignals(io.signals, ['SIGINT']);
         try {
-          const result = await runner.runRaw({
-            file,
-            programName: modulePath,
-            args,
-            env,
-            input: await readStdin(io),
-            dirs,
-            ...limits,
-            signal: cancel.signal,
-          });
+          const result = await runUngatedModule(
+            {
+              file,
+              programName: modulePath,
+              args,
+              env,
+              input: await readStdin(io),
+              dirs,
+              ...limits,
+              signal: cancel.signal,
+            },
+            { cacheDir: userCacheDir(io.env) },
+          );
           const code = result.timedOut
             ? EXIT.TIMEOUT
             : result.canceled
@@ -172,7 +170,6 @@ export function registerWasmRun(program: Command, io: CliIO): void {
           return code;
         } finally {
           cancel.detach();
-          await runner.close();
         }
       }),
     );

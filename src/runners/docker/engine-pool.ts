@@ -1,5 +1,6 @@
 import { CapsuleError } from '../../base/errors.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
+import { assertPermit, type RunnerPermit } from '../permit.js';
 import { engineMessage } from './engine.js';
 import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
@@ -221,9 +222,11 @@ export class EnginePool implements Runner {
     return measured.posture;
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    // Refused before a call is placed; the engine's runner spends the permit.
+    assertPermit(permit, request.capability);
     const { member, epoch, placed } = await this.pick(request);
-    const call = epoch.runner.run(placed === undefined ? request : { ...request, onPlaced: placed });
+    const call = epoch.runner.run(placed === undefined ? request : { ...request, onPlaced: placed }, permit);
     epoch.calls.add(call);
     try {
       return await call;

@@ -4,6 +4,7 @@ import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
+import { redeemPermit, type RunnerPermit } from '../permit.js';
 import { IMAGE_TOOLS, MOUNTED_TOOLS, WATCHDOG_GRACE_MS, runPrepared, watchdogEntrypoint } from './call.js';
 import type { CallOutcome } from './call.js';
 import { DockerodeEngine } from './dockerode-engine.js';
@@ -170,7 +171,8 @@ export class DockerRunner implements Runner {
     }
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    redeemPermit(permit, request.capability);
     try {
       return await this.runChecked(request);
     } catch (err) {

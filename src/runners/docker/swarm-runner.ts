@@ -4,6 +4,7 @@ import { CapsuleError } from '../../base/errors.js';
 import type { Capability } from '../../manifest/types.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { emptyResult } from '../types.js';
+import { redeemPermit, type RunnerPermit } from '../permit.js';
 import { OutputDemuxer } from './demux.js';
 import { judgePosture, parseProbeOutput, PROBE_SCRIPT, probeCapability } from './posture.js';
 import type { MeasuredPosture, PostureVerdict } from './posture.js';
@@ -81,7 +82,8 @@ export class SwarmRunner implements Runner {
     }
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    redeemPermit(permit, request.capability);
     // Measured: the call goes to a node whose posture was measured (never one that joined since), by placement.
     const measured = this.measured;
     if (measured === undefined) return this.call(request, {});

@@ -8,6 +8,7 @@ import { EgressSession, type Resolver } from '../../network/egress.js';
 import { NO_NETWORK_GRANT, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../project/protected-state.js';
 import { finishedRun, type Observation, type Runner, type RunRequest, type RunResult } from '../types.js';
+import { redeemPermit, type RunnerPermit } from '../permit.js';
 import { WASM_PAGE_BYTES } from './binary.js';
 import { ModuleCache } from './module-cache.js';
 import type { Prepared } from './module-cache.js';
@@ -109,7 +110,8 @@ export class WasmRunner implements Runner {
     await this.#pool.warm(count);
   }
 
-  async run(request: RunRequest): Promise<RunResult> {
+  async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
+    redeemPermit(permit, request.capability);
     const { capability } = request;
     if (capability.environment !== 'wasm') {
       throw new CapsuleError(

@@ -188,9 +188,9 @@ describe('what runs is what was approved (shell)', () => {
             environment: 'shell',
             available: () => shell.available(),
             close: () => shell.close(),
-            async run(request) {
+            async run(request, permit) {
               await late.swap?.();
-              return shell.run(request);
+              return shell.run(request, permit);
             },
           },
         ];

@@ -50,7 +50,7 @@ async function executorFor(root: string, sessionGrants: string[], hints: number[
   const counted: Runner = {
     environment: 'wasm',
     available: () => wasm.available(),
-    run: (request) => wasm.run(request),
+    run: (request, permit) => wasm.run(request, permit),
     warm: async (count) => {
       hints.push(count ?? 0);
       await wasm.warm(count);

@@ -7,6 +7,7 @@ import type { DockerodeEngine } from '../../../src/runners/docker/dockerode-engi
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { dockerForTests, tempCapability } from '../runners/docker/helpers.js';
 import { listen, mapResolver, type Listener } from './loopback.js';
+import { permitFor } from '../../helpers/permit.js';
 
 // A node capability in a --network none container reaching a loopback listener through capsule's
 // per-run egress proxy, and nothing else. Judged by the listeners' accepted-connection counts.
@@ -72,11 +73,14 @@ describe('docker egress through capsule’s proxy', () => {
     const made = await example();
     try {
       const before = records.length;
-      const r = await runner.run({
-        capability: made.capability,
-        input: JSON.stringify({ url: `http://api.test:${granted.port}/` }),
-        egressAudit: audit,
-      });
+      const r = await runner.run(
+        {
+          capability: made.capability,
+          input: JSON.stringify({ url: `http://api.test:${granted.port}/` }),
+          egressAudit: audit,
+        },
+        permitFor(made.capability),
+      );
       expect(r.stderr).toBe('');
       expect(r.exitCode).toBe(0);
       expect(r.stdout).toContain('hello from the granted host (GET)');
@@ -98,11 +102,14 @@ describe('docker egress through capsule’s proxy', () => {
   it('a redirect to an ungranted host is refused when followed; its listener sees no connection', async () => {
     const made = await example();
     try {
-      const r = await runner.run({
-        capability: made.capability,
-        input: JSON.stringify({ url: `http://api.test:${granted.port}/redirect`, follow: true }),
-        egressAudit: audit,
-      });
+      const r = await runner.run(
+        {
+          capability: made.capability,
+          input: JSON.stringify({ url: `http://api.test:${granted.port}/redirect`, follow: true }),
+          egressAudit: audit,
+        },
+        permitFor(made.capability),
+      );
       expect(r.stdout).toMatch(/^302 /m);
       expect(r.stdout).toMatch(/^403 http:\/\/evil\.test/m);
       expect(r.exitCode).toBe(2);
@@ -117,15 +124,22 @@ describe('docker egress through capsule’s proxy', () => {
     try {
       const grantedBefore = granted.connections;
       const before = records.length;
-      const r = await runner.run({
-        capability: {
+      const r = await runner.run(
+        {
+          capability: {
+            ...made.capability,
+            manifest: { ...made.capability.manifest, entry: 'attack.mjs' },
+            entryPath: path.join(made.dir, 'attack.mjs'),
+          },
+          input: JSON.stringify({ port: granted.port, denied: denied.port, other: other.port }),
+          egressAudit: audit,
+        },
+        permitFor({
           ...made.capability,
           manifest: { ...made.capability.manifest, entry: 'attack.mjs' },
           entryPath: path.join(made.dir, 'attack.mjs'),
-        },
-        input: JSON.stringify({ port: granted.port, denied: denied.port, other: other.port }),
-        egressAudit: audit,
-      });
+        }),
+      );
       expect(r.stderr).toBe('');
       const out = JSON.parse(r.stdout) as Record<string, unknown>;
       expect(out.directGranted).toMatch(/^error:/);
@@ -165,11 +179,14 @@ describe('docker egress through capsule’s proxy', () => {
           },
         },
       };
-      const r = await runner.run({
-        capability,
-        input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
-        egressAudit: audit,
-      });
+      const r = await runner.run(
+        {
+          capability,
+          input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
+          egressAudit: audit,
+        },
+        permitFor(capability),
+      );
       expect(r.timedOut).toBe(true);
       await socketClosed;
       expect(hanging.requests).toHaveLength(1);
@@ -183,11 +200,14 @@ describe('docker egress through capsule’s proxy', () => {
     const made = await example({ networkRequests: 1 });
     try {
       const seen = granted.requests.length;
-      const r = await runner.run({
-        capability: made.capability,
-        input: JSON.stringify({ url: `http://api.test:${granted.port}/redirect`, follow: true }),
-        egressAudit: audit,
-      });
+      const r = await runner.run(
+        {
+          capability: made.capability,
+          input: JSON.stringify({ url: `http://api.test:${granted.port}/redirect`, follow: true }),
+          egressAudit: audit,
+        },
+        permitFor(made.capability),
+      );
       // The first request is the only one; the followed hop is refused by the cap before any lookup.
       expect(granted.requests.length - seen).toBe(1);
       expect(r.stdout).toMatch(/^403 /m);

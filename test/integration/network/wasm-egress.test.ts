@@ -5,6 +5,7 @@ import type { EgressRecord } from '../../../src/permissions/types.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { assemble, wasmCapability } from '../runners/wasm/helpers.js';
 import { listen, mapResolver, type Listener } from './loopback.js';
+import { permitFor } from '../../helpers/permit.js';
 
 // A JS component with a one-host grant fetches from a loopback listener through capsule's host and is
 // refused everywhere else. Judged by the listeners' accepted-connection counts.
@@ -60,7 +61,10 @@ describe('wasm component egress through capsule’s host', () => {
         },
       },
     });
-    const r = await runner.run({ capability, input: JSON.stringify(input), egressAudit: audit });
+    const r = await runner.run(
+      { capability, input: JSON.stringify(input), egressAudit: audit },
+      permitFor(capability),
+    );
     expect(r.stderr).toBe('');
     expect(r.exitCode).toBe(0);
     return JSON.parse(r.stdout) as Output;
@@ -133,10 +137,13 @@ describe('wasm component egress through capsule’s host', () => {
           grants: { network: [{ host: 'api.test', ports: [hanging.port], internal: ['127.0.0.1'] }] },
         },
       });
-      const r = await runner.run({
-        capability,
-        input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
-      });
+      const r = await runner.run(
+        {
+          capability,
+          input: JSON.stringify({ url: `http://api.test:${hanging.port}/` }),
+        },
+        permitFor(capability),
+      );
       expect(r.timedOut).toBe(true);
       await socketClosed;
       expect(hanging.requests).toHaveLength(1);
@@ -173,7 +180,10 @@ describe('wasm component egress through capsule’s host', () => {
       },
     });
     const seen = granted.requests.length;
-    const r = await runner.run({ capability, input: JSON.stringify({ port: granted.port }) });
+    const r = await runner.run(
+      { capability, input: JSON.stringify({ port: granted.port }) },
+      permitFor(capability),
+    );
     expect(r.stderr).toBe('');
     const out = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(out.hostOverride).toBe(200);
@@ -191,10 +201,13 @@ describe('wasm component egress through capsule’s host', () => {
   it('without grants.network the http interface refuses and nothing is reached', async () => {
     const before = granted.connections;
     const { capability } = await wasmCapability('fetch', FETCH_WASM);
-    const r = await runner.run({
-      capability,
-      input: JSON.stringify({ url: `http://api.test:${granted.port}/` }),
-    });
+    const r = await runner.run(
+      {
+        capability,
+        input: JSON.stringify({ url: `http://api.test:${granted.port}/` }),
+      },
+      permitFor(capability),
+    );
     expect(JSON.parse(r.stdout)).toMatchObject({
       hops: [{ error: expect.stringMatching(/no grants\.network/) as unknown }],
     });
@@ -207,7 +220,7 @@ describe('wasm component egress through capsule’s host', () => {
         grants: { network: [{ host: 'api.test', ports: [granted.port], internal: ['127.0.0.1'] }] },
       },
     });
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'grants.network' },
     });

@@ -8,6 +8,7 @@ import type { Capability } from '../../../src/manifest/types.js';
 import { cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
 import { assemble } from '../runners/wasm/helpers.js';
+import { permitFor } from '../../helpers/permit.js';
 
 // A capability whose rw grant covers a capability folder rewrites that capability's manifest (and
 // code) during a run. Approvals bound to the content hash ask again, but `--grant run_capability:X`
@@ -249,10 +250,12 @@ describe('red team: a capability rewriting a capability folder through an rw gra
     try {
       const wasm = runners.find((r) => r.environment === 'wasm');
       if (wasm === undefined) throw new Error('no wasm runner');
-      const err = await wasm.run({ capability: forged, input: JSON.stringify(planted('probe')) }).then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+      const err = await wasm
+        .run({ capability: forged, input: JSON.stringify(planted('probe')) }, permitFor(forged))
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
       expect(await readFile(path.join(dir, 'capability.json'), 'utf8')).toBe(before);
       expect((err as { code?: string } | undefined)?.code).toBe('PERMISSION_DENIED');
     } finally {

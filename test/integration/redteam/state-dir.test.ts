@@ -8,6 +8,7 @@ import type { Capability } from '../../../src/manifest/types.js';
 import { projectRegistry } from '../../../src/runtime/runtime.js';
 import { cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';
+import { permitFor } from '../../helpers/permit.js';
 
 const wabt = await wabtInit();
 const probe = wabt
@@ -137,7 +138,7 @@ describe('no grant reads the per-user key', () => {
       try {
         const wasm = runners.find((r) => r.environment === 'wasm');
         if (wasm === undefined) throw new Error('no wasm runner');
-        return await wasm.run({ capability: forged, input: '' }).then(
+        return await wasm.run({ capability: forged, input: '' }, permitFor(forged)).then(
           (res) => ({ stdout: res.stdout }),
           (e: unknown) => ({ stdout: '', code: (e as { code?: string }).code }),
         );
@@ -193,7 +194,7 @@ describe('docker runner: no grant mounts the per-user state folder', () => {
       try {
         const docker = runners.find((r) => r.environment === 'docker');
         if (docker === undefined) throw new Error('no docker runner');
-        return await docker.run({ capability: forged, input: '' }).then(
+        return await docker.run({ capability: forged, input: '' }, permitFor(forged)).then(
           (res) => ({ stdout: res.stdout }),
           (e: unknown) => ({ stdout: '', code: (e as { code?: string }).code }),
         );

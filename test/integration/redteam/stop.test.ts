@@ -9,6 +9,7 @@ import { makeCapability, tempProject, writeCapability } from '../../helpers/capa
 import { BUILT_CLI, commandKey } from '../../helpers/cli.js';
 import { eventually } from '../../helpers/eventually.js';
 import { connectCapsule, type McpHarness } from '../mcp/mcp-client.js';
+import { permitFor } from '../../helpers/permit.js';
 
 /**
  * A stop is a stop: once capsule decides a run is over (deadline, cancel, output cap, SIGINT/SIGTERM/SIGKILL
@@ -47,7 +48,7 @@ describe('a stop is a stop: shell capabilities', () => {
       const { capability } = await makeCapability('stop', `M=${JSON.stringify(M)}\n${script}\n`, {
         limits: { timeoutMs: 600 },
       });
-      const r = await runner.run({ capability, input: '{}' });
+      const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
       expect(r.timedOut).toBe(true);
       expect(existsSync(path.join(M, 'started'))).toBe(true);
       await neverAfter(M);
@@ -57,7 +58,7 @@ describe('a stop is a stop: shell capabilities', () => {
       const M = await markers();
       const { capability } = await makeCapability('stop', `M=${JSON.stringify(M)}\n${script}\n`);
       const abort = new AbortController();
-      const run = runner.run({ capability, input: '{}', signal: abort.signal });
+      const run = runner.run({ capability, input: '{}', signal: abort.signal }, permitFor(capability));
       await eventually(() => existsSync(path.join(M, 'started')), 'the script to start');
       abort.abort();
       expect((await run).canceled).toBe(true);
@@ -72,7 +73,7 @@ describe('a stop is a stop: shell capabilities', () => {
       `M=${JSON.stringify(M)}\ntouch "$M/started"; head -c 200000 /dev/zero; sleep ${LATER_S}; touch "$M/after"\n`,
       { limits: { outputBytes: 4096 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.truncated).toBe(true);
     await neverAfter(M);
   });
@@ -84,7 +85,7 @@ describe('a stop is a stop: shell capabilities', () => {
       `M=${JSON.stringify(M)}\nn=0; while :; do n=$((n+1)); : > "$M/w$n"; done\n`,
       { limits: { timeoutMs: 500 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.timedOut).toBe(true);
     const at = (await readdir(M)).length;
     expect(at).toBeGreaterThan(0);

@@ -8,6 +8,7 @@ import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
 import { loadValid } from '../../helpers/capability.js';
 import { assemble } from './wasm/helpers.js';
+import { permitFor } from '../../helpers/permit.js';
 
 /**
  * A capability is validated with a grant on an ordinary folder; before it runs, the folder is
@@ -68,12 +69,12 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
       const reader = await make('reader', ['read', 'secret.txt'], 'ro');
       const writer = await make('writer', ['write', 'PLANTED'], 'rw');
       await swap(root);
-      const read = await outcome(wasmRunner.run({ capability: reader, input: '' }));
+      const read = await outcome(wasmRunner.run({ capability: reader, input: '' }, permitFor(reader)));
       expect(read).not.toContain('SECRET-STATE');
-      await outcome(wasmRunner.run({ capability: writer, input: '' }));
+      await outcome(wasmRunner.run({ capability: writer, input: '' }, permitFor(writer)));
       expect(existsSync(path.join(root, '.capsule', 'PLANTED'))).toBe(false);
       // Even a runner that was not told the project root does not follow the link.
-      const bare = await outcome(wasm.run({ capability: reader, input: '' }));
+      const bare = await outcome(wasm.run({ capability: reader, input: '' }, permitFor(reader)));
       expect(bare).not.toContain('SECRET-STATE');
     } finally {
       await wasmRunner.close();
@@ -110,7 +111,7 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
       new DockerRunner({ env: process.env, prewarm: 0 }),
     ]) {
       try {
-        const out = await outcome(runner.run({ capability, input: '' }));
+        const out = await outcome(runner.run({ capability, input: '' }, permitFor(capability)));
         expect(out).not.toContain('SECRET-STATE');
       } finally {
         await runner.close();
@@ -147,7 +148,9 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
     const capability = await loadValid(dir, root, capRoot);
     const runner = new DockerRunner({ env: process.env, prewarm: 0, projectRoot: root });
     try {
-      expect(await outcome(runner.run({ capability, input: '' }))).toBe('refused:PERMISSION_DENIED');
+      expect(await outcome(runner.run({ capability, input: '' }, permitFor(capability)))).toBe(
+        'refused:PERMISSION_DENIED',
+      );
     } finally {
       await runner.close();
     }

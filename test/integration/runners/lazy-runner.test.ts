@@ -4,6 +4,7 @@ import { LazyRunner } from '../../../src/runners/lazy-runner.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import type { Runner } from '../../../src/runners/types.js';
 import { makeCapability } from '../../helpers/capability.js';
+import { permitFor } from '../../helpers/permit.js';
 
 describe('LazyRunner', () => {
   it('loads nothing until used, and closing an unused one loads nothing either', async () => {
@@ -25,7 +26,7 @@ describe('LazyRunner', () => {
       return {
         environment: real.environment,
         available: () => real.available(),
-        run: (r) => real.run(r),
+        run: (r, permit) => real.run(r, permit),
         close: async () => {
           closed++;
           await real.close();
@@ -34,8 +35,8 @@ describe('LazyRunner', () => {
     });
     const { capability } = await makeCapability('lazy', 'cat');
     const [a, b] = await Promise.all([
-      lazy.run({ capability, input: '{"a":1}' }),
-      lazy.run({ capability, input: '{"b":2}' }),
+      lazy.run({ capability, input: '{"a":1}' }, permitFor(capability)),
+      lazy.run({ capability, input: '{"b":2}' }, permitFor(capability)),
     ]);
     expect([a.stdout, b.stdout]).toEqual(['{"a":1}', '{"b":2}']);
     expect(await lazy.available()).toEqual({ ok: true });
@@ -49,7 +50,9 @@ describe('LazyRunner', () => {
       Promise.reject(new CapsuleError('RUNNER_UNAVAILABLE', 'cannot load the docker runner')),
     );
     const { capability } = await makeCapability('lazy-fail', 'echo ran');
-    await expect(lazy.run({ capability, input: '{}' })).rejects.toMatchObject({ code: 'RUNNER_UNAVAILABLE' });
+    await expect(lazy.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
+      code: 'RUNNER_UNAVAILABLE',
+    });
     await expect(lazy.close()).resolves.toBeUndefined();
   });
 

@@ -8,6 +8,7 @@ import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability, tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
 import { killAll, survivors } from '../../helpers/processes.js';
+import { permitFor } from '../../helpers/permit.js';
 
 /**
  * Attacks a shell capability (or a command) makes on the run's boundary: processes that leave the run's
@@ -64,7 +65,7 @@ describe('shell confinement: nothing outlives the run', () => {
       interpreter: 'bash',
       args: [dir, '1.5', 'exit'],
     });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.exitCode).toBe(0);
     expect(existsSync(path.join(dir, 'ready'))).toBe(true);
     await expectNothingLeft(dir, 1.5);
@@ -77,7 +78,7 @@ describe('shell confinement: nothing outlives the run', () => {
       args: [dir, '3', 'wait'],
       limits: { timeoutMs: 1500 },
     });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.timedOut).toBe(true);
     expect(existsSync(path.join(dir, 'ready'))).toBe(true);
     await expectNothingLeft(dir, 1.5);
@@ -91,7 +92,7 @@ describe('shell confinement: nothing outlives the run', () => {
     });
     const abort = new AbortController();
     void waitFor(path.join(dir, 'ready')).then(() => abort.abort());
-    const r = await runner.run({ capability, input: '{}', signal: abort.signal });
+    const r = await runner.run({ capability, input: '{}', signal: abort.signal }, permitFor(capability));
     expect(r.canceled).toBe(true);
     await expectNothingLeft(dir, 2);
   });
@@ -230,7 +231,7 @@ describe("shell confinement: capsule's state is read-only to the run", () => {
     const before = await snapshot();
     const { capability } = await makeCapability('tamper', TAMPER, { args: [root] });
     const runner = new ShellRunner({ projectRoot: root });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.exitCode).toBe(0);
     expect(await snapshot()).toBe(before);
     expect(existsSync(path.join(root, 'moved.json'))).toBe(false);
@@ -269,7 +270,7 @@ describe('shell confinement: memory and pids limits', () => {
       `node -e 'const a = []; for (let i = 0; i < 400; i++) a.push(Buffer.alloc(1 << 20, 1)); require("fs").writeFileSync("allocated", "x")'\n`,
       { limits: { memoryMb: 96, timeoutMs: 30_000 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(existsSync(path.join(capability.dir, 'allocated'))).toBe(false);
     expect(r.oomKilled).toBe(true);
     expect(r.exitCode).not.toBe(0);
@@ -290,7 +291,7 @@ describe('shell confinement: memory and pids limits', () => {
       `${ESCAPE}\nmkdir -p started\nfor i in $(seq 1 40); do sh -c 'echo > "started/$$"; sleep 5' & done\nwait\n`,
       { limits: { pids: 8, timeoutMs: 30_000 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     const started = await readdir(path.join(capability.dir, 'started')).catch(() => []);
     expect(started.length).toBeLessThan(8);
     expect(r.pidsLimited).toBe(true);
@@ -302,7 +303,7 @@ describe('shell confinement: memory and pids limits', () => {
       `${ESCAPE}\nnode -e 'const a = []; for (let i = 0; i < 400; i++) a.push(Buffer.alloc(1 << 20, 1)); require("fs").writeFileSync("allocated", "x")'\n`,
       { limits: { memoryMb: 96, timeoutMs: 30_000 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(existsSync(path.join(capability.dir, 'allocated'))).toBe(false);
     expect(r.oomKilled).toBe(true);
   });
@@ -313,7 +314,7 @@ describe('shell confinement: memory and pids limits', () => {
       `mkdir -p started\nfor i in $(seq 1 40); do sh -c 'echo > "started/$$"; sleep 5' & done\nwait\n`,
       { limits: { pids: 8, timeoutMs: 30_000 } },
     );
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     const started = await readdir(path.join(capability.dir, 'started')).catch(() => []);
     expect(started.length).toBeLessThan(8);
     expect(r.pidsLimited).toBe(true);

@@ -6,6 +6,7 @@ import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability } from '../../helpers/capability.js';
 import { eventually } from '../../helpers/eventually.js';
 import { survivors } from '../../helpers/processes.js';
+import { permitFor } from '../../helpers/permit.js';
 
 describe('ShellRunner', () => {
   const runner = new ShellRunner({
@@ -15,7 +16,7 @@ describe('ShellRunner', () => {
 
   it('passes input on stdin, runs in the capability folder, returns exit code and output', async () => {
     const { capability } = await makeCapability('echo', 'pwd; cat; echo; echo oops >&2; exit 3\n');
-    const r = await runner.run({ capability, input: '{"a":1}' });
+    const r = await runner.run({ capability, input: '{"a":1}' }, permitFor(capability));
     expect(r).toMatchObject({
       environment: 'shell',
       exitCode: 3,
@@ -33,7 +34,7 @@ describe('ShellRunner', () => {
     const { capability } = await makeCapability('env', 'env | sort\n', {
       grants: { env: ['GRANTED_VAR', 'NOT_SET_ANYWHERE'] },
     });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     const vars = r.stdout
       .trim()
       .split('\n')
@@ -50,7 +51,7 @@ describe('ShellRunner', () => {
     );
     const marker = path.join(root, 'survived');
     capability.manifest.args.push(marker);
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.timedOut).toBe(true);
     expect(r.exitCode).toBeNull();
     expect(r.signal).toBe('SIGKILL');
@@ -61,7 +62,7 @@ describe('ShellRunner', () => {
 
   it('kills a grandchild that outlives its parent', async () => {
     const { capability } = await makeCapability('orphan', 'sh -c "sleep 30" "$0" &\nexit 0\n');
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.exitCode).toBe(0);
     expect(await survivors(capability.dir)).toEqual([]);
   });
@@ -71,7 +72,7 @@ describe('ShellRunner', () => {
     const { capability } = await makeCapability('flood', 'head -c 1000000000 /dev/zero | tr "\\0" x\n', {
       limits: { outputBytes: 65536, timeoutMs: 20_000 },
     });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.truncated).toBe(true);
     expect(r.stdout.length).toBe(65536);
     expect(r.exitCode).toBeNull();
@@ -82,7 +83,7 @@ describe('ShellRunner', () => {
   it('cancels on AbortSignal and reports it', async () => {
     const { capability } = await makeCapability('slow', 'touch started; sleep 30\n');
     const abort = new AbortController();
-    const run = runner.run({ capability, input: '{}', signal: abort.signal });
+    const run = runner.run({ capability, input: '{}', signal: abort.signal }, permitFor(capability));
     // Abort once it really runs, not after a guessed delay.
     await eventually(() => existsSync(path.join(capability.dir, 'started')), 'the capability to start');
     abort.abort();
@@ -94,7 +95,7 @@ describe('ShellRunner', () => {
 
   it('does not fail when the capability ignores its stdin', async () => {
     const { capability } = await makeCapability('deaf', 'exit 0\n');
-    const r = await runner.run({ capability, input: 'x'.repeat(2_000_000) });
+    const r = await runner.run({ capability, input: 'x'.repeat(2_000_000) }, permitFor(capability));
     expect(r.exitCode).toBe(0);
   });
 
@@ -102,7 +103,7 @@ describe('ShellRunner', () => {
     const { capability } = await makeCapability('noexec', 'echo hi\n', {}, {});
     delete capability.manifest.interpreter;
     capability.entryPath = path.join(capability.dir, 'capability.json');
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_FAILED',
       details: { field: 'entry' },
     });
@@ -117,12 +118,14 @@ describe('ShellRunner learning runs', () => {
     const blind = new ShellRunner({ projectRoot: root, tracer: '/nonexistent/strace' });
     try {
       // Control: the real tracer sees the file read.
-      const seen = await traced.run({ capability, input: '{}', learn: true });
+      const seen = await traced.run({ capability, input: '{}', learn: true }, permitFor(capability));
       expect(seen.observed?.observations).toContainEqual(
         expect.objectContaining({ op: 'read', path: path.join(root, 'in.txt'), via: 'tracer' }),
       );
       expect(seen.observed?.unobserved.some((u) => u.startsWith('nothing'))).toBe(false);
-      const unseen = await blind.run({ capability, input: '{}', learn: true }).catch((err: Error) => err);
+      const unseen = await blind
+        .run({ capability, input: '{}', learn: true }, permitFor(capability))
+        .catch((err: Error) => err);
       // Confined, the tracer fails inside the confinement and leaves no record; unconfined, it cannot start.
       if (unseen instanceof Error) expect(unseen.message).toContain('/nonexistent/strace');
       else {

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, fixture, FIXTURES } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // Each hostile capability runs in the real engine; every test asserts the attack failed inside the
 // container AND that the host saw nothing (listener untouched, files unchanged, capsule still responsive).
@@ -35,10 +36,13 @@ describe('docker runner against hostile capabilities', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const port = (server.address() as AddressInfo).port;
     try {
-      const result = await runner.run({
-        capability: await fixture('net-escape'),
-        input: JSON.stringify({ port }),
-      });
+      const result = await runner.run(
+        {
+          capability: await fixture('net-escape'),
+          input: JSON.stringify({ port }),
+        },
+        permitFor(await fixture('net-escape')),
+      );
       expect(result.exitCode).toBe(0);
       expect(result.stdout).toMatch(/host_loopback_port=failed/);
       expect(result.stdout).toMatch(/localhost_port=failed/);
@@ -64,7 +68,7 @@ describe('docker runner against hostile capabilities', () => {
       const capability = await capabilityFrom(dir);
       const before = await readdir(capability.dir);
       const entryBefore = await readFile(path.join(capability.dir, 'run.sh'), 'utf8');
-      const result = await runner.run({ capability, input: '{}' });
+      const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
       expect(result.stdout).toContain('root=denied');
       expect(result.stdout).toContain('etc=denied');
       expect(result.stdout).toContain('capability=denied');
@@ -79,7 +83,10 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('exec from tmpfs is refused; runs as nobody with no effective capabilities', async () => {
-    const result = await runner.run({ capability: await fixture('tmp-exec'), input: '{}' });
+    const result = await runner.run(
+      { capability: await fixture('tmp-exec'), input: '{}' },
+      permitFor(await fixture('tmp-exec')),
+    );
     expect(result.stdout).toContain('copied=yes');
     expect(result.stdout).toContain('exec=denied');
     expect(result.stdout).toContain('script=denied');
@@ -88,7 +95,10 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('privilege escalation: remounts, device nodes, namespaces, chroot, raw sockets and setuid all fail', async () => {
-    const result = await runner.run({ capability: await fixture('privesc'), input: '{}' });
+    const result = await runner.run(
+      { capability: await fixture('privesc'), input: '{}' },
+      permitFor(await fixture('privesc')),
+    );
     const attempts = result.stdout.split('\n').filter((l) => /^[a-z_]+=(denied|succeeded)$/.test(l));
     expect(attempts).toHaveLength(10);
     for (const line of attempts) expect(line).toMatch(/=denied$/);
@@ -102,7 +112,7 @@ describe('docker runner against hostile capabilities', () => {
 
   it('fork bomb: stopped at the pids limit and reported (not at the timeout), capsule unaffected', async () => {
     const capability = await fixture('fork-bomb');
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     // The first fork the limit refused stopped the run, as in the shell runner: the kernel's counter said so.
     expect(result).toMatchObject({ pidsLimited: true, timedOut: false, exitCode: null, signal: 'SIGKILL' });
     // However far its counting loop got before it was stopped, it never got past the limit (500 attempts).
@@ -113,18 +123,24 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('memory hog: OOM-killed and reported; the next call runs normally', async () => {
-    const result = await runner.run({ capability: await fixture('memory-hog'), input: '{}' });
+    const result = await runner.run(
+      { capability: await fixture('memory-hog'), input: '{}' },
+      permitFor(await fixture('memory-hog')),
+    );
     expect(result.oomKilled).toBe(true);
     expect(result.exitCode).toBeNull();
     expect(result.signal).toBe('SIGKILL');
     expect(result.timedOut).toBe(false);
-    const after = await runner.run({ capability: await fixture('write-escape'), input: '{}' });
+    const after = await runner.run(
+      { capability: await fixture('write-escape'), input: '{}' },
+      permitFor(await fixture('write-escape')),
+    );
     expect(after.exitCode).toBe(0);
   });
 
   it('output flood: cut at outputBytes on both streams, the container killed', async () => {
     const capability = await fixture('output-flood');
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(result.truncated).toBe(true);
     expect(result.timedOut).toBe(false);
     expect(result.signal).toBe('SIGKILL');
@@ -134,7 +150,10 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('sleep past the timeout while ignoring SIGTERM: killed on time', async () => {
-    const result = await runner.run({ capability: await fixture('sleeper'), input: '{}' });
+    const result = await runner.run(
+      { capability: await fixture('sleeper'), input: '{}' },
+      permitFor(await fixture('sleeper')),
+    );
     expect(result.timedOut).toBe(true);
     expect(result.exitCode).toBeNull();
     expect(result.signal).toBe('SIGKILL');
@@ -171,7 +190,10 @@ describe('docker runner against hostile capabilities', () => {
       await symlink(path.relative(folder, secret), path.join(folder, 'rel'));
       await symlink(secretDir, path.join(folder, 'dir'));
       // The loader would refuse this folder; the runner must be safe even when handed it.
-      const result = await runner.run({ capability: await capabilityFrom(folder), input: '{}' });
+      const result = await runner.run(
+        { capability: await capabilityFrom(folder), input: '{}' },
+        permitFor(await capabilityFrom(folder)),
+      );
       expect(result.stdout).not.toContain('TOP-SECRET');
       expect(result.stdout).toMatch(/No such file or directory/);
     } finally {
@@ -198,13 +220,19 @@ describe('docker runner against hostile capabilities', () => {
     // copy mode stands for a remote engine: the egress proxy socket cannot be mounted into it.
     const refusing = new DockerRunner({ env: process.env, engine: counting, capabilityFiles: 'copy' });
     await expect(
-      refusing.run({ capability: await fixture('network-grant'), input: '{}' }),
+      refusing.run(
+        { capability: await fixture('network-grant'), input: '{}' },
+        permitFor(await fixture('network-grant')),
+      ),
     ).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'grants.network', file: path.join(FIXTURES, 'network-grant', 'capability.json') },
     });
     await expect(
-      refusing.run({ capability: await fixture('host-network'), input: '{}' }),
+      refusing.run(
+        { capability: await fixture('host-network'), input: '{}' },
+        permitFor(await fixture('host-network')),
+      ),
     ).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'docker.network' },
@@ -230,7 +258,7 @@ describe('docker runner against hostile capabilities', () => {
       ] as const) {
         const capability = await fixture('write-escape');
         capability.fsGrants = [{ declared: name, hostPath: path.join(project, name), mode: 'ro' }];
-        await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+        await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
           code: 'UNSUPPORTED',
           details: { field },
         });
@@ -254,7 +282,7 @@ describe('docker runner against hostile capabilities', () => {
     expect(report.reasons.join('\n')).toMatch(/SYS_ADMIN/);
     expect(report.summary).toMatch(/NOT sandboxed/);
     // The report is not theoretical: privileged really sees the host's devices (a hardened container sees ~15).
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(Number(result.stdout.trim())).toBeGreaterThan(20);
   });
 });

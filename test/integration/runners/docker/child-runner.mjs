@@ -7,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
 const { DockerRunner } = await import(path.join(root, 'dist/runners/docker/runner.js'));
 const { parseManifest } = await import(path.join(root, 'dist/manifest/parse.js'));
+// The permit the executor would hand the runner (test/helpers/permit.ts, from the built module).
+const { mintRunnerPermit } = await import(path.join(root, 'dist/runners/permit.js'));
 const dir = await realpath(process.argv[2]);
 const parsed = parseManifest(await readFile(path.join(dir, 'capability.json'), 'utf8'));
 if (!parsed.ok) throw new Error(JSON.stringify(parsed.issues));
@@ -23,6 +25,6 @@ const capability = {
 };
 const runner = new DockerRunner({ env: process.env, handleProcessSignals: process.argv[3] === 'yes' });
 process.stdout.write('running\n');
-const result = await runner.run({ capability, input: '{}' });
+const result = await runner.run({ capability, input: '{}' }, mintRunnerPermit(capability));
 process.stdout.write(`finished ${JSON.stringify(result)}\n`);
 await runner.close();

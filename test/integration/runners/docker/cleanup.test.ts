@@ -8,6 +8,7 @@ import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-e
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { dockerForTests, tempCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const built = path.resolve(here, '../../../../dist/runners/docker/runner.js');
@@ -102,7 +103,7 @@ describe('docker runner cleanup', () => {
     const a = new DockerRunner({ env: process.env, engine, prewarm: 1 });
     const t = await tempCapability('live-one', { entry: 'run.sh' }, { 'run.sh': 'echo hi\n' });
     try {
-      await a.run({ capability: t.capability, input: '{}' });
+      await a.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       await a.prewarm(t.capability);
       // The call's own container is removed in the background: wait until only the prewarmed one is
       // left (the same non-empty set five polls in a row), so a removal by `a` is not taken for a reap.

@@ -13,6 +13,7 @@ import { BUILT_CLI } from '../../../helpers/cli.js';
 import { choose, connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
 import { dockerForTests, tempCapability } from './helpers.js';
 import { holdsWithin } from '../../../helpers/eventually.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // A capsule process that dies without cleaning up (SIGKILL) or hangs with its engine connection open
 // (SIGSTOP) must not leave a container running past its own deadline: every container carries it inside.
@@ -339,7 +340,10 @@ describe('docker containers carry their own deadline', () => {
       expect(await holdsWithin(async () => (await mine()) === 1, 30_000)).toBe(true);
       // Exited by itself and removed by the pool, not only stopped.
       expect(await holdsWithin(async () => (await mine()) === 0, 20_000)).toBe(true);
-      const r = await runner.run({ capability: t.capability, input: 'after expiry' });
+      const r = await runner.run(
+        { capability: t.capability, input: 'after expiry' },
+        permitFor(t.capability),
+      );
       expect(r).toMatchObject({ exitCode: 0, stdout: 'after expiry', timedOut: false });
     } finally {
       await runner.close();

@@ -10,6 +10,7 @@ import { loadValid, tempProject, writeCapability } from '../../../helpers/capabi
 import { cli } from '../../../helpers/cli.js';
 import { connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
 import { startThrowawayEngine, type ThrowawayEngine } from './throwaway-engine.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // A posture measurement is bound to the daemon it was made on (docs/scale-out.md). Two dockerds of this file's
 // own (started like scripts/extra-engines.sh's, destroyed after): `strong` (an ordinary daemon) and `weak` (its
@@ -246,7 +247,10 @@ describe('the pool, judged by effect (library)', () => {
       await point(link, weak.socket);
       const judged = await pool.measureIsolation();
       const outcome = await pool
-        .run({ capability: await capability(), input: '{}', requireSandboxed: true })
+        .run(
+          { capability: await capability(), input: '{}', requireSandboxed: true },
+          permitFor(await capability()),
+        )
         .then(
           (r) => r,
           (e: unknown) => e,
@@ -265,14 +269,14 @@ describe('the pool, judged by effect (library)', () => {
     try {
       expect((await pool.measurement('e')).generation).toBe(1);
       const cap = await capability();
-      await pool.run({ capability: cap, input: '{}', requireSandboxed: true });
+      await pool.run({ capability: cap, input: '{}', requireSandboxed: true }, permitFor(cap));
       expect((await pool.measurement('e')).generation).toBe(1);
       const t1 = nowSec();
       process.kill(strong.pid(), 'SIGHUP');
       // The reload event reaches the watch; the next call is preceded by a new probe.
       for (let i = 0; i < 100 && (await pool.measurement('e')).generation === 1; i++)
         await new Promise((r) => setTimeout(r, 50));
-      const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true });
+      const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true }, permitFor(cap));
       expect(r.stdout).toBe('ran\n');
       expect((await pool.measurement('e')).generation).toBe(2);
       expect((await strong.createdSince(t1 - 1, PROBE_LABEL)).length).toBeGreaterThan(0);
@@ -295,7 +299,7 @@ describe('the pool, judged by effect (library)', () => {
     ]);
     try {
       expect((await pool.measurement('e')).generation).toBe(1);
-      const running = pool.run({ capability: gated, input: '{}' });
+      const running = pool.run({ capability: gated, input: '{}' }, permitFor(gated));
       running.catch(() => undefined);
       const engine = new DockerodeEngine({ host: `unix://${strong.socket}` });
       for (let i = 0; i < 400; i++) {
@@ -312,7 +316,10 @@ describe('the pool, judged by effect (library)', () => {
       expect(pool.status()[0]?.healthy).toBe(false);
       process.kill(strong.pid(), 'SIGCONT');
       const t1 = nowSec();
-      const r = await pool.run({ capability: await capability(), input: '{}', requireSandboxed: true });
+      const r = await pool.run(
+        { capability: await capability(), input: '{}', requireSandboxed: true },
+        permitFor(await capability()),
+      );
       expect(r.stdout).toBe('ran\n');
       expect((await pool.measurement('e')).generation).toBe(2);
       expect((await strong.createdSince(t1 - 1, PROBE_LABEL)).length).toBeGreaterThan(0);
@@ -364,7 +371,10 @@ describe('the pool, judged by effect (library)', () => {
       const t1 = nowSec();
       await point(link, weak.socket);
       const err = await pool
-        .run({ capability: await capability(), input: '{}', requireSandboxed: true })
+        .run(
+          { capability: await capability(), input: '{}', requireSandboxed: true },
+          permitFor(await capability()),
+        )
         .then(
           () => undefined,
           (e: unknown) => e,
@@ -395,7 +405,7 @@ describe('the pool, judged by effect (library)', () => {
       await point(link, weak.socket);
       const cap = await capability();
       for (let i = 0; i < 3; i++) {
-        const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true });
+        const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true }, permitFor(cap));
         expect(r.stdout).toBe('ran\n');
       }
       expect(await weak.createdSince(t1, CALL_LABEL)).toEqual([]);

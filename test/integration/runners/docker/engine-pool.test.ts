@@ -9,6 +9,7 @@ import { tempProject, writeCapability } from '../../../helpers/capability.js';
 import { cli, REPO_ROOT } from '../../../helpers/cli.js';
 import { tempCapability } from './helpers.js';
 import { holdsWithin } from '../../../helpers/eventually.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // The engine pool on real engines: extra dockerd daemons in network namespaces of their own, started by
 // scripts/extra-engines.sh (scripts/test.mjs runs it; the shared main engine is never touched).
@@ -89,7 +90,9 @@ describe('engine pool on real engines', () => {
       { name: 'pool-b', engine: connect('pool-b') },
     ]);
     try {
-      const calls = [1, 2].map(() => pool.run({ capability: t.capability, input: '{}' }));
+      const calls = [1, 2].map(() =>
+        pool.run({ capability: t.capability, input: '{}' }, permitFor(t.capability)),
+      );
       // Both engines run one of the calls at the same time: seen on each engine, from outside.
       expect(
         await holdsWithin(
@@ -118,7 +121,7 @@ describe('engine pool on real engines', () => {
       { name: 'crash-b', engine: connect('crash-b') },
     ]);
     try {
-      const call = pool.run({ capability: t.capability, input: '{}' });
+      const call = pool.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       call.catch(() => undefined);
       let victim: string | undefined;
       expect(
@@ -138,7 +141,7 @@ describe('engine pool on real engines', () => {
       expect((err as CapsuleError).details.engine).toBe(victim);
       expect((err as CapsuleError).message).toContain(`engine ${victim}`);
       // The next call lands on the engine that is still up.
-      const r = await pool.run({ capability: quick.capability, input: '{}' });
+      const r = await pool.run({ capability: quick.capability, input: '{}' }, permitFor(quick.capability));
       expect(r).toMatchObject({ exitCode: 0, stdout: 'after\n' });
       expect(pool.status().find((s) => s.name === victim)?.healthy).toBe(false);
     } finally {
@@ -154,7 +157,7 @@ describe('engine pool on real engines', () => {
     const pool = new EnginePool([{ name: 'crash-b', engine: connect('crash-b') }]);
     const pid = Number(await readFile(engines['crash-b']?.pidfile ?? '', 'utf8'));
     try {
-      const call = pool.run({ capability: t.capability, input: '{}' });
+      const call = pool.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       call.catch(() => undefined);
       expect(await holdsWithin(async () => (await runningHere('crash-b', 'pool-hung')) > 0, 60_000)).toBe(
         true,

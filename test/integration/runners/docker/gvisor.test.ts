@@ -5,6 +5,7 @@ import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import { fixture, tempCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // gVisor is optional: these run when the engine has the runsc runtime (CAPSULE_GVISOR=1 scripts/provision-docker.sh).
 const engine = new DockerodeEngine({ env: process.env });
@@ -40,7 +41,7 @@ describe('docker runner on gVisor (runsc)', () => {
       { 'run.sh': 'cat; echo; dmesg | head -1; exit 3\n' },
     );
     cleanups.push(t.cleanup);
-    const result = await runner.run({ capability: t.capability, input: '{"x":1}' });
+    const result = await runner.run({ capability: t.capability, input: '{"x":1}' }, permitFor(t.capability));
     expect(result.exitCode).toBe(3);
     expect(result.stdout).toMatch(/^\{"x":1\}\n.*Starting gVisor/);
     expect(runner.isolation(t.capability).summary).toMatch(/gVisor/);
@@ -55,14 +56,20 @@ describe('docker runner on gVisor (runsc)', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const port = (server.address() as AddressInfo).port;
-      const net = await runner.run({
-        capability: underGvisor(await fixture('net-escape')),
-        input: JSON.stringify({ port }),
-      });
+      const net = await runner.run(
+        {
+          capability: underGvisor(await fixture('net-escape')),
+          input: JSON.stringify({ port }),
+        },
+        permitFor(underGvisor(await fixture('net-escape'))),
+      );
       expect(net.stdout).toMatch(/host_loopback_port=failed/);
       expect(net.stdout).toMatch(/outside=failed/);
       expect(connections).toBe(0);
-      const write = await runner.run({ capability: underGvisor(await fixture('write-escape')), input: '{}' });
+      const write = await runner.run(
+        { capability: underGvisor(await fixture('write-escape')), input: '{}' },
+        permitFor(underGvisor(await fixture('write-escape'))),
+      );
       expect(write.stdout).toContain('root=denied');
       expect(write.stdout).toContain('capability=denied');
       expect(write.stdout).toContain('tmp=written');
@@ -73,7 +80,7 @@ describe('docker runner on gVisor (runsc)', () => {
 
   it('a fork bomb stays inside the sandbox and ends at the pids limit, the timeout or its own starvation', async () => {
     const capability = underGvisor(await fixture('fork-bomb'));
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(
       result.pidsLimited === true ||
         result.timedOut ||
@@ -84,7 +91,10 @@ describe('docker runner on gVisor (runsc)', () => {
   });
 
   it('a timeout still kills it', async () => {
-    const result = await runner.run({ capability: underGvisor(await fixture('sleeper')), input: '{}' });
+    const result = await runner.run(
+      { capability: underGvisor(await fixture('sleeper')), input: '{}' },
+      permitFor(underGvisor(await fixture('sleeper'))),
+    );
     expect(result.timedOut).toBe(true);
     expect(result.durationMs).toBeLessThan(8000);
   });

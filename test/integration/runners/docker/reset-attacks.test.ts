@@ -13,6 +13,7 @@ import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { CAPABILITY_LABEL, ownerLabels, processOwner } from '../../../../src/runners/docker/labels.js';
 import { buildContainerSpec } from '../../../../src/runners/docker/spec.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // Attacks by one call of a reset-reusable container on the calls after it, judged by what the next call in
 // the same container sees (files, HOME, processes, sockets), by the engine's own process list and by whether
@@ -412,8 +413,8 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
     try {
       await copyFile(path.join(capability.dir, 'attack'), path.join(made.dir, 'attack'));
       const empty = await capabilityFrom(made.dir);
-      const first = await runner.run({ capability: empty, input: 'leave' });
-      const second = await runner.run({ capability: empty, input: '' });
+      const first = await runner.run({ capability: empty, input: 'leave' }, permitFor(empty));
+      const second = await runner.run({ capability: empty, input: '' }, permitFor(empty));
       for (const r of [first, second]) {
         expect(r.exitCode, r.stderr).toBe(0);
         expect(r.stdout).toMatch(/^Uid:\s+65534\s+65534\s+65534\s+65534$/m);

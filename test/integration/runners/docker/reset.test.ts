@@ -6,6 +6,7 @@ import type { Capability } from '../../../../src/manifest/types.js';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // SysV IPC and flock have no busybox applet: a small static helper does them, built from this source.
 const IPC_HELPER = String.raw`
@@ -160,7 +161,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
   const oneContainer = (): DockerRunner =>
     new DockerRunner({ env: process.env, engine, prewarm: 0, reusablePerKey: 1 });
   const probe = async (runner: DockerRunner): Promise<Probe> => {
-    const r = await runner.run({ capability, input: 'probe\n' });
+    const r = await runner.run({ capability, input: 'probe\n' }, permitFor(capability));
     expect(r.exitCode).toBe(0);
     return parseProbe(r.stdout);
   };
@@ -173,7 +174,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
       // The places the sandbox user can write are exactly the ones the reset wipes.
       expect(baseline.writable).toBe('/dev/mqueue /dev/shm /tmp');
       for (let round = 0; round < 2; round++) {
-        const left = await runner.run({ capability, input: 'leave\n' });
+        const left = await runner.run({ capability, input: 'leave\n' }, permitFor(capability));
         expect(left).toMatchObject({ exitCode: 0, stdout: 'left\n' });
         const after = await probe(runner);
         // Reused, not replaced: the reset itself cleaned it.
@@ -189,7 +190,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
     const runner = oneContainer();
     try {
       const baseline = await probe(runner);
-      const stuck = await runner.run({ capability, input: 'ipc-stuck\n' });
+      const stuck = await runner.run({ capability, input: 'ipc-stuck\n' }, permitFor(capability));
       expect(stuck.stdout).toBe('shm:absent sem:PRESENT msg:PRESENT\n');
       const after = await probe(runner);
       expect(after.host).not.toBe(baseline.host);
@@ -205,7 +206,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
     try {
       const baseline = await probe(runner);
       for (let round = 0; round < 3; round++) {
-        const left = await runner.run({ capability, input: 'steal\n' });
+        const left = await runner.run({ capability, input: 'steal\n' }, permitFor(capability));
         // What it forged on PID 1's output while it ran is its own output; the call ended normally.
         expect(left).toMatchObject({ exitCode: 0, timedOut: false });
         expect(left.stdout).toMatch(/^left$/m);
@@ -220,7 +221,7 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
     const runner = oneContainer();
     try {
       const baseline = await probe(runner);
-      const left = await runner.run({ capability, input: 'inject\n' });
+      const left = await runner.run({ capability, input: 'inject\n' }, permitFor(capability));
       expect(left).toMatchObject({ exitCode: 0, stdout: 'left\n' });
       expectUntouched(await probe(runner), baseline);
     } finally {
@@ -234,7 +235,9 @@ describe('reset-reusable containers: nothing a call leaves reaches the next call
       const baseline = await probe(runner);
       for (let round = 0; round < 3; round++) {
         const results = await Promise.all(
-          [0, 1, 2, 3].map((i) => runner.run({ capability, input: i % 2 === 0 ? 'leave\n' : 'probe\n' })),
+          [0, 1, 2, 3].map((i) =>
+            runner.run({ capability, input: i % 2 === 0 ? 'leave\n' : 'probe\n' }, permitFor(capability)),
+          ),
         );
         for (const [i, r] of results.entries()) {
           if (i % 2 === 0) expect(r.stdout).toBe('left\n');

@@ -8,6 +8,7 @@ import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { processesWith, survivors } from '../../../helpers/processes.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // A container's processes are host processes too: a token in a command line tells when a call really runs.
 const SLEEPING = `capsule-runner-test-${process.pid}`;
@@ -41,7 +42,7 @@ describe('DockerRunner', () => {
       { entry: 'run.sh' },
       { 'run.sh': 'cat; echo; echo to-stderr >&2; exit 7\n' },
     );
-    const result = await runner.run({ capability, input: '{"name":"world"}' });
+    const result = await runner.run({ capability, input: '{"name":"world"}' }, permitFor(capability));
     expect(result).toMatchObject({
       environment: 'docker',
       exitCode: 7,
@@ -62,7 +63,7 @@ describe('DockerRunner', () => {
       { entry: 'run.sh', grants: { env: ['GRANTED_VAR'] } },
       { 'run.sh': 'env | sort\n' },
     );
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(result.stdout).toContain('GRANTED_VAR=granted-value');
     expect(result.stdout).not.toContain('SECRET_VAR');
     expect(result.stdout).not.toContain('must-not-leak');
@@ -104,7 +105,7 @@ describe('DockerRunner', () => {
       { declared: 'data', hostPath: path.join(project, 'data'), mode: 'ro' },
       { declared: 'out', hostPath: path.join(project, 'out'), mode: 'rw' },
     ];
-    const result = await runner.run({ capability, input: '{}' });
+    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(result.stdout).toContain('input-data');
     expect(result.stdout).toContain('ro=denied');
     expect(result.stdout).toContain('rw=written');
@@ -121,7 +122,7 @@ describe('DockerRunner', () => {
       { 'run.sh': `echo started; sh -c 'sleep 30; :' ${SLEEPING}-cancel\n` },
     );
     const controller = new AbortController();
-    const result = runner.run({ capability, input: '{}', signal: controller.signal });
+    const result = runner.run({ capability, input: '{}', signal: controller.signal }, permitFor(capability));
     // Abort once the capability is past its echo (its sleep is running), not after a guessed delay.
     await eventually(() => processesWith(`${SLEEPING}-cancel`).length > 0, 'the capability to be sleeping');
     controller.abort();
@@ -141,20 +142,23 @@ describe('DockerRunner', () => {
       { entry: 'run.sh', limits: { timeoutMs: 30_000 } },
       { 'run.sh': `echo started; sh -c 'sleep 30; :' ${SLEEPING}-close\n` },
     );
-    const call = closing.run({ capability, input: '{}' });
+    const call = closing.run({ capability, input: '{}' }, permitFor(capability));
     await eventually(() => processesWith(`${SLEEPING}-close`).length > 0, 'the capability to be sleeping');
     await closing.close();
     const result = await call;
     expect(result).toMatchObject({ canceled: true, exitCode: null, stdout: 'started\n' });
     expect(await engine.listContainers([mine, 'capsule.capability=closed-mid-call'])).toEqual([]);
-    await expect(closing.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(closing.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_UNAVAILABLE',
     });
   });
 
   it('an already aborted signal starts nothing', async () => {
     const capability = await temp('never-start', { entry: 'run.sh' }, { 'run.sh': 'echo ran\n' });
-    const result = await runner.run({ capability, input: '{}', signal: AbortSignal.abort() });
+    const result = await runner.run(
+      { capability, input: '{}', signal: AbortSignal.abort() },
+      permitFor(capability),
+    );
     expect(result.canceled).toBe(true);
     expect(result.stdout).toBe('');
   });
@@ -173,7 +177,7 @@ describe('DockerRunner', () => {
           'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const x=JSON.parse(s);console.log(JSON.stringify({hello:x.name, node:process.version}));});\n',
       },
     );
-    const result = await runner.run({ capability, input: '{"name":"docker"}' });
+    const result = await runner.run({ capability, input: '{"name":"docker"}' }, permitFor(capability));
     expect(result.stderr).toBe('');
     expect(JSON.parse(result.stdout)).toEqual({ hello: 'docker', node: process.version });
   });
@@ -184,7 +188,7 @@ describe('DockerRunner', () => {
       { entry: 'main.py', interpreter: 'python3' },
       { 'main.py': 'print(1)\n' },
     );
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_FAILED',
       message: /python3/,
     });
@@ -196,7 +200,7 @@ describe('DockerRunner', () => {
       { entry: 'run.sh', interpreter: undefined },
       { 'run.sh': 'echo hi\n' },
     );
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_FAILED',
       message: /Permission denied/,
     });
@@ -208,7 +212,7 @@ describe('DockerRunner', () => {
       { entry: 'run.sh', docker: { image: 'no-such/image:9' } },
       { 'run.sh': 'true\n' },
     );
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_UNAVAILABLE',
       details: { field: 'docker.image', file: capability.manifestPath },
     });
@@ -225,7 +229,7 @@ describe('DockerRunner', () => {
           'data.txt': 'copied-data\n',
         },
       );
-      const result = await copying.run({ capability, input: '{}' });
+      const result = await copying.run({ capability, input: '{}' }, permitFor(capability));
       expect(result.stdout).toBe('copied-data\nro\n');
       expect(
         (await engine.listVolumes(['capsule.managed=1'])).some((v) => v.includes(`-p${process.pid}-`)),
@@ -245,8 +249,8 @@ describe('DockerRunner', () => {
       { entry: 'run.sh' },
       { 'run.sh': 'echo $HOSTNAME; echo state >> /tmp/state; wc -l < /tmp/state\n' },
     );
-    const first = await pooled.run({ capability, input: '{}' });
-    const second = await pooled.run({ capability, input: '{}' });
+    const first = await pooled.run({ capability, input: '{}' }, permitFor(capability));
+    const second = await pooled.run({ capability, input: '{}' }, permitFor(capability));
     // Fresh container each call: a different hostname and no state carried over.
     expect(first.stdout.split('\n')[0]).not.toBe(second.stdout.split('\n')[0]);
     expect(second.stdout.split('\n')[1]).toBe('1');
@@ -277,14 +281,14 @@ describe('DockerRunner', () => {
             'read x; echo state >> /tmp/state; wc -l < /tmp/state; [ "$x" = sleep ] && sleep 30; exit 4\n',
         },
       );
-      const a = await warm.run({ capability, input: 'go\n' });
-      const b = await warm.run({ capability, input: 'go\n' });
+      const a = await warm.run({ capability, input: 'go\n' }, permitFor(capability));
+      const b = await warm.run({ capability, input: 'go\n' }, permitFor(capability));
       expect(a).toMatchObject({ exitCode: 4, stdout: '1\n' });
       expect(b).toMatchObject({ exitCode: 4, stdout: '1\n' });
-      const slow = await warm.run({ capability, input: 'sleep\n' });
+      const slow = await warm.run({ capability, input: 'sleep\n' }, permitFor(capability));
       expect(slow).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGKILL' });
       // The timed-out container was retired: the next call starts from a clean one.
-      const c = await warm.run({ capability, input: 'go\n' });
+      const c = await warm.run({ capability, input: 'go\n' }, permitFor(capability));
       expect(c.stdout).toBe('1\n');
     } finally {
       await warm.close();
@@ -295,7 +299,9 @@ describe('DockerRunner', () => {
   it('streams a large input through stdin and handles concurrent calls in separate containers', async () => {
     const capability = await temp('big-input', { entry: 'run.sh' }, { 'run.sh': 'wc -c; hostname\n' });
     const big = 'x'.repeat(3 * 1024 * 1024);
-    const results = await Promise.all([0, 1, 2, 3].map(() => runner.run({ capability, input: big })));
+    const results = await Promise.all(
+      [0, 1, 2, 3].map(() => runner.run({ capability, input: big }, permitFor(capability))),
+    );
     for (const r of results) expect(r.stdout.split('\n')[0]?.trim()).toBe(String(big.length));
     expect(new Set(results.map((r) => r.stdout.split('\n')[1])).size).toBe(4);
   });
@@ -315,14 +321,14 @@ describe('DockerRunner', () => {
             'read x; echo state >> /tmp/state; [ "$x" = oom ] && exec dd if=/dev/zero of=/dev/null bs=512M count=1; [ "$x" = flood ] && exec yes; wc -l < /tmp/state\n',
         },
       );
-      expect((await warm.run({ capability, input: 'go\n' })).stdout).toBe('1\n');
-      const oom = await warm.run({ capability, input: 'oom\n' });
+      expect((await warm.run({ capability, input: 'go\n' }, permitFor(capability))).stdout).toBe('1\n');
+      const oom = await warm.run({ capability, input: 'oom\n' }, permitFor(capability));
       expect(oom).toMatchObject({ oomKilled: true, exitCode: null, signal: 'SIGKILL' });
-      expect((await warm.run({ capability, input: 'go\n' })).stdout).toBe('1\n');
-      const flood = await warm.run({ capability, input: 'flood\n' });
+      expect((await warm.run({ capability, input: 'go\n' }, permitFor(capability))).stdout).toBe('1\n');
+      const flood = await warm.run({ capability, input: 'flood\n' }, permitFor(capability));
       expect(flood.truncated).toBe(true);
       expect(flood.stdout.length).toBe(1000);
-      expect((await warm.run({ capability, input: 'go\n' })).stdout).toBe('1\n');
+      expect((await warm.run({ capability, input: 'go\n' }, permitFor(capability))).stdout).toBe('1\n');
     } finally {
       await warm.close();
     }
@@ -334,7 +340,7 @@ describe('DockerRunner', () => {
       { entry: 'run.sh', environment: 'shell', docker: undefined },
       { 'run.sh': 'true\n' },
     );
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'environment' },
     });
@@ -364,7 +370,10 @@ describe('DockerRunner without an engine', () => {
       );
       await writeFile(path.join(dir, 'x', 'run.sh'), 'true\n');
       await expect(
-        runner.run({ capability: await capabilityFrom(path.join(dir, 'x')), input: '{}' }),
+        runner.run(
+          { capability: await capabilityFrom(path.join(dir, 'x')), input: '{}' },
+          permitFor(await capabilityFrom(path.join(dir, 'x'))),
+        ),
       ).rejects.toMatchObject({ code: 'RUNNER_UNAVAILABLE' });
       await runner.close();
     } finally {
@@ -379,7 +388,10 @@ describe('the hello-docker example capability', () => {
     const runner = new DockerRunner({ env: process.env, engine });
     try {
       const dir = fileURLToPath(new URL('../../../../capabilities/hello-docker/', import.meta.url));
-      const result = await runner.run({ capability: await capabilityFrom(dir), input: '{"name":"reader"}' });
+      const result = await runner.run(
+        { capability: await capabilityFrom(dir), input: '{"name":"reader"}' },
+        permitFor(await capabilityFrom(dir)),
+      );
       expect(result.exitCode).toBe(0);
       expect(JSON.parse(result.stdout)).toMatchObject({ greeting: 'hello, reader', uid: 65534 });
       expect(runner.isolation(await capabilityFrom(dir)).sandboxed).toBe(true);

@@ -8,6 +8,7 @@ import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-e
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 /**
  * A stop is a stop in the docker runner too: once capsule decides a call is over (its deadline, a cancel),
@@ -62,7 +63,7 @@ describe('a stop is a stop: docker calls', () => {
     const kind = reusable ? 'a reusable container' : 'a fresh container';
     it(`${kind} at its deadline: the next command never runs`, async () => {
       const { capability, m } = await scene(`stop-deadline-${reusable}`, reusable, 1500);
-      const r = await runner.run({ capability, input: '{}' });
+      const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
       expect(r.timedOut).toBe(true);
       expect(existsSync(path.join(m, 'started'))).toBe(true);
       await neverAfter(m);
@@ -71,7 +72,7 @@ describe('a stop is a stop: docker calls', () => {
     it(`${kind} on cancel: the next command never runs`, async () => {
       const { capability, m } = await scene(`stop-cancel-${reusable}`, reusable, 30_000);
       const abort = new AbortController();
-      const run = runner.run({ capability, input: '{}', signal: abort.signal });
+      const run = runner.run({ capability, input: '{}', signal: abort.signal }, permitFor(capability));
       await eventually(() => existsSync(path.join(m, 'started')), 'the call to start');
       abort.abort();
       expect((await run).canceled).toBe(true);

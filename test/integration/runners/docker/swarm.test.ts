@@ -7,6 +7,7 @@ import { judgePosture, parseProbeOutput, PROBE_SCRIPT } from '../../../../src/ru
 import { SwarmRunner } from '../../../../src/runners/docker/swarm-runner.js';
 import { tempCapability } from './helpers.js';
 import { holdsWithin } from '../../../helpers/eventually.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // The Swarm runner on a real two-node swarm (manager + worker over a veth pair between network namespaces of
 // their own), started by scripts/extra-engines.sh; the shared main engine is never touched.
@@ -52,7 +53,7 @@ describe('swarm runner on a real two-node swarm', () => {
       { 'run.sh': 'read -r line; echo "got $line"; echo "uid $(id -u)" >&2; exit 3\n' },
     );
     try {
-      const r = await runner.run({ capability: t.capability, input: '{"a":1}' });
+      const r = await runner.run({ capability: t.capability, input: '{"a":1}' }, permitFor(t.capability));
       expect(r).toMatchObject({
         exitCode: 3,
         stdout: 'got {"a":1}\n',
@@ -67,7 +68,7 @@ describe('swarm runner on a real two-node swarm', () => {
   it('the hardening a task gets, measured from inside it by the posture probe', async () => {
     const t = await tempCapability('swarm-posture', { entry: 'run.sh' }, { 'run.sh': `${PROBE_SCRIPT}\n` });
     try {
-      const r = await runner.run({ capability: t.capability, input: '{}' });
+      const r = await runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       expect(r.exitCode).toBe(0);
       const posture = parseProbeOutput(r.stdout, 'runc');
       // no-new-privileges comes from the node daemon (--no-new-privileges): a service cannot ask for it.
@@ -87,7 +88,9 @@ describe('swarm runner on a real two-node swarm', () => {
   it('an empty input is an empty stdin (a Swarm config cannot be empty)', async () => {
     const t = await tempCapability('swarm-empty', { entry: 'run.sh' }, { 'run.sh': 'echo "[$(cat)]"\n' });
     try {
-      expect(await runner.run({ capability: t.capability, input: '' })).toMatchObject({
+      expect(
+        await runner.run({ capability: t.capability, input: '' }, permitFor(t.capability)),
+      ).toMatchObject({
         exitCode: 0,
         stdout: '[]\n',
       });
@@ -103,7 +106,7 @@ describe('swarm runner on a real two-node swarm', () => {
       { 'run.sh': 'echo before\nkill -KILL $$\n' },
     );
     try {
-      const r = await runner.run({ capability: t.capability, input: '{}' });
+      const r = await runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       expect(r).toMatchObject({ exitCode: 137, stdout: 'before\n' });
     } finally {
       await t.cleanup();
@@ -118,7 +121,7 @@ describe('swarm runner on a real two-node swarm', () => {
     );
     await symlink('/etc/shadow', path.join(t.dir, 'secret'));
     try {
-      const err = await runner.run({ capability: t.capability, input: '{}' }).then(
+      const err = await runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability)).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -140,7 +143,7 @@ describe('swarm runner on a real two-node swarm', () => {
       { 'run.sh': 'yes flood | head -c 3000000\n' },
     );
     try {
-      const r = await runner.run({ capability: t.capability, input: '{}' });
+      const r = await runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       expect(r.truncated).toBe(true);
       expect(Buffer.byteLength(r.stdout)).toBe(4096);
     } finally {
@@ -155,7 +158,7 @@ describe('swarm runner on a real two-node swarm', () => {
       { 'run.sh': "trap '' TERM HUP INT\nwhile :; do sleep 1; done\n" },
     );
     try {
-      const call = runner.run({ capability: t.capability, input: '{}' });
+      const call = runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability));
       expect(await holdsWithin(async () => (await containers('running')) > 0, 60_000)).toBe(true);
       const r = await call;
       expect(r).toMatchObject({ timedOut: true, exitCode: null });
@@ -173,7 +176,10 @@ describe('swarm runner on a real two-node swarm', () => {
     );
     const abort = new AbortController();
     try {
-      const call = runner.run({ capability: t.capability, input: '{}', signal: abort.signal });
+      const call = runner.run(
+        { capability: t.capability, input: '{}', signal: abort.signal },
+        permitFor(t.capability),
+      );
       expect(await holdsWithin(async () => (await containers('running')) > 0, 60_000)).toBe(true);
       abort.abort();
       expect(await call).toMatchObject({ canceled: true, exitCode: null });
@@ -186,7 +192,9 @@ describe('swarm runner on a real two-node swarm', () => {
   it('leaves no service, config or container behind', async () => {
     const t = await tempCapability('swarm-clean', { entry: 'run.sh' }, { 'run.sh': 'echo ok\n' });
     try {
-      expect(await runner.run({ capability: t.capability, input: '{}' })).toMatchObject({ exitCode: 0 });
+      expect(
+        await runner.run({ capability: t.capability, input: '{}' }, permitFor(t.capability)),
+      ).toMatchObject({ exitCode: 0 });
       const mine = ['capsule.managed=1', `capsule.pid=${process.pid}`];
       expect(await manager.listServices(mine)).toEqual([]);
       expect(await manager.listConfigs(mine)).toEqual([]);

@@ -10,6 +10,7 @@ import type { Capability } from '../../../../src/manifest/types.js';
 import type { Runner } from '../../../../src/runners/types.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import { assemble } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 const REPO = path.resolve(new URL('../../../../', import.meta.url).pathname);
 const HELLO = readFileSync(path.join(REPO, 'capabilities/hello/hello.wasm'));
@@ -40,7 +41,7 @@ function wasmOf(runners: readonly Runner[]): Runner {
 }
 
 async function runHello(runner: Runner, capability: Capability, name: string): Promise<string> {
-  const r = await runner.run({ capability, input: JSON.stringify({ name }) });
+  const r = await runner.run({ capability, input: JSON.stringify({ name }) }, permitFor(capability));
   return r.stdout;
 }
 
@@ -92,7 +93,8 @@ describe('the transpiled-component cache is not trusted input', () => {
       (c) => c,
       () => undefined,
     );
-    if (loaded !== undefined) await first.run({ capability: loaded, input: payload(marker) });
+    if (loaded !== undefined)
+      await first.run({ capability: loaded, input: payload(marker) }, permitFor(loaded));
 
     const later = wasmOf(createDefaultRunners({ projectRoot: root, env }));
     expect(await runHello(later, hello, 'two')).toBe('Hello, two!\n');
@@ -141,7 +143,7 @@ describe('the transpiled-component cache is not trusted input', () => {
       ['data', root],
     ] as const) {
       const forged: Capability = { ...loaded, fsGrants: [{ declared, hostPath, mode: 'rw' }] };
-      const err = await runner.run({ capability: forged, input: payload(marker) }).then(
+      const err = await runner.run({ capability: forged, input: payload(marker) }, permitFor(forged)).then(
         () => undefined,
         (e: unknown) => e,
       );

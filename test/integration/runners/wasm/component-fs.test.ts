@@ -11,6 +11,7 @@ import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { DirGrant } from '../../../../src/runners/wasm/dir-grants.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { FIXTURES, wasmCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // A component capability reads and writes its granted folders and nothing else, judged on the host:
 // what the guest managed to read shows in its output, what it managed to write shows on disk.
@@ -368,7 +369,7 @@ describe('components: a folder granted to another capability', () => {
       manifest: { grants: { fs: [{ path: 'a', mode: 'rw' }] } },
     });
     const run = async (list: Array<Record<string, unknown>>): Promise<Outcome[]> => {
-      const r = await runner.run({ capability, input: JSON.stringify({ ops: list }) });
+      const r = await runner.run({ capability, input: JSON.stringify({ ops: list }) }, permitFor(capability));
       expect(r.exitCode, r.stderr).toBe(0);
       return JSON.parse(r.stdout) as Outcome[];
     };
@@ -397,7 +398,10 @@ describe('components: environment and network', () => {
       hostEnv: { CAPSULE_TEST_GRANTED: 'yes', CAPSULE_TEST_SECRET: 'HOST-SECRET', HOME: '/root' },
     });
     try {
-      const r = await envRunner.run({ capability, input: JSON.stringify({ ops: [{ op: 'env' }] }) });
+      const r = await envRunner.run(
+        { capability, input: JSON.stringify({ ops: [{ op: 'env' }] }) },
+        permitFor(capability),
+      );
       expect(JSON.parse(r.stdout)).toEqual([{ ok: [['CAPSULE_TEST_GRANTED', 'yes']] }]);
       expect(r.stdout).not.toContain('HOST-SECRET');
     } finally {
@@ -565,7 +569,7 @@ describe('the shipped digest-notes example', () => {
         },
       },
     );
-    const r = await runner.run({ capability, input: '{"file":"n.txt"}' });
+    const r = await runner.run({ capability, input: '{"file":"n.txt"}' }, permitFor(capability));
     expect(JSON.parse(r.stdout)).toMatchObject({
       lines: 2,
       words: 5,

@@ -12,6 +12,7 @@ import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { FIXTURES, rawSpec } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 const REPO = path.resolve(new URL('../../../../', import.meta.url).pathname);
 const runner = new WasmRunner({ poolSize: 2 });
@@ -75,7 +76,10 @@ describe('WasmRunner: components', () => {
       inputValidator: new InputValidator(),
     });
     if (!loaded.ok) throw new Error(JSON.stringify(loaded.invalid.issues));
-    const r = await runner.run({ capability: loaded.capability, input: '{"name":"world"}' });
+    const r = await runner.run(
+      { capability: loaded.capability, input: '{"name":"world"}' },
+      permitFor(loaded.capability),
+    );
     expect(r).toMatchObject({ exitCode: 0, stdout: 'Hello, world!\n', stderr: '', timedOut: false });
   });
 

@@ -10,6 +10,7 @@ import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import { tempProject } from '../../../helpers/capability.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { assemble, rawSpec, wasmCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 const probe = assemble('probe.wat');
 const runner = new WasmRunner({ poolSize: 2 });
@@ -66,7 +67,7 @@ describe('WasmRunner: WASI preview1 basics', () => {
       hostEnv: { CAPSULE_GRANTED: 'yes', CAPSULE_SECRET: 'hunter2', HOME: '/root' },
     });
     try {
-      const r = await r2.run({ capability, input: '{}' });
+      const r = await r2.run({ capability, input: '{}' }, permitFor(capability));
       expect(r.exitCode).toBe(0);
       // Only the granted variable: the host's secret and HOME never reach the guest.
       expect(r.stdout).toBe('CAPSULE_GRANTED=yes\n');
@@ -79,14 +80,17 @@ describe('WasmRunner: WASI preview1 basics', () => {
     const { capability } = await wasmCapability('netcap', probe, {
       manifest: { args: ['cat'], grants: { network: [{ host: 'example.com' }] } },
     });
-    await expectStartError(runner.run({ capability, input: '{}' }), /preview1 module, which gets no network/);
+    await expectStartError(
+      runner.run({ capability, input: '{}' }, permitFor(capability)),
+      /preview1 module, which gets no network/,
+    );
   });
 
   it('gives an empty environment when nothing is granted', async () => {
     process.env.CAPSULE_TEST_SECRET = 'hunter2';
     try {
       const { capability } = await wasmCapability('envnone', probe, { manifest: { args: ['env'] } });
-      const r = await runner.run({ capability, input: '{}' });
+      const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
       expect(r.exitCode).toBe(0);
       expect(r.stdout).toBe('');
     } finally {
@@ -228,25 +232,34 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
       projectFiles: { 'docs/readme.txt': 'granted docs\n' },
     });
     expect(capability.fsGrants).toHaveLength(1);
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     // The probe hands the path to path_open on fd 3 (the /docs preopen) as is; raw absolute paths are
     // refused (NOTCAPABLE). A libc program opening "/docs/readme.txt" finds the preopen by prefix instead.
     expect(r.stderr).toBe('errno=76\n');
     expect(r.stdout).toBe('');
-    const name = await runner.run({
-      capability: { ...capability, manifest: { ...capability.manifest, args: ['preopen'] } },
-      input: '{}',
-    });
+    const name = await runner.run(
+      {
+        capability: { ...capability, manifest: { ...capability.manifest, args: ['preopen'] } },
+        input: '{}',
+      },
+      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['preopen'] } }),
+    );
     expect(name.stdout).toBe('/docs');
-    const rel = await runner.run({
-      capability: { ...capability, manifest: { ...capability.manifest, args: ['read', 'readme.txt'] } },
-      input: '{}',
-    });
+    const rel = await runner.run(
+      {
+        capability: { ...capability, manifest: { ...capability.manifest, args: ['read', 'readme.txt'] } },
+        input: '{}',
+      },
+      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['read', 'readme.txt'] } }),
+    );
     expect(rel.stdout).toBe('granted docs\n');
-    const write = await runner.run({
-      capability: { ...capability, manifest: { ...capability.manifest, args: ['write', 'readme.txt'] } },
-      input: '{}',
-    });
+    const write = await runner.run(
+      {
+        capability: { ...capability, manifest: { ...capability.manifest, args: ['write', 'readme.txt'] } },
+        input: '{}',
+      },
+      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['write', 'readme.txt'] } }),
+    );
     expect(write.stderr).toBe('errno=69\n');
     expect(readFileSync(path.join(capRoot, 'docs/readme.txt'), 'utf8')).toBe('granted docs\n');
   });

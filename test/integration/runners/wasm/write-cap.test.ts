@@ -8,6 +8,7 @@ import { componentizeJs } from '../../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
 import { assemble, FIXTURES, rawSpec, wasmCapability } from './helpers.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 // A guest with a rw grant cannot fill the user's disk: every byte it writes, and every byte a file
 // grows by (set-size, allocate, a write past the end), counts against limits.writeBytes. Judged on
@@ -106,7 +107,7 @@ describe('limits.writeBytes: preview1', () => {
       },
       projectFiles: { 'out/.keep': '' },
     });
-    const r = await runner.run({ capability, input: '{}' });
+    const r = await runner.run({ capability, input: '{}' }, permitFor(capability));
     expect(r.exitCode).toBe(NOSPC);
     expect(r.writeLimited).toBe(true);
     expect(statSync(path.join(root, 'out', 'f.bin')).size).toBe(300_000 - ENTRY_BYTES);

@@ -3,6 +3,7 @@ import { manifestSchema } from '../../../../src/manifest/schema.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import type { DockerEngine } from '../../../../src/runners/docker/engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 /** An engine whose socket accepts but never answers: the worst case for a hang. */
 function hungEngine(): DockerEngine {
@@ -46,7 +47,7 @@ describe('DockerRunner with an engine that does not answer', () => {
 
   it('run() fails with RUNNER_UNAVAILABLE and a hint, never hangs', async () => {
     const runner = new DockerRunner({ env: {}, engine: hungEngine(), engineTimeoutMs: 200 });
-    await expect(runner.run({ capability, input: '{}' })).rejects.toMatchObject({
+    await expect(runner.run({ capability, input: '{}' }, permitFor(capability))).rejects.toMatchObject({
       code: 'RUNNER_UNAVAILABLE',
       details: { hint: expect.stringMatching(/provision-docker/) },
     });

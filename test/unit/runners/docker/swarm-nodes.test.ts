@@ -7,6 +7,7 @@ import { manifestSchema } from '../../../../src/manifest/schema.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import type { DockerEngine, SwarmApi, SwarmServiceSpec } from '../../../../src/runners/docker/engine.js';
 import { SwarmRunner } from '../../../../src/runners/docker/swarm-runner.js';
+import { permitFor } from '../../../helpers/permit.js';
 
 const STRONG = 'CapEff=0000000000000000\nNoNewPrivs=1\nSeccomp=2\nuid=65534\nif=lo\nrootfs=ro\n';
 const WEAK = 'CapEff=0000000000000000\nNoNewPrivs=0\nSeccomp=0\nuid=65534\nif=lo\nrootfs=ro\n';
@@ -106,10 +107,11 @@ describe('a swarm measured node by node: calls go to the nodes measured', () => 
     const runner = new SwarmRunner({ manager });
     expect(await runner.measureIsolation()).toBe('node weak: no-new-privileges is off, no seccomp filter');
     const cap = await capability();
-    for (let i = 0; i < 4; i++) await runner.run({ capability: cap, input: '', requireSandboxed: true });
+    for (let i = 0; i < 4; i++)
+      await runner.run({ capability: cap, input: '', requireSandboxed: true }, permitFor(cap));
     expect(placed).toEqual(['strong', 'strong', 'strong', 'strong']);
     // Without that requirement (allowed as not sandboxed), both measured nodes take calls.
-    for (let i = 0; i < 4; i++) await runner.run({ capability: cap, input: '' });
+    for (let i = 0; i < 4; i++) await runner.run({ capability: cap, input: '' }, permitFor(cap));
     expect(new Set(placed.slice(4))).toEqual(new Set(['weak', 'strong']));
   });
 
@@ -119,12 +121,12 @@ describe('a swarm measured node by node: calls go to the nodes measured', () => 
     const runner = new SwarmRunner({ manager });
     expect(await runner.measureIsolation()).toBeUndefined();
     const cap = await capability();
-    await runner.run({ capability: cap, input: '' });
+    await runner.run({ capability: cap, input: '' }, permitFor(cap));
     expect(placed).toEqual(['a']);
 
     nodes[0] = { id: 'a', version: 2, state: 'ready', probe: WEAK };
     expect(await runner.nodesChanged()).toBe('node a of the swarm changed since its posture was measured');
-    const changed = await runner.run({ capability: cap, input: '' }).then(
+    const changed = await runner.run({ capability: cap, input: '' }, permitFor(cap)).then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -132,10 +134,12 @@ describe('a swarm measured node by node: calls go to the nodes measured', () => 
     expect(placed).toEqual(['a']);
     // Measured again: the node's new posture decides.
     expect(await runner.measureIsolation()).toContain('node a: no-new-privileges is off');
-    const refused = await runner.run({ capability: cap, input: '', requireSandboxed: true }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const refused = await runner
+      .run({ capability: cap, input: '', requireSandboxed: true }, permitFor(cap))
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect((refused as CapsuleError).code).toBe('PERMISSION_DENIED');
     expect(placed).toEqual(['a']);
 
