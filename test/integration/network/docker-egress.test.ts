@@ -7,7 +7,7 @@ import type { DockerodeEngine } from '../../../src/runners/docker/dockerode-engi
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { dockerForTests, tempCapability } from '../runners/docker/helpers.js';
 import { listen, mapResolver, type Listener } from './loopback.js';
-import { permitFor } from '../../helpers/permit.js';
+import { permitFor, withPermit } from '../../helpers/permit.js';
 
 // A node capability in a --network none container reaching a loopback listener through capsule's
 // per-run egress proxy, and nothing else. Judged by the listeners' accepted-connection counts.
@@ -125,7 +125,7 @@ describe('docker egress through capsule’s proxy', () => {
       const grantedBefore = granted.connections;
       const before = records.length;
       const r = await runner.run(
-        {
+        ...withPermit({
           capability: {
             ...made.capability,
             manifest: { ...made.capability.manifest, entry: 'attack.mjs' },
@@ -133,11 +133,6 @@ describe('docker egress through capsule’s proxy', () => {
           },
           input: JSON.stringify({ port: granted.port, denied: denied.port, other: other.port }),
           egressAudit: audit,
-        },
-        permitFor({
-          ...made.capability,
-          manifest: { ...made.capability.manifest, entry: 'attack.mjs' },
-          entryPath: path.join(made.dir, 'attack.mjs'),
         }),
       );
       expect(r.stderr).toBe('');

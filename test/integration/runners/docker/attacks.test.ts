@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, fixture, FIXTURES } from './helpers.js';
-import { permitFor } from '../../../helpers/permit.js';
+import { permitFor, withPermit } from '../../../helpers/permit.js';
 
 // Each hostile capability runs in the real engine; every test asserts the attack failed inside the
 // container AND that the host saw nothing (listener untouched, files unchanged, capsule still responsive).
@@ -37,11 +37,10 @@ describe('docker runner against hostile capabilities', () => {
     const port = (server.address() as AddressInfo).port;
     try {
       const result = await runner.run(
-        {
+        ...withPermit({
           capability: await fixture('net-escape'),
           input: JSON.stringify({ port }),
-        },
-        permitFor(await fixture('net-escape')),
+        }),
       );
       expect(result.exitCode).toBe(0);
       expect(result.stdout).toMatch(/host_loopback_port=failed/);
@@ -83,10 +82,7 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('exec from tmpfs is refused; runs as nobody with no effective capabilities', async () => {
-    const result = await runner.run(
-      { capability: await fixture('tmp-exec'), input: '{}' },
-      permitFor(await fixture('tmp-exec')),
-    );
+    const result = await runner.run(...withPermit({ capability: await fixture('tmp-exec'), input: '{}' }));
     expect(result.stdout).toContain('copied=yes');
     expect(result.stdout).toContain('exec=denied');
     expect(result.stdout).toContain('script=denied');
@@ -95,10 +91,7 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('privilege escalation: remounts, device nodes, namespaces, chroot, raw sockets and setuid all fail', async () => {
-    const result = await runner.run(
-      { capability: await fixture('privesc'), input: '{}' },
-      permitFor(await fixture('privesc')),
-    );
+    const result = await runner.run(...withPermit({ capability: await fixture('privesc'), input: '{}' }));
     const attempts = result.stdout.split('\n').filter((l) => /^[a-z_]+=(denied|succeeded)$/.test(l));
     expect(attempts).toHaveLength(10);
     for (const line of attempts) expect(line).toMatch(/=denied$/);
@@ -123,18 +116,12 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('memory hog: OOM-killed and reported; the next call runs normally', async () => {
-    const result = await runner.run(
-      { capability: await fixture('memory-hog'), input: '{}' },
-      permitFor(await fixture('memory-hog')),
-    );
+    const result = await runner.run(...withPermit({ capability: await fixture('memory-hog'), input: '{}' }));
     expect(result.oomKilled).toBe(true);
     expect(result.exitCode).toBeNull();
     expect(result.signal).toBe('SIGKILL');
     expect(result.timedOut).toBe(false);
-    const after = await runner.run(
-      { capability: await fixture('write-escape'), input: '{}' },
-      permitFor(await fixture('write-escape')),
-    );
+    const after = await runner.run(...withPermit({ capability: await fixture('write-escape'), input: '{}' }));
     expect(after.exitCode).toBe(0);
   });
 
@@ -150,10 +137,7 @@ describe('docker runner against hostile capabilities', () => {
   });
 
   it('sleep past the timeout while ignoring SIGTERM: killed on time', async () => {
-    const result = await runner.run(
-      { capability: await fixture('sleeper'), input: '{}' },
-      permitFor(await fixture('sleeper')),
-    );
+    const result = await runner.run(...withPermit({ capability: await fixture('sleeper'), input: '{}' }));
     expect(result.timedOut).toBe(true);
     expect(result.exitCode).toBeNull();
     expect(result.signal).toBe('SIGKILL');
@@ -191,8 +175,7 @@ describe('docker runner against hostile capabilities', () => {
       await symlink(secretDir, path.join(folder, 'dir'));
       // The loader would refuse this folder; the runner must be safe even when handed it.
       const result = await runner.run(
-        { capability: await capabilityFrom(folder), input: '{}' },
-        permitFor(await capabilityFrom(folder)),
+        ...withPermit({ capability: await capabilityFrom(folder), input: '{}' }),
       );
       expect(result.stdout).not.toContain('TOP-SECRET');
       expect(result.stdout).toMatch(/No such file or directory/);
@@ -220,19 +203,13 @@ describe('docker runner against hostile capabilities', () => {
     // copy mode stands for a remote engine: the egress proxy socket cannot be mounted into it.
     const refusing = new DockerRunner({ env: process.env, engine: counting, capabilityFiles: 'copy' });
     await expect(
-      refusing.run(
-        { capability: await fixture('network-grant'), input: '{}' },
-        permitFor(await fixture('network-grant')),
-      ),
+      refusing.run(...withPermit({ capability: await fixture('network-grant'), input: '{}' })),
     ).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'grants.network', file: path.join(FIXTURES, 'network-grant', 'capability.json') },
     });
     await expect(
-      refusing.run(
-        { capability: await fixture('host-network'), input: '{}' },
-        permitFor(await fixture('host-network')),
-      ),
+      refusing.run(...withPermit({ capability: await fixture('host-network'), input: '{}' })),
     ).rejects.toMatchObject({
       code: 'UNSUPPORTED',
       details: { field: 'docker.network' },

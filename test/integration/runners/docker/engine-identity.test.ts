@@ -10,7 +10,7 @@ import { loadValid, tempProject, writeCapability } from '../../../helpers/capabi
 import { cli } from '../../../helpers/cli.js';
 import { connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
 import { startThrowawayEngine, type ThrowawayEngine } from './throwaway-engine.js';
-import { permitFor } from '../../../helpers/permit.js';
+import { permitFor, withPermit } from '../../../helpers/permit.js';
 
 // A posture measurement is bound to the daemon it was made on (docs/scale-out.md). Two dockerds of this file's
 // own (started like scripts/extra-engines.sh's, destroyed after): `strong` (an ordinary daemon) and `weak` (its
@@ -247,10 +247,7 @@ describe('the pool, judged by effect (library)', () => {
       await point(link, weak.socket);
       const judged = await pool.measureIsolation();
       const outcome = await pool
-        .run(
-          { capability: await capability(), input: '{}', requireSandboxed: true },
-          permitFor(await capability()),
-        )
+        .run(...withPermit({ capability: await capability(), input: '{}', requireSandboxed: true }))
         .then(
           (r) => r,
           (e: unknown) => e,
@@ -317,8 +314,7 @@ describe('the pool, judged by effect (library)', () => {
       process.kill(strong.pid(), 'SIGCONT');
       const t1 = nowSec();
       const r = await pool.run(
-        { capability: await capability(), input: '{}', requireSandboxed: true },
-        permitFor(await capability()),
+        ...withPermit({ capability: await capability(), input: '{}', requireSandboxed: true }),
       );
       expect(r.stdout).toBe('ran\n');
       expect((await pool.measurement('e')).generation).toBe(2);
@@ -371,10 +367,7 @@ describe('the pool, judged by effect (library)', () => {
       const t1 = nowSec();
       await point(link, weak.socket);
       const err = await pool
-        .run(
-          { capability: await capability(), input: '{}', requireSandboxed: true },
-          permitFor(await capability()),
-        )
+        .run(...withPermit({ capability: await capability(), input: '{}', requireSandboxed: true }))
         .then(
           () => undefined,
           (e: unknown) => e,

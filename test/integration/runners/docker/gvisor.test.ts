@@ -5,7 +5,7 @@ import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import { fixture, tempCapability } from './helpers.js';
-import { permitFor } from '../../../helpers/permit.js';
+import { permitFor, withPermit } from '../../../helpers/permit.js';
 
 // gVisor is optional: these run when the engine has the runsc runtime (CAPSULE_GVISOR=1 scripts/provision-docker.sh).
 const engine = new DockerodeEngine({ env: process.env });
@@ -57,18 +57,16 @@ describe('docker runner on gVisor (runsc)', () => {
     try {
       const port = (server.address() as AddressInfo).port;
       const net = await runner.run(
-        {
+        ...withPermit({
           capability: underGvisor(await fixture('net-escape')),
           input: JSON.stringify({ port }),
-        },
-        permitFor(underGvisor(await fixture('net-escape'))),
+        }),
       );
       expect(net.stdout).toMatch(/host_loopback_port=failed/);
       expect(net.stdout).toMatch(/outside=failed/);
       expect(connections).toBe(0);
       const write = await runner.run(
-        { capability: underGvisor(await fixture('write-escape')), input: '{}' },
-        permitFor(underGvisor(await fixture('write-escape'))),
+        ...withPermit({ capability: underGvisor(await fixture('write-escape')), input: '{}' }),
       );
       expect(write.stdout).toContain('root=denied');
       expect(write.stdout).toContain('capability=denied');
@@ -92,8 +90,7 @@ describe('docker runner on gVisor (runsc)', () => {
 
   it('a timeout still kills it', async () => {
     const result = await runner.run(
-      { capability: underGvisor(await fixture('sleeper')), input: '{}' },
-      permitFor(underGvisor(await fixture('sleeper'))),
+      ...withPermit({ capability: underGvisor(await fixture('sleeper')), input: '{}' }),
     );
     expect(result.timedOut).toBe(true);
     expect(result.durationMs).toBeLessThan(8000);

@@ -8,7 +8,7 @@ import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { processesWith, survivors } from '../../../helpers/processes.js';
-import { permitFor } from '../../../helpers/permit.js';
+import { permitFor, withPermit } from '../../../helpers/permit.js';
 
 // A container's processes are host processes too: a token in a command line tells when a call really runs.
 const SLEEPING = `capsule-runner-test-${process.pid}`;
@@ -370,10 +370,7 @@ describe('DockerRunner without an engine', () => {
       );
       await writeFile(path.join(dir, 'x', 'run.sh'), 'true\n');
       await expect(
-        runner.run(
-          { capability: await capabilityFrom(path.join(dir, 'x')), input: '{}' },
-          permitFor(await capabilityFrom(path.join(dir, 'x'))),
-        ),
+        runner.run(...withPermit({ capability: await capabilityFrom(path.join(dir, 'x')), input: '{}' })),
       ).rejects.toMatchObject({ code: 'RUNNER_UNAVAILABLE' });
       await runner.close();
     } finally {
@@ -389,8 +386,7 @@ describe('the hello-docker example capability', () => {
     try {
       const dir = fileURLToPath(new URL('../../../../capabilities/hello-docker/', import.meta.url));
       const result = await runner.run(
-        { capability: await capabilityFrom(dir), input: '{"name":"reader"}' },
-        permitFor(await capabilityFrom(dir)),
+        ...withPermit({ capability: await capabilityFrom(dir), input: '{"name":"reader"}' }),
       );
       expect(result.exitCode).toBe(0);
       expect(JSON.parse(result.stdout)).toMatchObject({ greeting: 'hello, reader', uid: 65534 });

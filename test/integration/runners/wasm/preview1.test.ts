@@ -10,7 +10,7 @@ import { webAssembly } from '../../../../src/runners/wasm/wasm-types.js';
 import { tempProject } from '../../../helpers/capability.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { assemble, rawSpec, wasmCapability } from './helpers.js';
-import { permitFor } from '../../../helpers/permit.js';
+import { permitFor, withPermit } from '../../../helpers/permit.js';
 
 const probe = assemble('probe.wat');
 const runner = new WasmRunner({ poolSize: 2 });
@@ -238,27 +238,24 @@ describe('WasmRunner: filesystem confinement (attacks)', () => {
     expect(r.stderr).toBe('errno=76\n');
     expect(r.stdout).toBe('');
     const name = await runner.run(
-      {
+      ...withPermit({
         capability: { ...capability, manifest: { ...capability.manifest, args: ['preopen'] } },
         input: '{}',
-      },
-      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['preopen'] } }),
+      }),
     );
     expect(name.stdout).toBe('/docs');
     const rel = await runner.run(
-      {
+      ...withPermit({
         capability: { ...capability, manifest: { ...capability.manifest, args: ['read', 'readme.txt'] } },
         input: '{}',
-      },
-      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['read', 'readme.txt'] } }),
+      }),
     );
     expect(rel.stdout).toBe('granted docs\n');
     const write = await runner.run(
-      {
+      ...withPermit({
         capability: { ...capability, manifest: { ...capability.manifest, args: ['write', 'readme.txt'] } },
         input: '{}',
-      },
-      permitFor({ ...capability, manifest: { ...capability.manifest, args: ['write', 'readme.txt'] } }),
+      }),
     );
     expect(write.stderr).toBe('errno=69\n');
     expect(readFileSync(path.join(capRoot, 'docs/readme.txt'), 'utf8')).toBe('granted docs\n');
