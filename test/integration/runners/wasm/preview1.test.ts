@@ -269,7 +269,8 @@ describe('WasmRunner: limits', () => {
       const first = await own.runRaw({ ...spec(['cat']), input: Buffer.from('after a nap') });
       expect(text(first.stdout)).toBe('after a nap');
       await new Promise((resolve) => setTimeout(resolve, 1_200));
-      // Canceled mid-loop (once the guest says it runs): the pool terminates the blocked-between-jobs worker like any other.
+      // Canceled mid-loop, once the guest says it runs: the pool terminates the blocked-between-jobs
+      // worker like any other.
       const controller = new AbortController();
       const { dirs, started } = await spinning();
       const loop = own.runRaw({
