@@ -1,3 +1,5 @@
+import { readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 
 /**
@@ -34,4 +36,38 @@ export async function holdsWithin(
     await delay(intervalMs);
   }
   return check();
+}
+
+/**
+ * `promise`, or a failure naming `what` if it has not settled within `ms`: for "it ends at all" checks (a
+ * run that would never end by itself was stopped). A generous bound, not a measure of how fast it ended.
+ */
+export async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`not settled after ${ms} ms: ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, bound]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Resolves once no file under `dir` has changed (ctime, which no writer can set back) for `ms`: for code
+ * that trusts only settled files (the scan index remembers a folder only then). Waits on the files' own
+ * stamps, so a slow write is waited out too.
+ */
+export async function settledFor(dir: string, ms: number): Promise<void> {
+  const newest = (): number => {
+    let at = 0;
+    for (const entry of readdirSync(dir, { recursive: true, encoding: 'utf8' })) {
+      at = Math.max(at, statSync(path.join(dir, entry)).ctimeMs);
+    }
+    return at;
+  };
+  await eventually(() => Date.now() - newest() > ms, `the files of ${dir} to settle for ${ms} ms`, {
+    intervalMs: 100,
+  });
 }

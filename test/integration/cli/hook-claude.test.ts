@@ -7,6 +7,8 @@ import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILT_CLI } from '../../helpers/cli.js';
+import { holdsWithin } from '../../helpers/eventually.js';
+import { pastSleepOf } from '../../helpers/processes.js';
 import { bashIn, claudeHookEnv, preToolUse, runHook } from '../../helpers/claude-hook.js';
 
 interface World {
@@ -74,8 +76,6 @@ async function hook(w: World, input: string, flags: string[] = []): Promise<Answ
 }
 
 const bash = bashIn;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Shapes that run rm on the victim past a `Bash(git status:*)` allow / `Bash(rm:*)` deny pair. */
 const BYPASSES = [
@@ -332,11 +332,10 @@ describe('capsule hook claude --confine', () => {
     const run = await bash(w, await confined(command));
     expect(run.exitCode, run.stderr).toBe(0);
     expect(run.stdout).toContain('started');
-    await sleep(2500);
+    await pastSleepOf(1);
     expect(existsSync(path.join(w.project, 'late-bg'))).toBe(false);
     await bash(w, command.replace('late-bg', 'late-control'));
-    await sleep(2500);
-    expect(existsSync(path.join(w.project, 'late-control'))).toBe(true);
+    expect(await holdsWithin(() => existsSync(path.join(w.project, 'late-control')), 60_000)).toBe(true);
   });
 
   it('capsule’s state is read-only to it, and its per-user state hidden', async () => {
@@ -356,7 +355,7 @@ describe('capsule hook claude --confine', () => {
   it('the call’s timeout is a stop: the marker after the sleep never appears', async () => {
     const run = await bash(w, await confined('sleep 3; touch marker', 500));
     expect(run.exitCode).toBe(124);
-    await sleep(3500);
+    await pastSleepOf(3);
     expect(existsSync(path.join(w.project, 'marker'))).toBe(false);
   });
 

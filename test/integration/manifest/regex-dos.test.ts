@@ -353,6 +353,8 @@ describe('the MCP server stays responsive and a signal ends it', () => {
       // Both calls start, then tools/list: it answers while they are checked.
       const evil = h.client.callTool({ name: 'cap_evil', arguments: { s: text } });
       const slow = h.client.callTool({ name: 'cap_multiply', arguments: { x: 1 } });
+      // Judged below; if the test fails first, the close must not leave their rejections unhandled.
+      for (const call of [evil, slow]) void call.catch(() => undefined);
       const listed = await h.client.listTools();
       expect(listed.tools.map((t) => t.name)).toContain('cap_evil');
       const e = await evil;

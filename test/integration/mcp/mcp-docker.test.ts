@@ -1,9 +1,9 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tempProject } from '../../helpers/capability.js';
+import { eventually } from '../../helpers/eventually.js';
 import { choose, connectCapsule, textOf, type McpHarness } from './mcp-client.js';
 
 // Docker through MCP: needs the running engine that scripts/provision-docker.sh starts.
@@ -62,18 +62,22 @@ describe('capsule mcp with docker capabilities', () => {
       signal: ac.signal,
       timeout: 120_000,
     });
+    // Judged below; if the test fails first, the close in afterEach must not leave the rejection unhandled.
+    void pending.catch(() => undefined);
     let running: string[] = [];
-    for (let i = 0; i < 200 && running.length === 0; i++) {
-      await delay(100);
-      running = await containersOf(slow);
-    }
+    await eventually(
+      async () => (running = await containersOf(slow)).length > 0,
+      'the capability container to be running',
+      { timeoutMs: 90_000, intervalMs: 100 },
+    );
     expect(running.length).toBe(1);
     ac.abort();
     await expect(pending).rejects.toThrow();
-    for (let i = 0; i < 100 && running.length > 0; i++) {
-      await delay(100);
-      running = await containersOf(slow);
-    }
+    await eventually(
+      async () => (running = await containersOf(slow)).length === 0,
+      'the capability container to be gone',
+      { timeoutMs: 60_000, intervalMs: 100 },
+    ).catch(() => undefined);
     expect(running).toEqual([]);
   });
 });

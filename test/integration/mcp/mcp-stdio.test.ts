@@ -207,7 +207,8 @@ describe('capsule mcp over stdio', () => {
       'slow',
       { limits: { timeoutMs: 60_000 } },
       {
-        'run.sh': `sh -c 'sleep 300' ${token} & echo up > ${started}; wait\n`,
+        // The marker is written by the process that carries the token, so once it exists that process does.
+        'run.sh': `sh -c 'echo up > "$1"; sleep 300' ${token} ${started} & wait\n`,
       },
     );
     const h = await connect({ cwd: root, args: ['--grant', 'run_capability:slow'] });
@@ -215,7 +216,9 @@ describe('capsule mcp over stdio', () => {
     const pending = h.client.callTool({ name: 'run_capability', arguments: { name: 'slow' } }, undefined, {
       signal: ac.signal,
     });
-    for (let i = 0; i < 100 && !existsSync(started); i++) await delay(50);
+    // Judged below; if the test fails first, the close in afterEach must not leave the rejection unhandled.
+    void pending.catch(() => undefined);
+    await eventually(() => existsSync(started), 'the capability to start', { timeoutMs: 60_000 });
     expect(processesWith(token).length).toBeGreaterThan(0);
     ac.abort();
     await expect(pending).rejects.toThrow();
@@ -375,6 +378,8 @@ describe('capsule mcp: canceling a wasm run', () => {
       signal: ac.signal,
       timeout: 120_000,
     });
+    // Judged below; if the test fails first, the close in afterEach must not leave the rejection unhandled.
+    void pending.catch(() => undefined);
     // CPU ticks the server uses in one second (100 ticks: one core busy all of it).
     const rate = async (): Promise<number> => {
       const before = await cpuTicks(pid);

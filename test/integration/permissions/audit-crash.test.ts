@@ -6,6 +6,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../helpers/cli.js';
+import { eventually } from '../../helpers/eventually.js';
 import type * as AuditLogModule from '../../../src/permissions/audit-log.js';
 import type * as AuditPathsModule from '../../../src/project/audit-paths.js';
 import type * as StateKeyModule from '../../../src/project/state-key.js';
@@ -63,6 +64,10 @@ function randomBetween(min: number, max: number): number {
   return min + Math.floor(Math.random() * (max - min));
 }
 
+/** How many decisions a process acted on so far (its marker folder may not exist yet). */
+const count = async (markers: string): Promise<number> =>
+  existsSync(markers) ? (await readdir(markers)).length : 0;
+
 /** Run the acting process until some markers exist, then SIGKILL it at a random point. */
 async function actAndKill(script: string, args: string[], markers: string): Promise<void> {
   const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -71,8 +76,10 @@ async function actAndKill(script: string, args: string[], markers: string): Prom
     child.stdout.once('data', () => resolve());
     child.once('exit', (code) => reject(new Error(`the acting process exited early (${code})`)));
   });
-  for (let i = 0; i < 400 && (!existsSync(markers) || (await readdir(markers)).length === 0); i++)
-    await new Promise((r) => setTimeout(r, 10));
+  await eventually(async () => (await count(markers)) > 0, 'the acting process to act', {
+    timeoutMs: 60_000,
+  });
+  // Where it is killed is random (the point of the test), counted from its first act.
   await new Promise((r) => setTimeout(r, randomBetween(5, 400)));
   child.kill('SIGKILL');
   await exited;
@@ -179,8 +186,12 @@ describe('audit log under a kill (write before acting)', () => {
         const b = await startActing(script, [root, headFile, markersB, `b${round}`, state]);
         await new Promise((r) => setTimeout(r, randomBetween(50, 400)));
         await a.kill();
-        // The survivor takes the lock the dead one may have held and repairs what it left.
-        await new Promise((r) => setTimeout(r, randomBetween(1200, 1600)));
+        // The survivor takes the lock the dead one may have held and repairs what it left: it acts again.
+        const before = await count(markersB);
+        await eventually(async () => (await count(markersB)) > before, 'the survivor to act after the kill', {
+          timeoutMs: 60_000,
+        });
+        await new Promise((r) => setTimeout(r, randomBetween(5, 400)));
         await b.kill();
         const done = [...(await readdir(markersA)), ...(await readdir(markersB))];
         const keys = await recordedKeys(log);

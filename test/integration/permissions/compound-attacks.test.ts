@@ -2,7 +2,6 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Executor } from '../../../src/executor/executor.js';
 import { Registry } from '../../../src/registry/registry.js';
@@ -13,6 +12,7 @@ import { createRunCommandTool } from '../../../src/tools/run-command.js';
 import { Workspace } from '../../../src/tools/workspace.js';
 import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
 import { isCapsuleError } from '../../../src/base/errors.js';
+import { holdsWithin } from '../../helpers/eventually.js';
 
 let parser: CommandParser;
 let root: string;
@@ -58,14 +58,13 @@ async function attempt(
   }
 }
 
-/** Process substitution and `&` may create the marker a moment after bash returns. */
-async function markerAppears(): Promise<boolean> {
-  for (let i = 0; i < 20; i++) {
-    if (existsSync(marker)) return true;
-    await sleep(10);
-  }
-  return false;
-}
+/**
+ * Process substitution and `&` may create the marker a moment after bash returns: waited for (bounded).
+ * Where it must not appear, bash never ran (denied) or has returned past where it would have made it
+ * (BASH_ENV runs first), so it is looked at once.
+ */
+const markerAppears = (): Promise<boolean> => holdsWithin(() => existsSync(marker), 30_000, 10);
+const markerExists = (): boolean => existsSync(marker);
 
 // Every compound form from issue 3; each creates the marker file M when bash runs it.
 const FORMS: Array<[string, string]> = [
@@ -101,13 +100,13 @@ describe.each([['run_command:git'], ['run_command:*'], ['run_command:git:*']])(
 
     it.each(FORMS)('%s is denied and never runs', async (_name, command) => {
       expect(await attempt(command, [grant])).toBe('denied');
-      expect(await markerAppears()).toBe(false);
+      expect(markerExists()).toBe(false);
     });
 
     it('an env-var prefix is compound (GIT_TRACE would write the marker)', async () => {
       const command = `GIT_TRACE=${marker} git --version`;
       expect(await attempt(command, [grant])).toBe('denied');
-      expect(await markerAppears()).toBe(false);
+      expect(markerExists()).toBe(false);
     });
 
     it('a parse error fails closed', async () => {
@@ -141,7 +140,7 @@ describe('the environment cannot swap what a granted program runs', () => {
       ENV: path.join(root, 'evil.sh'),
     };
     expect(await attempt('git --version', ['run_command:git'], env)).toBe('ran');
-    expect(await markerAppears()).toBe(false);
+    expect(markerExists()).toBe(false);
   });
 
   it('control: bash itself would honour them', async () => {

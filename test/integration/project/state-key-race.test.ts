@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { StateKey } from '../../../src/project/state-key.js';
 import { PolicySnapshotStore } from '../../../src/permissions/policy-snapshot.js';
 import { REPO_ROOT } from '../../helpers/cli.js';
+import { eventually } from '../../helpers/eventually.js';
 
 const DIST = path.join(REPO_ROOT, 'dist');
 const module = (p: string) => JSON.stringify(pathToFileURL(path.join(DIST, p)).href);
@@ -15,12 +16,13 @@ const module = (p: string) => JSON.stringify(pathToFileURL(path.join(DIST, p)).h
 // if nobody has yet), records a confirmed policy for a project of its own, and once every process has
 // done so, reads all of them back.
 const CHILD = `
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
-const { StateKey } = await import(${module('config/state-key.js')});
+const { StateKey } = await import(${module('project/state-key.js')});
 const { PolicySnapshotStore } = await import(${module('permissions/policy-snapshot.js')});
 const [stateDir, go, mine, count, ...roots] = process.argv.slice(2);
+writeFileSync(go + '.ready-' + process.pid, '');
 while (!existsSync(go)) await new Promise((r) => setTimeout(r, 1));
 const key = new StateKey({ stateDir });
 const store = new PolicySnapshotStore({ stateDir, key });
@@ -55,8 +57,12 @@ describe('the state key under concurrent first use', () => {
         Array.from({ length: N }, () => mkdtemp(path.join(tmpdir(), 'capsule-key-race-p-'))),
       );
       const runs = roots.map((mine) => child(script, [stateDir, go, mine, String(N), ...roots]));
-      // Let every process start and wait, then release them together.
-      await new Promise((r) => setTimeout(r, 1500));
+      // Once every process has started and waits (it says so), release them together.
+      await eventually(
+        async () => (await readdir(work)).filter((f) => f.startsWith(`go-${round}.ready-`)).length === N,
+        'every process to wait for the go',
+        { timeoutMs: 60_000 },
+      );
       await writeFile(go, '');
       const results = (await Promise.all(runs)).map(
         (o) => JSON.parse(o) as { mac: string; states: string[] },

@@ -9,6 +9,7 @@ import { projectConfigSchema } from '../../../src/project/project-config.js';
 import { policyHash, policyViewOf } from '../../../src/permissions/policy-diff.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI, cli } from '../../helpers/cli.js';
+import { settledFor } from '../../helpers/eventually.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 // Host code running as the same user but outside capsule (or a confined command that found a way to
@@ -315,7 +316,7 @@ describe('red team: a forged scan-index entry', () => {
     const a = await project();
     const dir = path.join(a.root, 'capabilities', 'peek');
     // The index remembers only folders whose files settled (2 s).
-    await new Promise((r) => setTimeout(r, 2200));
+    await settledFor(dir, 2000);
     const listed = JSON.parse((await capsule(a, ['list', '--json'])).stdout) as {
       capabilities: Array<{ name: string; contentHash: string }>;
     };

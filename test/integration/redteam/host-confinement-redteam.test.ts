@@ -8,6 +8,7 @@ import { HostProcesses } from '../../../src/runners/host/host-processes.js';
 import { refusedNumbers } from '../../../src/runners/seccomp.js';
 import { tempProject } from '../../helpers/capability.js';
 import { BUILT_CLI, commandKey, REPO_ROOT } from '../../helpers/cli.js';
+import { pastSleepOf } from '../../helpers/processes.js';
 
 /**
  * Routes around the host confinement that its own tests do not take: other descriptors, other names,
@@ -154,8 +155,6 @@ process.stdout.write(JSON.stringify({ confined: r.confined, stdout: r.stdout, st
   expect(out.confined).toBe(true);
   return out;
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 it('the machine confines host processes (every attack below runs confined)', () => {
   expect(confinement.missing).toEqual([]);
@@ -701,7 +700,7 @@ describe.each(['root', 'user'] as const)('a stop as %s', (owner) => {
     );
     expect(out.timedOut).toBe(true);
     expect(out.stdout).not.toContain('moved:');
-    await sleep(3500); // past every sleep above
+    await pastSleepOf(2); // as long as every sleep above, started after them
     expect(existsSync(marker)).toBe(false);
   });
 
@@ -713,7 +712,7 @@ describe.each(['root', 'user'] as const)('a stop as %s', (owner) => {
       markers.push(marker);
       await confined(owner, s, `(sleep 1; : > "${marker}") & sleep 1; : > "${marker}"`, { timeoutMs: ms });
     }
-    await sleep(2000); // past every sleep above
+    await pastSleepOf(1); // as long as every sleep above, started after them
     expect(markers.filter((m) => existsSync(m))).toEqual([]);
   });
 
@@ -729,7 +728,7 @@ describe.each(['root', 'user'] as const)('a stop as %s', (owner) => {
         'ls /proc | grep -c "^[0-9]"',
       ],
     });
-    await sleep(3500);
+    await pastSleepOf(2);
     expect(existsSync(marker)).toBe(false);
     // The last call sees only itself (its pid 1, and ls/grep).
     expect(Number(out.stdout.trim())).toBeLessThanOrEqual(3);

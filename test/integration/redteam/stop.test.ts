@@ -1,20 +1,20 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability, tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI, commandKey } from '../../helpers/cli.js';
 import { eventually } from '../../helpers/eventually.js';
+import { pastSleepOf } from '../../helpers/processes.js';
 import { connectCapsule, type McpHarness } from '../mcp/mcp-client.js';
 import { permitFor } from '../../helpers/permit.js';
 
 /**
  * A stop is a stop: once capsule decides a run is over (deadline, cancel, output cap, SIGINT/SIGTERM/SIGKILL
  * of capsule), no further command of the run's script runs. Each script below would create `after` two
- * seconds in: it must never appear, waited past those two seconds.
+ * seconds in: it must never appear, waited until a witness started after the stop has slept as long.
  */
 
 const LATER_S = 2;
@@ -34,7 +34,7 @@ async function markers(): Promise<string> {
 }
 
 async function neverAfter(dir: string): Promise<void> {
-  await delay(LATER_S * 1000 + 700);
+  await pastSleepOf(LATER_S);
   expect(existsSync(path.join(dir, 'after'))).toBe(false);
 }
 
@@ -89,7 +89,7 @@ describe('a stop is a stop: shell capabilities', () => {
     expect(r.timedOut).toBe(true);
     const at = (await readdir(M)).length;
     expect(at).toBeGreaterThan(0);
-    await delay(500);
+    await pastSleepOf(0.5);
     expect((await readdir(M)).length).toBe(at);
   });
 });
@@ -173,6 +173,8 @@ describe('a stop is a stop: run_command over MCP', () => {
     const pending = h.client.callTool({ name: 'run_command', arguments: { command } }, undefined, {
       signal: ac.signal,
     });
+    // Judged below; if the test fails first, the close in afterAll must not leave the rejection unhandled.
+    void pending.catch(() => undefined);
     await eventually(() => existsSync(path.join(M, 'started')), 'the command to start');
     ac.abort();
     await expect(pending).rejects.toThrow();

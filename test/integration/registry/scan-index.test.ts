@@ -15,6 +15,7 @@ import { ScanIndex } from '../../../src/registry/scan-index.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { cli } from '../../helpers/cli.js';
+import { settledFor } from '../../helpers/eventually.js';
 
 async function indexed(): Promise<{
   root: string;
@@ -174,8 +175,8 @@ describe('the index capsule keeps', () => {
     await writeCapability(capRoot, 'tool', {}, { 'run.sh': 'echo ok\n' });
     const state = await mkdtemp(path.join(tmpdir(), 'capsule-scan-list-state-'));
     const env = { ...process.env, XDG_STATE_HOME: state, CAPSULE_STATE_DIR: undefined };
-    // Files written in the last two seconds are not remembered: let them settle first.
-    await new Promise((r) => setTimeout(r, 2100));
+    // Files changed in the last two seconds are not remembered: wait until they have settled that long.
+    await settledFor(capRoot, 2000);
     expect((await cli(['list', '--json'], { cwd: root, env })).code).toBe(0);
     const indexDir = path.join(state, 'capsule', 'registry-index');
     const files = await readdir(indexDir);

@@ -1,13 +1,13 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import { makeCapability, tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI } from '../../helpers/cli.js';
-import { killAll, survivors } from '../../helpers/processes.js';
+import { eventually } from '../../helpers/eventually.js';
+import { killAll, pastSleepOf, survivors } from '../../helpers/processes.js';
 import { permitFor } from '../../helpers/permit.js';
 
 /**
@@ -46,14 +46,13 @@ async function markerDir(): Promise<string> {
 /** After the run: nothing with the token alive, and no marker ever written (waited past `later`). */
 async function expectNothingLeft(dir: string, laterSeconds: number): Promise<void> {
   expect(await survivors(dir)).toEqual([]);
-  await delay(laterSeconds * 1000 + 500);
+  await pastSleepOf(laterSeconds);
   const written = (await readdir(dir)).filter((f) => MARKERS.includes(f));
   expect(written).toEqual([]);
 }
 
 async function waitFor(file: string): Promise<void> {
-  for (let i = 0; i < 200 && !existsSync(file); i++) await delay(50);
-  expect(existsSync(file)).toBe(true);
+  await eventually(() => existsSync(file), `${path.basename(file)} to be written`, { timeoutMs: 60_000 });
 }
 
 describe('shell confinement: nothing outlives the run', () => {

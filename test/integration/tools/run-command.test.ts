@@ -2,11 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { CommandResult } from '../../../src/tools/run-command.js';
 import { eventually } from '../../helpers/eventually.js';
-import { processesWith, survivors } from '../../helpers/processes.js';
+import { pastSleepOf, processesWith, survivors } from '../../helpers/processes.js';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 describe('run_command', () => {
@@ -51,7 +50,7 @@ describe('run_command', () => {
     const r = (await f.session.call('run_command', { command: 'bash daemons.sh' })) as CommandResult;
     expect(r.exitCode).toBe(0);
     expect(await survivors(d)).toEqual([]);
-    await delay(1500);
+    await pastSleepOf(1);
     expect(await readdir(d)).toEqual([]);
   });
 

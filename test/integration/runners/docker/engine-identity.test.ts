@@ -8,6 +8,7 @@ import type { DockerEngine, EnginePin } from '../../../../src/runners/docker/eng
 import { EnginePool } from '../../../../src/runners/docker/engine-pool.js';
 import { loadValid, tempProject, writeCapability } from '../../../helpers/capability.js';
 import { cli } from '../../../helpers/cli.js';
+import { holdsWithin } from '../../../helpers/eventually.js';
 import { connectCapsule, textOf, type McpHarness } from '../../mcp/mcp-client.js';
 import { startThrowawayEngine, type ThrowawayEngine } from './throwaway-engine.js';
 import { permitFor, withPermit } from '../../../helpers/permit.js';
@@ -271,8 +272,7 @@ describe('the pool, judged by effect (library)', () => {
       const t1 = nowSec();
       process.kill(strong.pid(), 'SIGHUP');
       // The reload event reaches the watch; the next call is preceded by a new probe.
-      for (let i = 0; i < 100 && (await pool.measurement('e')).generation === 1; i++)
-        await new Promise((r) => setTimeout(r, 50));
+      await holdsWithin(async () => (await pool.measurement('e')).generation !== 1, 60_000, 50);
       const r = await pool.run({ capability: cap, input: '{}', requireSandboxed: true }, permitFor(cap));
       expect(r.stdout).toBe('ran\n');
       expect((await pool.measurement('e')).generation).toBe(2);
@@ -299,11 +299,14 @@ describe('the pool, judged by effect (library)', () => {
       const running = pool.run({ capability: gated, input: '{}' }, permitFor(gated));
       running.catch(() => undefined);
       const engine = new DockerodeEngine({ host: `unix://${strong.socket}` });
-      for (let i = 0; i < 400; i++) {
-        const list = await engine.listContainers([`capsule.capability=${NAME}-gated`]);
-        if (list.some((c) => c.state === 'running')) break;
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await holdsWithin(
+        async () =>
+          (await engine.listContainers([`capsule.capability=${NAME}-gated`])).some(
+            (c) => c.state === 'running',
+          ),
+        60_000,
+        50,
+      );
       process.kill(strong.pid(), 'SIGSTOP');
       const err = await running.then(
         () => undefined,

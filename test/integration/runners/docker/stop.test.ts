@@ -2,13 +2,13 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readdir, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { permitFor } from '../../../helpers/permit.js';
+import { pastSleepOf } from '../../../helpers/processes.js';
 
 /**
  * A stop is a stop in the docker runner too: once capsule decides a call is over (its deadline, a cancel),
@@ -55,7 +55,7 @@ describe('a stop is a stop: docker calls', () => {
   }
 
   async function neverAfter(m: string): Promise<void> {
-    await delay(LATER_S * 1000 + 700);
+    await pastSleepOf(LATER_S);
     expect(await readdir(m)).toEqual(['started']);
   }
 

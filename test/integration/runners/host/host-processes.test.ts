@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import { chmod, chown, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { execa } from 'execa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { exitStatus } from '../../../../src/runners/exit-status.js';
@@ -9,7 +8,7 @@ import { describeConfinement, probeHostConfinement } from '../../../../src/runne
 import { HostProcesses } from '../../../../src/runners/host/host-processes.js';
 import { tempProject } from '../../../helpers/capability.js';
 import { REPO_ROOT } from '../../../helpers/cli.js';
-import { killAll, survivors } from '../../../helpers/processes.js';
+import { killAll, pastSleepOf, survivors } from '../../../helpers/processes.js';
 
 const tokens: string[] = [];
 afterEach(() => {
@@ -122,7 +121,7 @@ console.log(JSON.stringify({ confinement: p.confinement(), confined: r.confined 
     expect(report.confined).toBe(report.confinement.pidNamespace);
     expect((await survivors(markers)).length === 0).toBe(report.confinement.pidNamespace);
     expect((await readFile(state, 'utf8')) === 'trusted\n').toBe(report.confinement.readOnlyPaths);
-    await delay(1200);
+    await pastSleepOf(1);
     expect((await readdir(markers)).length === 0).toBe(report.confinement.pidNamespace);
     // Limits need a cgroup an unprivileged user may not create: then the report must say so.
     if (!report.confinement.memoryLimit)

@@ -279,11 +279,18 @@ describe('WasmRunner: limits', () => {
       const first = await own.runRaw({ ...spec(['cat']), input: Buffer.from('after a nap') });
       expect(text(first.stdout)).toBe('after a nap');
       await new Promise((resolve) => setTimeout(resolve, 1_200));
-      // Canceled mid-loop: the pool terminates the blocked-between-jobs worker like any other.
+      // Canceled mid-loop, once the guest says it runs: the pool terminates the blocked-between-jobs
+      // worker like any other.
       const controller = new AbortController();
-      const spinning = own.runRaw({ ...spec(['ispin']), timeoutMs: 60_000, signal: controller.signal });
-      setTimeout(() => controller.abort(), 200);
-      expect(await spinning).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
+      const { dirs, started } = await spinning();
+      const loop = own.runRaw({
+        ...spec(['Ispin', 'started'], { dirs }),
+        timeoutMs: 60_000,
+        signal: controller.signal,
+      });
+      await eventually(() => existsSync(started), 'the guest to have started');
+      controller.abort();
+      expect(await loop).toMatchObject({ canceled: true, timedOut: false, exitCode: null });
       const next = await own.runRaw({ ...spec(['cat']), input: Buffer.from('replaced') });
       expect(text(next.stdout)).toBe('replaced');
     } finally {
