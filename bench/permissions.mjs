@@ -47,7 +47,8 @@ async function concurrentRate(fn, { callers, seconds = 1.5 }) {
 }
 
 export async function benchPermissions() {
-  const { createCommandParser, keyCommand } = await import('../dist/permissions/command-parser.js');
+  const { createCommandParser } = await import('../dist/permissions/commands/parser.js');
+  const { keyCommand } = await import('../dist/permissions/commands/permission.js');
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
   const { JsonlAuditLog, verifyAuditLog } = await import('../dist/permissions/audit-log.js');

@@ -38,7 +38,7 @@ export type {
 } from './permissions/types.js';
 export { makeKey } from './permissions/keys.js';
 export { PermissionEngine } from './permissions/engine.js';
-export { createCommandParser } from './permissions/command-parser.js';
+export { createCommandParser } from './permissions/commands/parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
 export { verifyAuditLog, type AuditHeadRef } from './permissions/audit-log.js';
 export { auditHeadPath, auditLogPath } from './project/audit-paths.js';

@@ -7,7 +7,8 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
-import { commandPermissionKey, type CommandParser } from './command-parser.js';
+import { commandPermissionKey } from './commands/permission.js';
+import type { CommandParser } from './commands/parser.js';
 import { RULE_TOOLS } from '../project/never-matches.js';
 import { parseRule, rulePatternProgram } from './rules.js';
 

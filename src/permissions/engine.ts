@@ -18,12 +18,8 @@ import { auditHeadPath, auditLogPath } from '../project/audit-paths.js';
 import { canonicalNetwork, JsonlAuditLog, type AuditEvent, type AuditSink } from './audit-log.js';
 import { type EgressRecord } from './types.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
-import {
-  canonicalGrantKey,
-  createCommandParser,
-  type CommandAnalysis,
-  type CommandParser,
-} from './command-parser.js';
+import { canonicalGrantKey } from './commands/permission.js';
+import { createCommandParser, type CommandAnalysis, type CommandParser } from './commands/parser.js';
 import { GlobCache } from '../base/glob.js';
 import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
 import {

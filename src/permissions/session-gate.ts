@@ -5,7 +5,7 @@ import {
 } from '../project/project-config.js';
 import type { StateKey } from '../project/state-key.js';
 import { CapsuleError } from '../base/errors.js';
-import type { CommandParser } from './command-parser.js';
+import type { CommandParser } from './commands/parser.js';
 import { PermissionEngine } from './engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } from './prompter.js';
 import type { RuleSource } from './rules.js';

@@ -25,7 +25,8 @@ import {
   resolveStartingPolicy,
   type StartingPolicy,
 } from '../permissions/policy-snapshot.js';
-import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
+import { canonicalGrantKey } from '../permissions/commands/permission.js';
+import { createCommandParser, type CommandParser } from '../permissions/commands/parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseGrant, RUN_CAPABILITY, RUN_COMMAND } from '../permissions/keys.js';
 import { closestNames } from '../project/never-matches.js';

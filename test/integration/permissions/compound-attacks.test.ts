@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Executor } from '../../../src/executor/executor.js';
 import { Registry } from '../../../src/registry/registry.js';
-import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
+import { createCommandParser, type CommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { createRunCommandTool } from '../../../src/tools/run-command.js';
