@@ -51,7 +51,8 @@ export async function benchPermissions() {
   const { keyCommand } = await import('../dist/permissions/commands/permission.js');
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
-  const { JsonlAuditLog, verifyAuditLog } = await import('../dist/permissions/audit-log.js');
+  const { JsonlAuditLog } = await import('../dist/permissions/audit/writer.js');
+  const { verifyAuditLog } = await import('../dist/permissions/audit/verify.js');
   const { StateKey } = await import('../dist/config/state-key.js');
   const parser = await createCommandParser();
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-perm-'));

@@ -17,7 +17,7 @@ import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import { createDefaultRunners } from '../executor/runners.js';
 import type { InputValidator } from '../manifest/input.js';
-import type { AuditSink } from '../permissions/audit-log.js';
+import type { AuditSink } from '../permissions/audit/record.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import {

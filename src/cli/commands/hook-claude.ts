@@ -590,7 +590,7 @@ async function recordAnswer(
       { userStateDir },
       { systemClock },
     ] = await Promise.all([
-      import('../../permissions/audit-log.js'),
+      import('../../permissions/audit/writer.js'),
       import('../../project/audit-paths.js'),
       import('../../project/state-key.js'),
       import('../../base/user-state.js'),

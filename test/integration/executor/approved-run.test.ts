@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { AgentSession } from '../../../src/agent/agent-session.js';
 import { ProfileCatalog } from '../../../src/agent/profile.js';
 import { hashFiles, walkFolder } from '../../../src/manifest/hash.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { createCommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import type { Prompter } from '../../../src/permissions/prompter.js';

@@ -11,7 +11,7 @@ import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { createRunCommandTool } from '../../../src/tools/run-command.js';
 import { Workspace } from '../../../src/tools/workspace.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { isCapsuleError } from '../../../src/base/errors.js';
 
 let parser: CommandParser;
