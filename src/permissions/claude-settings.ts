@@ -11,6 +11,7 @@ import { commandPermissionKey } from './commands/permission.js';
 import type { CommandParser } from './commands/parser.js';
 import { RULE_TOOLS } from '../project/never-matches.js';
 import { parseRule, rulePatternProgram } from './rules.js';
+import { readOptionalFile } from '../base/optional-file.js';
 
 /** The `permissions` block of a Claude Code settings.json (other keys are ignored). */
 export const claudeSettingsSchema = z.object({
@@ -389,11 +390,10 @@ export function claudeSettingsFiles(
 export async function readClaudeSettingsDocument(
   file: string,
 ): Promise<{ settings: ClaudeSettingsDocument; text: string } | undefined> {
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readOptionalFile(file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new CapsuleError(
       'NOT_FOUND',
       `Cannot read ${file}: ${(err as Error).message}`,
@@ -401,6 +401,7 @@ export async function readClaudeSettingsDocument(
       { cause: err },
     );
   }
+  if (text === undefined) return undefined;
   let doc: unknown;
   try {
     doc = text.trim() === '' ? {} : JSON.parse(text);

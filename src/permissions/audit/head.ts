@@ -3,7 +3,6 @@
  * with the per-user key, so a cut, emptied or rewritten log no longer matches it.
  */
 import { closeSync, fstatSync, ftruncateSync, openSync, writeSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../../base/atomic-write.js';
@@ -11,6 +10,7 @@ import type { StateKey } from '../../project/state-key.js';
 import { parseStrictJson } from '../../base/strict-json.js';
 import { HEX64 } from './record.js';
 import type { AuditProblemKind } from './chain.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 
 const auditHeadBodySchema = z
   .strictObject({
@@ -76,17 +76,17 @@ export type HeadRead =
 
 /** A head is one only when capsule wrote it with this user's key for this file (never a copy). */
 export async function readHead(ref: AuditHeadRef): Promise<HeadRead> {
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await readFile(ref.file, 'utf8');
+    text = await readOptionalFile(ref.file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { found: false };
     return {
       found: false,
       kind: 'unanchored',
       broken: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
     };
   }
+  if (text === undefined) return { found: false };
   const json = parseStrictJson(text);
   if (json.ok && (json.value as { schemaVersion?: unknown } | null)?.schemaVersion === 1) {
     return {

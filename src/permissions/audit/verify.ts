@@ -1,9 +1,9 @@
 /**
  * Verifying a log: its chain, and with the head, that nothing was cut, added, rewritten or restarted.
  */
-import { readFile } from 'node:fs/promises';
 import { readHead, type AuditHead, type AuditHeadRef, writerId } from './head.js';
 import { foreignSegments, ownAfter, type AuditVerification, type Walk, walkChain } from './chain.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 
 /** A write interrupted by a kill stops at a page boundary of the file. */
 const PAGE_BYTES = 4096;
@@ -124,22 +124,13 @@ function againstHead(
   };
 }
 
-export async function readLog(file: string): Promise<Buffer | undefined> {
-  try {
-    return await readFile(file);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
-}
-
 /**
  * Walk the chain and, given the head, compare its length and last hash with it. Detects an edited,
  * inserted, deleted or reordered line, a non-canonical line, a torn final line, and (with the head) a
  * cut tail, an emptied, deleted or wholly rewritten log. See docs/permissions.md for what it cannot see.
  */
 export async function verifyAuditLog(file: string, options: VerifyOptions = {}): Promise<AuditVerification> {
-  const buf = (await readLog(file)) ?? Buffer.alloc(0);
+  const buf = (await readOptionalFile(file)) ?? Buffer.alloc(0);
   const headFile = options.head?.file;
   let head: AuditHead | undefined;
   if (options.head !== undefined) {

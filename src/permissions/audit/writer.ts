@@ -28,7 +28,8 @@ import {
 } from './record.js';
 import { appendDurably, fileSize, makeLogDir, readRange, readTail, uidText } from './log-file.js';
 import { ownAfter, walkChain } from './chain.js';
-import { ownAfterHeadProblem, readLog, verifyAuditLog } from './verify.js';
+import { ownAfterHeadProblem, verifyAuditLog } from './verify.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 
 export interface JsonlAuditLogOptions {
   /** The head and its key. Without one the log is only self-consistent: a cut tail goes unseen. */
@@ -429,7 +430,7 @@ export class JsonlAuditLog implements AuditSink {
     let movedTo: string | undefined;
     await this.lock(async () => {
       const stamp = new Date(this.clock.now()).toISOString().replace(/[:.]/g, '-');
-      if ((await readLog(this.file)) !== undefined) {
+      if ((await readOptionalFile(this.file)) !== undefined) {
         movedTo = path.join(path.dirname(this.file), `audit.${stamp}.jsonl`);
         await rename(this.file, movedTo);
       }
