@@ -53,7 +53,7 @@ export async function benchPermissions() {
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
   const { JsonlAuditLog } = await import('../dist/permissions/audit/writer.js');
   const { verifyAuditLog } = await import('../dist/permissions/audit/verify.js');
-  const { StateKey } = await import('../dist/config/state-key.js');
+  const { StateKey } = await import('../dist/project/state-key.js');
   const parser = await createCommandParser();
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-perm-'));
   try {

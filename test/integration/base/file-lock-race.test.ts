@@ -5,7 +5,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
-const LOCK_MODULE = path.resolve('dist', 'config', 'file-lock.js');
+const LOCK_MODULE = path.resolve('dist', 'base', 'file-lock.js');
 const AUDIT_WRITER = path.resolve('dist', 'permissions', 'audit', 'writer.js');
 const AUDIT_VERIFY = path.resolve('dist', 'permissions', 'audit', 'verify.js');
 

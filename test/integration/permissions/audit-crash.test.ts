@@ -18,7 +18,7 @@ async function keyOf(stateDir: string): Promise<StateKeyModule.StateKey> {
 }
 
 const DIST = path.join(REPO_ROOT, 'dist', 'permissions');
-const KEY_MODULE = path.join(REPO_ROOT, 'dist', 'config', 'state-key.js');
+const KEY_MODULE = path.join(REPO_ROOT, 'dist', 'project', 'state-key.js');
 
 /**
  * The acting process: many concurrent callers, each asks the gate (with the hash-chained audit log and

@@ -214,7 +214,7 @@ describe('capsule.json at the project level', () => {
 
   it('concurrent "always" answers from several processes: no lost update, no torn file', async () => {
     const { file } = await project({ roots: ['capabilities'] });
-    const store = path.join(REPO_ROOT, 'dist', 'config', 'config-store.js');
+    const store = path.join(REPO_ROOT, 'dist', 'project', 'config-store.js');
     const script = `
       const { setAllowlistEntry } = await import(${JSON.stringify(store)});
       const [file, id] = process.argv.slice(1);
