@@ -6,7 +6,7 @@ import type { Word } from './words.js';
 import { GIT_READ_ONLY, parseGit } from './git.js';
 import { INTERPRETER, SHELLS, evaluatesArguments } from './shells.js';
 import { programHazard } from './hazards.js';
-import { WRAPPERS } from './wrappers.js';
+import { wrapperSpec } from './wrappers.js';
 
 /**
  * Programs that run other programs without naming them on the command line: a repository file
@@ -128,6 +128,6 @@ export function hiddenRuns(name: string, args: readonly Word[]): string | undefi
     if (args.some((a) => a !== null && /^(--version|-V|--help|-h)$/.test(a))) return undefined;
     return `${name} reads program text from stdin`;
   }
-  if (LOOKED_INTO.has(name) || WRAPPERS[name] !== undefined) return undefined;
+  if (LOOKED_INTO.has(name) || wrapperSpec(name) !== undefined) return undefined;
   return programHazard(name, args);
 }

@@ -2,7 +2,7 @@
  * Programs known not to execute their arguments; every other program capsule has no model of may.
  */
 import { EVALUATING_BUILTINS, INTERPRETER, SHELLS } from './shells.js';
-import { WRAPPERS } from './wrappers.js';
+import { wrapperSpec } from './wrappers.js';
 import { UNWRAPPED } from './unwrap.js';
 import { HAZARD_PROGRAMS } from './hazards.js';
 import { PACKAGE_MANAGERS, PACKAGE_RUNNERS, implicitRuns } from './hidden-runs.js';
@@ -95,7 +95,7 @@ function modelled(name: string): boolean {
   return (
     EVALUATING_BUILTINS.has(name) ||
     SHELLS.has(name) ||
-    WRAPPERS[name] !== undefined ||
+    wrapperSpec(name) !== undefined ||
     UNWRAPPED.has(name) ||
     HAZARD_PROGRAMS.has(name) ||
     INTERPRETER.test(name) ||

@@ -5,7 +5,7 @@ import { baseName, type Word } from './words.js';
 import { EVALUATING_BUILTINS, SHELLS, optionEvaluates } from './shells.js';
 import { HAZARD_PROGRAMS, programHazard } from './hazards.js';
 import { UNWRAPPED, unwrap } from './unwrap.js';
-import { WRAPPERS } from './wrappers.js';
+import { wrapperSpec } from './wrappers.js';
 
 /**
  * Why a simple command is not keyed by its program: it evaluates code, wraps another program, or uses a
@@ -38,7 +38,7 @@ export function argumentsMatter(program: string): boolean {
     program === '[' ||
     SHELLS.has(name) ||
     UNWRAPPED.has(name) ||
-    WRAPPERS[name] !== undefined ||
+    wrapperSpec(name) !== undefined ||
     HAZARD_PROGRAMS.has(name)
   );
 }

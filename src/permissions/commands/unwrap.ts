@@ -4,7 +4,7 @@
  */
 import { baseName, effective, joinWords, type Unwrapped, type Word } from './words.js';
 import { SHELLS, shellScript } from './shells.js';
-import { SSH_WITH_VALUE, WRAPPERS, commandStart } from './wrappers.js';
+import { SSH_WITH_VALUE, wrapperSpec, commandStart } from './wrappers.js';
 import { codeOptionValue, optionWidth } from './options.js';
 import { gitCommand } from './git.js';
 
@@ -117,7 +117,7 @@ export function unwrap(program: Word, args: readonly Word[], depth = 0): Unwrapp
     else if (start >= 0) out.scripts.push(joinWords(args.slice(start)));
     return out;
   }
-  const spec = WRAPPERS[name];
+  const spec = wrapperSpec(name);
   if (spec !== undefined) {
     if (spec.codeOption !== undefined) {
       const c = codeOptionValue(args, spec.codeOption, spec.withValue);

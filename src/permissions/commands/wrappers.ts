@@ -17,7 +17,7 @@ interface WrapperSpec {
   codeOption?: readonly string[];
 }
 
-export const WRAPPERS: Record<string, WrapperSpec> = {
+const WRAPPERS: Readonly<Record<string, WrapperSpec>> = {
   command: { withValue: [] },
   builtin: { withValue: [] },
   exec: { withValue: ['-a'] },
@@ -150,6 +150,14 @@ export const WRAPPERS: Record<string, WrapperSpec> = {
   proot: { withValue: ['-r', '-b', '-w'] },
   fakeroot: { withValue: ['-l', '--lib', '--faked', '-s', '-i'] },
 };
+
+/**
+ * The wrapper spec of a program, if it is one. An own key only: a program named `constructor` or
+ * `toString` is not a wrapper, whatever the object's prototype holds.
+ */
+export function wrapperSpec(name: string): WrapperSpec | undefined {
+  return Object.hasOwn(WRAPPERS, name) ? WRAPPERS[name] : undefined;
+}
 
 /** Where the wrapped command starts in `args`, or -1 (none), or null (cannot tell). */
 export function commandStart(args: readonly Word[], spec: WrapperSpec): number | null {

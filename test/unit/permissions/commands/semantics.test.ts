@@ -171,6 +171,19 @@ describe('the semantics as pure functions', () => {
     }
   });
 
+  it('a program named like a property of every object (constructor, toString) is no wrapper', () => {
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      expect(unwrap(name, ['-x', 'rm', 'v']).commands.map((c) => c.name)).toEqual([name]);
+      expect(argumentsMatter(name)).toBe(false);
+      expect(mayRunArguments(name)).toBe(true);
+    }
+    expect(keyCommand(parser, 'toString -x rm v')).toEqual({
+      tool: 'run_command',
+      key: 'run_command:toString',
+      compound: false,
+    });
+  });
+
   it('canonical options split and sort short clusters', () => {
     expect(canonicalOptions(['rm', '-rf', 'x'])).toBe('rm -f -r x');
     expect(canonicalOptions(['rm', '-r', '-f', 'x'])).toBe('rm -f -r x');
