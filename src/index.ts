@@ -45,6 +45,7 @@ export type { AuditHeadRef } from './permissions/audit/head.js';
 export { auditHeadPath, auditLogPath } from './project/audit-paths.js';
 export { secretDir, userStateDir } from './base/user-state.js';
 export { StateKey } from './project/state-key.js';
+export { openProjectAuditLog } from './runtime/audit.js';
 
 // Adding a tool: defineTool with a zod schema, permission() (askNone or askHost with a makeKey key)
 // and execute(ctx); run it with executor.call(tool, args, context).

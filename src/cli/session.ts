@@ -3,17 +3,20 @@ import type { PermissionMode } from '../project/modes.js';
 import type { LoadedProjectConfig } from '../project/project-config.js';
 import type { Executor } from '../executor/executor.js';
 import { homedir } from 'node:os';
-import { StateKey } from '../project/state-key.js';
+import type { StateKey } from '../project/state-key.js';
 import { userStateDir } from '../base/user-state.js';
 import type { InputValidator } from '../manifest/input.js';
 import { userCacheDir } from '../base/cache-dir.js';
 import type { CommandParser } from '../permissions/commands/parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
+import type { OneUseGrantStore } from '../permissions/one-use-grants.js';
+import type { PolicySnapshotStore } from '../permissions/policy-snapshot.js';
 import type { HostProtection } from '../project/protected-state.js';
 import { cliPrompter, fileModeWarning } from '../permissions/session-gate.js';
 import { parseLimitedGrant } from '../permissions/grant-lifetime.js';
 import type { Registry } from '../registry/registry.js';
 import { openProjectAt, openRuntime, projectRegistry } from '../runtime/runtime.js';
+import { openOneUseGrants, openPolicySnapshots, openStateKey } from '../runtime/state.js';
 import { progressLine, type CliIO } from './output.js';
 
 export { projectRegistry };
@@ -77,7 +80,17 @@ export function cliStateDir(io: CliIO): string {
 
 /** The key of that folder, for commands that read or write capsule's state without a runtime. */
 export function cliStateKey(io: CliIO): StateKey {
-  return new StateKey({ stateDir: cliStateDir(io) });
+  return openStateKey(cliStateDir(io));
+}
+
+/** The confirmed policies of this invocation's state folder (reload, rules import, engines). */
+export function cliPolicySnapshots(io: CliIO): PolicySnapshotStore {
+  return openPolicySnapshots(cliStateDir(io), cliStateKey(io));
+}
+
+/** The one-use grants of this invocation's state folder (`exec --grant-id`). */
+export function cliOneUseGrants(io: CliIO): OneUseGrantStore {
+  return openOneUseGrants(cliStateDir(io), cliStateKey(io));
 }
 
 /**

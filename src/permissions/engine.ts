@@ -1,6 +1,5 @@
 import type { LimitedGrant } from './grant-lifetime.js';
 import { readdir, stat } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import path from 'node:path';
 import { addPermissionRules, setAllowlistEntry, removeAllowlistEntry } from '../project/config-store.js';
 import {
@@ -12,11 +11,7 @@ import {
   type ProjectConfig,
 } from '../project/project-config.js';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
-import { userStateDir } from '../base/user-state.js';
-import { StateKey } from '../project/state-key.js';
-import { auditHeadPath, auditLogPath } from '../project/audit-paths.js';
-import { canonicalNetwork, type AuditEvent, type AuditSink } from './audit/record.js';
-import { JsonlAuditLog } from './audit/writer.js';
+import type { AuditSink } from './audit/record.js';
 import { type EgressRecord } from './types.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
 import { canonicalGrantKey } from './commands/permission.js';
@@ -53,11 +48,16 @@ import {
   type SessionEntry,
   type SessionGrantOptions,
 } from './session-allowlist.js';
-import { deniedByOf, type Denial } from './denial.js';
+import { denialMessage, denialOf, ignoredAllowText } from './denial-text.js';
+import {
+  decisionRecord,
+  networkRecord,
+  policyChangeRecord,
+  protectedChangeRecord,
+  type DecisionFields,
+} from './engine-records.js';
+import { applyAnswer, replyOf, withSessionDeny, type AnswerHost } from './prompt-answers.js';
 import type { AskAnswer, AskReply, Decision, PermissionGate, PermissionRequest } from './types.js';
-import { checkAllowPattern, denyRulesFor } from './always-rules.js';
-import { lifetimeText } from './grant-lifetime.js';
-import { shellWord } from '../base/shell-quote.js';
 
 export interface PermissionEngineOptions {
   /** Project root (the folder holding capsule.json, or the cwd). */
@@ -83,13 +83,11 @@ export interface PermissionEngineOptions {
   /** Session grants with a lifetime (`--grant-for LIFETIME=KEY`): canonicalized like sessionGrants. */
   limitedGrants?: readonly LimitedGrant[] | undefined;
   prompter: Prompter;
-  /** Where decisions go; default the JSONL log at `<root>/.capsule/audit.jsonl`; false: nowhere. */
-  audit?: AuditSink | false | undefined;
   /**
-   * The per-user state directory holding the default log's head (see userStateDir); default
-   * `~/.local/state/capsule`. The composition root passes the one derived from its environment.
+   * Where decisions go (false: nowhere). Always the caller's: the composition root opens the project's log
+   * with its head in the per-user state folder (runtime/audit.ts); the gate itself opens no file for it.
    */
-  userStateDir?: string | undefined;
+  audit: AuditSink | false;
   clock?: Clock | undefined;
   /** Warnings that must not stop a call (a failed persist of an "always" answer). */
   logger?: ((message: string) => void) | undefined;
@@ -105,8 +103,6 @@ export interface PermissionEngineOptions {
   confirmPolicy?: PolicyConfirmer | undefined;
   /** Where confirmed policies are recorded across processes (capsule's per-user state). */
   snapshots?: PolicySnapshotStore | undefined;
-  /** The per-user key of `userStateDir` (the audit head's MAC); made from it when not given. */
-  stateKey?: StateKey | undefined;
   /** Hashes of the project profiles the session loaded (the confirmed ones); default: read at create. */
   profiles?: ProfileHashes | undefined;
 }
@@ -136,44 +132,6 @@ export interface Explanation {
   unproven?: Unproven | undefined;
   trace: TraceStep[];
   error?: { code: string; message: string } | undefined;
-}
-
-/**
- * The answers a prompt offers: decide()'s, plus "deny for this session" and "always deny" beside a
- * plain deny (a deny never widens, so it may be saved at every ceiling), and "always allow a pattern"
- * where a project grant is possible (sandboxed calls only).
- */
-function withSessionDeny(options: readonly AskAnswer[]): AskAnswer[] {
-  const out = [...options];
-  if (out.includes('AlwaysThisProject') && !out.includes('AllowPattern'))
-    out.splice(out.indexOf('AlwaysThisProject') + 1, 0, 'AllowPattern');
-  if (out.includes('Deny')) {
-    if (!out.includes('DenyThisSession')) out.push('DenyThisSession');
-    if (!out.includes('DenyAlways')) out.push('DenyAlways');
-  }
-  return out;
-}
-
-/** A prompter's answer in one shape. */
-function replyOf(answer: AskAnswer | AskReply): AskReply {
-  return typeof answer === 'string' ? { answer } : answer;
-}
-
-/** A denial as data (see denial.ts): the one place the engine builds it. */
-function denialOf(
-  request: PermissionRequest,
-  source: string,
-  what: string,
-  extra: { matched?: string | undefined; ceiling?: Denial['ceiling']; ceilingSkipped?: boolean } = {},
-): Denial {
-  return {
-    by: deniedByOf(source, extra.ceilingSkipped === true),
-    source,
-    key: request.key.raw,
-    matched: extra.matched,
-    ceiling: extra.ceiling,
-    what,
-  };
 }
 
 /** Parsed commands kept per engine (cleared when full). */
@@ -211,6 +169,8 @@ export class PermissionEngine implements PermissionGate {
   private confirmedProfiles: ProfileHashes;
   /** The last protected-files fingerprint looked at, and whether it was reported. */
   private lastFingerprint: string | undefined;
+  /** What a person's answer at a prompt acts on (prompt-answers.ts). */
+  private readonly answers: AnswerHost;
 
   private constructor(options: PermissionEngineOptions, config: ProjectConfig) {
     this.projectRoot = path.resolve(options.projectRoot);
@@ -222,6 +182,16 @@ export class PermissionEngine implements PermissionGate {
     this.audit = options.audit === false ? undefined : options.audit;
     this.parser = options.commandParser;
     this.confirmPolicy = options.confirmPolicy;
+    this.answers = {
+      configFile: this.configFile,
+      session: this.session,
+      prompter: this.prompter,
+      logger: (message) => this.logger(message),
+      record: (request, event) => this.record(request, event),
+      saveRules: (additions, by) => this.saveRules(additions, by),
+      grantProject: (request) => this.grantProject(request),
+      refuseForSession: (key) => void this.sessionDenials.add(key),
+    };
     this.snapshots = options.snapshots;
     this.confirmedProfiles = { ...(options.profiles ?? {}) };
     this.fileConfig = config;
@@ -269,19 +239,7 @@ export class PermissionEngine implements PermissionGate {
     )
       options = { ...options, commandParser: await createCommandParser() };
     const profileHashes = options.profiles ?? (await readProfileHashes(path.resolve(options.projectRoot)));
-    let audit = options.audit;
-    if (audit === undefined) {
-      const root = path.resolve(options.projectRoot);
-      const stateDir = options.userStateDir ?? userStateDir({}, homedir());
-      audit = new JsonlAuditLog(auditLogPath(root), options.clock ?? systemClock(), {
-        head: {
-          file: await auditHeadPath(stateDir, root),
-          key: options.stateKey ?? new StateKey({ stateDir }),
-        },
-        projectRoot: root,
-      });
-    }
-    return new PermissionEngine({ ...options, profiles: profileHashes, audit }, config);
+    return new PermissionEngine({ ...options, profiles: profileHashes }, config);
   }
 
   get mode(): PermissionMode {
@@ -428,27 +386,12 @@ export class PermissionEngine implements PermissionGate {
   }
 
   private async recordPolicy(change: PolicyChange, confirmed: boolean): Promise<void> {
-    if (this.audit === undefined) return;
-    await this.audit.append({
-      tool: 'reload',
-      key: `reload:${PROJECT_CONFIG_FILE}`,
-      mode: this.modeValue,
-      decision: confirmed ? 'allow' : 'deny',
-      source: confirmed ? 'prompt' : this.confirmPolicy === undefined ? 'no-prompt' : 'prompt',
-      reason: `policy change ${confirmed ? 'confirmed' : 'not confirmed'}: ${change.lines.join('; ')}`,
-    });
+    const asked = this.confirmPolicy !== undefined;
+    await this.audit?.append(policyChangeRecord(change, confirmed, this.modeValue, asked));
   }
 
   private async recordProtected(reason: string): Promise<void> {
-    if (this.audit === undefined) return;
-    await this.audit.append({
-      tool: 'reload',
-      key: `reload:${PROJECT_CONFIG_FILE}`,
-      mode: this.modeValue,
-      decision: 'deny',
-      source: 'protected-files',
-      reason,
-    });
+    await this.audit?.append(protectedChangeRecord(reason, this.modeValue));
   }
 
   projectEntries(): AllowlistEntry[] {
@@ -607,122 +550,7 @@ export class PermissionEngine implements PermissionGate {
               signal,
             ),
           );
-    let answer = reply.answer;
-    // What may break a deny rule is allowed one call at a time: a wider yes counts as this once.
-    if (
-      verdict.unproven !== undefined &&
-      (answer === 'AlwaysThisSession' || answer === 'AlwaysThisProject' || answer === 'AllowPattern')
-    )
-      answer = 'Once';
-    if (!options.includes(answer)) {
-      const err = new CapsuleError(
-        'CEILING_VIOLATION',
-        `${key} cannot be allowed for the whole project: it is not sandboxed (${verdict.ceiling.reason}).`,
-        { key, file: this.configFile, hint: 'Answer "this session" instead.' },
-      );
-      await this.record(request, { decision: 'error', source: 'prompt', reason: err.message, answer });
-      throw err;
-    }
-    if (answer === 'DenyAlways') {
-      this.sessionDenials.add(key);
-      const rules = denyRulesFor(request);
-      let saved = `saved as the deny rule(s) ${rules.join(', ')} in ${this.configFile}`;
-      try {
-        await this.saveRules({ deny: rules }, 'deny rule saved at a prompt');
-      } catch (err) {
-        // Not saved: still refused for the rest of this session, and said so.
-        const why = err instanceof Error ? err.message : String(err);
-        this.logger(`could not save the deny rule(s) ${rules.join(', ')} in ${this.configFile}: ${why}`);
-        saved = `not saved (${why}); refused for the rest of this session`;
-      }
-      const reason = `Permission denied: ${key} was refused at the prompt, always: ${saved}.`;
-      await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
-      const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
-      return { outcome: 'deny', source: 'prompt', reason, key, denial };
-    }
-    if (answer === 'DenyThisSession') {
-      this.sessionDenials.add(key);
-      const reason = `Permission denied: ${key} was refused at the prompt for the rest of this session; capsule will not ask again.`;
-      await this.record(request, { decision: 'deny', source: 'prompt', reason, answer });
-      const denial = denialOf(request, 'prompt', reason, { ceiling: verdict.ceiling.ceiling });
-      return { outcome: 'deny', source: 'prompt', reason, key, denial };
-    }
-    if (answer === 'Deny' && verdict.unproven !== undefined && !this.prompter.interactive) {
-      const { rule, origin, why } = verdict.unproven;
-      const what = `${key} needs a person's approval and no one can be asked (--no-prompt, or no terminal): capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}.`;
-      const reason =
-        `Permission denied: ${what} A grant or the mode does not lift this; only a person at a prompt can ` +
-        'allow it, once. Run it where a person can answer, or write the command so that what it runs is on the command line.';
-      await this.record(request, { decision: 'deny', source: 'unproven', reason, answer, matched: rule });
-      const denial = denialOf(request, 'unproven', what, { matched: rule, ceiling: verdict.ceiling.ceiling });
-      return { outcome: 'deny', source: 'unproven', reason, key, matched: rule, denial };
-    }
-    if (answer === 'Deny') {
-      const asked = this.prompter.interactive;
-      const source = asked ? 'prompt' : 'no-prompt';
-      const reason = this.denialMessage(request, verdict.ceiling, asked);
-      await this.record(request, {
-        decision: 'deny',
-        source,
-        reason,
-        answer,
-        ceilingSkipped: verdict.ignored.length > 0,
-      });
-      const denial = denialOf(request, source, this.denialHead(request, asked, verdict.ignored), {
-        ceiling: verdict.ceiling.ceiling,
-        ceilingSkipped: verdict.ignored.length > 0,
-      });
-      return { outcome: 'deny', source, reason, key, denial };
-    }
-    let reason = `${key} allowed at the prompt (${answer}).`;
-    if (answer === 'AlwaysThisSession') {
-      // A lifetime's uses count this call: "3 uses" leaves two for later calls, "once" none.
-      let { uses, ttlMs } = reply.lifetime ?? {};
-      const badUses = uses !== undefined && !(Number.isSafeInteger(uses) && uses >= 1);
-      const badTtl = ttlMs !== undefined && !(Number.isFinite(ttlMs) && ttlMs > 0);
-      if (badUses || badTtl) {
-        // A lifetime that is no lifetime never becomes a grant for the whole session: this call only.
-        this.logger(
-          `the prompt gave ${key} a lifetime that is not one (${JSON.stringify(reply.lifetime)}); allowed once.`,
-        );
-        uses = 1;
-        ttlMs = undefined;
-      }
-      if (uses !== undefined || ttlMs !== undefined)
-        reason = `${key} allowed at the prompt (${answer}, ${lifetimeText({ uses, ttlMs })}).`;
-      if (uses === undefined || uses > 1)
-        this.session.add(key, {
-          contentHash: request.contentHash,
-          origin: 'prompt',
-          uses: uses === undefined ? undefined : uses - 1,
-          ttlMs,
-        });
-    } else if (answer === 'AllowPattern') {
-      try {
-        const rule = checkAllowPattern(reply.rule ?? '', request);
-        await this.saveRules({ allow: [rule] }, 'allow rule saved at a prompt');
-        reason = `${key} allowed at the prompt: the rule ${rule} was saved in ${this.configFile}.`;
-      } catch (err) {
-        // The person said yes to this call; a rule that cannot be saved allows it once.
-        const why = err instanceof Error ? err.message : String(err);
-        this.logger(`could not save the allow rule for ${key} in ${this.configFile}: ${why}; allowed once.`);
-        reason = `${key} allowed once: saving the allow rule failed (${why}).`;
-      }
-    } else if (answer === 'AlwaysThisProject') {
-      try {
-        await this.grantProject(request);
-      } catch (err) {
-        if (isCapsuleError(err, 'CEILING_VIOLATION')) throw err;
-        // A failed persist is not fatal (the human did say yes): log it, allow this once.
-        const why = err instanceof Error ? err.message : String(err);
-        this.logger(
-          `could not save the project grant for ${key} in ${this.configFile}: ${why}; allowed once.`,
-        );
-        reason = `${key} allowed once: saving the project grant failed (${why}).`;
-      }
-    }
-    await this.record(request, { decision: 'allow', source: 'prompt', reason, answer });
-    return { outcome: 'allow', source: 'prompt', reason, key };
+    return applyAnswer(this.answers, request, verdict, options, reply);
   }
 
   private async deniedForSession(request: PermissionRequest): Promise<Decision> {
@@ -813,72 +641,18 @@ export class PermissionEngine implements PermissionGate {
     };
   }
 
-  private async record(
-    request: PermissionRequest,
-    event: Pick<AuditEvent, 'decision' | 'source' | 'reason'> &
-      Partial<Pick<AuditEvent, 'matched' | 'answer'>> & { ceilingSkipped?: boolean },
-  ): Promise<void> {
-    if (this.audit === undefined) return;
-    const { ceilingSkipped, ...fields } = event;
-    await this.audit.append({
-      tool: request.tool,
-      key: request.key.raw,
-      mode: this.modeValue,
-      contentHash: request.contentHash,
-      sandboxed: request.sandboxed,
-      learning: request.learning === true ? true : undefined,
-      // The same mapping the denial a caller sees is built with (denialOf), so log and answer agree.
-      deniedBy: event.decision === 'deny' ? deniedByOf(event.source, ceilingSkipped === true) : undefined,
-      ...fields,
-    });
+  private async record(request: PermissionRequest, event: DecisionFields): Promise<void> {
+    await this.audit?.append(decisionRecord(request, this.modeValue, event));
   }
 
   /** One network request of a running capability, in the audit log (tool `network`). */
   async recordNetwork(record: EgressRecord): Promise<void> {
-    if (this.audit === undefined) return;
-    await this.audit.append({
-      tool: 'network',
-      key: `network:${record.host}:${record.port}`,
-      mode: this.modeValue,
-      decision: record.decision,
-      source: record.decision === 'allow' ? 'network-grant' : 'egress-policy',
-      reason: `${record.capability}: ${record.method} ${record.host}:${record.port} ${record.decision === 'allow' ? 'allowed' : 'refused'}: ${record.reason}`,
-      contentHash: record.contentHash,
-      network: canonicalNetwork(record),
-    });
-  }
-
-  /** What happened at an Ask that ended in a denial, without how to allow it (surfaces add that). */
-  private denialHead(request: PermissionRequest, asked: boolean, ignored: readonly string[]): string {
-    const key = request.key.raw;
-    if (asked) return `${key} was refused at the prompt.`;
-    const skipped =
-      ignored.length > 0
-        ? ` ${ignored.join(' and ')} would allow it, but it is not sandboxed, and a project file cannot allow host code.`
-        : '';
-    return `${key} needs approval and no one can be asked.${skipped}`;
+    await this.audit?.append(networkRecord(record, this.modeValue));
   }
 
   /** The denial text: names the key and says exactly how to allow it. */
   denialMessage(request: PermissionRequest, ceiling: CeilingVerdict, asked: boolean): string {
-    const key = request.key.raw;
-    const head = asked
-      ? `Permission denied: ${key} was refused at the prompt.`
-      : `Permission denied: ${key} needs approval and no one can be asked (--no-prompt, or no terminal).`;
-    const grant = `run again with --grant ${shellWord(key)} (this process only)`;
-    if (ceiling.ceiling === 'project') {
-      const entry = JSON.stringify({
-        [key]:
-          request.contentHash !== undefined
-            ? { level: 'AlwaysThisProject', contentHash: request.contentHash }
-            : 'AlwaysThisProject',
-      });
-      return `${head} To allow it, ${grant}, or add ${entry.slice(1, -1)} to "allowlist" in ${this.configFile}.`;
-    }
-    const compound = request.key.compound
-      ? ' It is a compound command: only this exact command is covered.'
-      : '';
-    return `${head} To allow it, ${grant}; it is not sandboxed (${ceiling.reason}), so capsule.json cannot allow it for the project.${compound}`;
+    return denialMessage(request, ceiling, asked, this.configFile);
   }
 
   /** Say (once each) which project-file allows were passed over because the call is not sandboxed. */
@@ -886,10 +660,7 @@ export class PermissionEngine implements PermissionGate {
     for (const what of verdict.ignored) {
       if (this.warned.has(what)) continue;
       this.warned.add(what);
-      this.logger(
-        `${what} does not apply to ${request.key.raw}: it is not sandboxed (${verdict.ceiling.reason}). ` +
-          'A project file can allow sandboxed calls only; host code needs --grant, --mode or a person.',
-      );
+      this.logger(ignoredAllowText(what, request, verdict.ceiling));
     }
   }
 

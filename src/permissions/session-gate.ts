@@ -3,7 +3,6 @@ import {
   type LoadedProjectConfig,
   type PermissionMode,
 } from '../project/project-config.js';
-import type { StateKey } from '../project/state-key.js';
 import { CapsuleError } from '../base/errors.js';
 import type { CommandParser } from './commands/parser.js';
 import { PermissionEngine } from './engine.js';
@@ -28,11 +27,8 @@ export interface SessionGateOptions {
   /** Reuse a parser the caller already has (exec, explain); one is created when a run_command grant needs it. */
   parser?: CommandParser | undefined;
   profileRules?: readonly RuleSource[] | undefined;
-  audit?: AuditSink | false | undefined;
-  /** The per-user state directory (the audit log's head); see userStateDir. */
-  userStateDir?: string | undefined;
-  /** Its key (made from userStateDir when not given). */
-  stateKey?: StateKey | undefined;
+  /** Where decisions go (false: nowhere): the caller opens it (runtime/audit.ts). */
+  audit: AuditSink | false;
   logger?: ((message: string) => void) | undefined;
   /** Confirmed policies across processes; human-side grants and revokes keep it in step. */
   snapshots?: PolicySnapshotStore | undefined;
@@ -100,8 +96,6 @@ export async function createSessionEngine(options: SessionGateOptions): Promise<
     commandParser: options.parser,
     profileRules: options.profileRules,
     audit: options.audit,
-    userStateDir: options.userStateDir,
-    stateKey: options.stateKey,
     logger,
     snapshots: options.snapshots,
   });

@@ -8,21 +8,23 @@ import {
   type PermissionMode,
 } from '../project/project-config.js';
 import { userCacheDir } from '../base/cache-dir.js';
-import { StateKey } from '../project/state-key.js';
+import type { StateKey } from '../project/state-key.js';
 import { secretDir, userStateDir } from '../base/user-state.js';
 import { ENGINE_ENV, resolveEngines, selectEngines } from '../project/engines.js';
 import { CapsuleError } from '../base/errors.js';
 import { Executor } from '../executor/executor.js';
 import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
-import { createDefaultRunners } from '../executor/runners.js';
+import { openProjectAuditLog } from './audit.js';
+import { createDefaultRunners } from './runners.js';
+import { openPolicySnapshots, openStateKey } from './state.js';
 import type { InputValidator } from '../manifest/input.js';
 import type { AuditSink } from '../permissions/audit/record.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import {
-  PolicySnapshotStore,
   resolveStartingPolicy,
+  type PolicySnapshotStore,
   type StartingPolicy,
 } from '../permissions/policy-snapshot.js';
 import { canonicalGrantKey } from '../permissions/commands/permission.js';
@@ -258,7 +260,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
   // One per-user state folder for this process: confirmed policies and the audit log's head, and the
   // one key that authenticates them (read on first use).
   const stateDir = typeof options.stateDir === 'string' ? options.stateDir : userStateDir(env, homedir());
-  const stateKey = new StateKey({ stateDir });
+  const stateKey = openStateKey(stateDir);
   const cacheDir = options.cacheDir ?? userCacheDir(env);
   // They exist before the first read and the first host run, so the confinement can bind (or hide) them.
   // Staged copies of approved capabilities live under the per-user cache: outside every grantable root
@@ -268,8 +270,7 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
     ownFolder(secretDir(stateDir), 'state', 'CAPSULE_STATE_DIR or XDG_STATE_HOME'),
     ownFolder(stageDir, 'cache', 'XDG_CACHE_HOME'),
   ]);
-  const snapshots =
-    options.stateDir === false ? undefined : new PolicySnapshotStore({ stateDir, key: stateKey });
+  const snapshots = options.stateDir === false ? undefined : openPolicySnapshots(stateDir, stateKey);
   const starting = await resolveStartingPolicy({
     projectRoot: root,
     file: project.file,
@@ -345,8 +346,6 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         config: gate.projectAllowlist === false ? { ...starting.config, allowlist: {} } : starting.config,
         profiles: starting.profiles,
         snapshots,
-        userStateDir: stateDir,
-        stateKey,
         confirmPolicy: gate.confirmPolicy,
         mode: gate.mode,
         modeSource: gate.modeSource,
@@ -357,7 +356,8 @@ export async function openRuntime(options: RuntimeOptions): Promise<Runtime> {
         prompter: gate.prompter,
         // The parser is needed only to key run_command; build it when something will.
         commandParser: parser !== undefined ? await parser : undefined,
-        audit: gate.audit,
+        // The project's log, its head in this process's state folder under its key (false: a child's gate).
+        audit: gate.audit ?? (await openProjectAuditLog({ projectRoot: root, stateDir, key: stateKey })),
         logger: gate.logger,
       });
     },

@@ -161,6 +161,111 @@ describe('architecture: the outside world is injected', () => {
   });
 });
 
+/*
+ * The parts of a process that hold files, sockets, processes or workers, each with the file that defines it.
+ * Named, not guessed from the code: a class is on this list because what it opens is shared by the whole
+ * process (one audit chain and its head, one state key, one engine connection, the runners' workers and
+ * containers), so a second copy built elsewhere with other settings would be a second truth. Two checks keep
+ * the list whole: every name must still be a class exported from its file (a rename or move fails here, it
+ * does not silently drop out), and every class under src/ that `implements Runner` must be on it.
+ * Left off on purpose: what a part makes for itself per call or per run (EgressSession, WorkerPool,
+ * ExecPool, HostProcesses, ConfinedDir), pure values (SessionAllowlist, MemoryAuditSink, GlobCache) and the
+ * surfaces built over a runtime (AgentSession, CapsuleMcpServer).
+ */
+const IO_PARTS: Record<string, string> = {
+  ShellRunner: 'runners/shell-runner.ts',
+  WasmRunner: 'runners/wasm/wasm-runner.ts',
+  DockerRunner: 'runners/docker/runner.ts',
+  SwarmRunner: 'runners/docker/swarm-runner.ts',
+  EnginePool: 'runners/docker/engine-pool.ts',
+  LazyRunner: 'runners/lazy-runner.ts',
+  DockerodeEngine: 'runners/docker/dockerode-engine.ts',
+  ImageBuilder: 'runners/docker/images.ts',
+  PostureStore: 'runners/docker/posture-store.ts',
+  JsonlAuditLog: 'permissions/audit/writer.ts',
+  PermissionEngine: 'permissions/engine.ts',
+  PolicySnapshotStore: 'permissions/policy-snapshot.ts',
+  OneUseGrantStore: 'permissions/one-use-grants.ts',
+  StateKey: 'project/state-key.ts',
+  Registry: 'registry/registry.ts',
+  ScanIndex: 'registry/scan-index.ts',
+};
+
+/**
+ * Inside one runner's own folder, a part that assembles others: the engine pool makes a runner per engine it
+ * is given (and the busybox image on each), and a DockerRunner a library caller builds bare connects its one
+ * engine. Both are given their engines by runtime/; what they add is their own composition.
+ */
+const ASSEMBLES: Record<string, readonly string[]> = {
+  'runners/docker/engine-pool.ts': ['DockerRunner', 'SwarmRunner', 'ImageBuilder'],
+  'runners/docker/runner.ts': ['DockerodeEngine', 'ImageBuilder'],
+  // Until `capsule wasm run` builds its raw-module runner with runtime/runners.ts createWasmRunner (another
+  // part of this change): the check below fails once the entry is no longer used, so it goes then.
+  'cli/commands/wasm-run.ts': ['WasmRunner'],
+};
+
+/** `new X(` of an I/O part in one src file (path relative to src/), outside runtime/ and X's own file. */
+function constructsOutsideRuntime(file: string, text: string): string[] {
+  if (file.startsWith('runtime/')) return [];
+  const found: string[] = [];
+  for (const m of code(text).matchAll(/\bnew\s+([A-Z]\w*)\s*[(<]/g)) {
+    const name = m[1] as string;
+    const home = IO_PARTS[name];
+    if (home === undefined || home === file || ASSEMBLES[file]?.includes(name) === true) continue;
+    found.push(`${file}: new ${name}(`);
+  }
+  return found;
+}
+
+describe('architecture: only runtime/ meets I/O with `new`', () => {
+  const files = sourceFiles(SRC).map((f) => ({
+    file: path.relative(SRC, f),
+    text: readFileSync(f, 'utf8'),
+  }));
+
+  it('every I/O part is a class its file exports, and every runner is an I/O part', () => {
+    const missing = Object.entries(IO_PARTS).filter(
+      ([name, file]) =>
+        !new RegExp(`export class ${name}\\b`).test(files.find((f) => f.file === file)?.text ?? ''),
+    );
+    expect(missing).toEqual([]);
+    const runners = files.flatMap((f) =>
+      [...f.text.matchAll(/export class (\w+)[^{]*\bimplements\b[^{]*\bRunner\b/g)].map(
+        (m) => m[1] as string,
+      ),
+    );
+    expect(runners.length).toBeGreaterThan(0);
+    expect(runners.filter((r) => IO_PARTS[r] === undefined)).toEqual([]);
+  });
+
+  it('no file outside src/runtime/ constructs one (its own file may: static factories)', () => {
+    expect(files.flatMap((f) => constructsOutsideRuntime(f.file, f.text))).toEqual([]);
+  });
+
+  it('every allowed assembly is still used (a stale allowance fails)', () => {
+    const stale = Object.entries(ASSEMBLES).flatMap(([file, names]) => {
+      const text = code(files.find((f) => f.file === file)?.text ?? '');
+      return names
+        .filter((n) => !new RegExp(`\\bnew\\s+${n}\\s*[(<]`).test(text))
+        .map((n) => `${file}: ${n}`);
+    });
+    expect(stale).toEqual([]);
+  });
+
+  it('the check sees a construction (the test itself can fail)', () => {
+    expect(
+      constructsOutsideRuntime('cli/commands/x.ts', 'const log = new JsonlAuditLog(file, clock);'),
+    ).toEqual(['cli/commands/x.ts: new JsonlAuditLog(']);
+    expect(
+      constructsOutsideRuntime('permissions/x.ts', 'const k = new  StateKey ({ stateDir });'),
+    ).toHaveLength(1);
+    // runtime/, the class's own file, a comment and a class off the list are not constructions to refuse.
+    expect(constructsOutsideRuntime('runtime/x.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
+    expect(constructsOutsideRuntime('permissions/audit/writer.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
+    expect(constructsOutsideRuntime('cli/x.ts', '// new JsonlAuditLog(f, c)\nnew Map();')).toEqual([]);
+  });
+});
+
 /** `new CapsuleError(` calls inside a `catch (x) {` block that pass no `cause`: where a wrap hides its cause. */
 function wrapsWithoutCause(text: string): number[] {
   const lines: number[] = [];

@@ -96,6 +96,8 @@ describe('the public API (src/index.ts)', () => {
         'askNone',
         'noTelemetry',
         'openAgentSession',
+        // The project's audit log with its head: the engine no longer opens one itself (runtime/audit.ts).
+        'openProjectAuditLog',
         'openRuntime',
         'otelTelemetry',
         'parseManifest',

@@ -127,12 +127,11 @@ export function registerAudit(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { json?: boolean }) => {
         const { file, head } = await logAndHead(io);
-        const [{ JsonlAuditLog }, { verifyAuditLog }, { systemClock }] = await Promise.all([
-          import('../../permissions/audit/writer.js'),
+        const [{ verifyAuditLog }, { openAuditLogAt }] = await Promise.all([
           import('../../permissions/audit/verify.js'),
-          import('../../permissions/session-allowlist.js'),
+          import('../../runtime/audit.js'),
         ]);
-        const log = new JsonlAuditLog(file, systemClock(), { head });
+        const log = openAuditLogAt(file, head);
         const before = await verifyAuditLog(file, { head });
         const why = before.ok ? 'the log verified' : `verify said: ${before.problem}`;
         const { movedTo } = await log.reset(`capsule audit reset; ${why}`);

@@ -38,18 +38,16 @@ export function registerEngines(program: Command, io: CliIO): void {
     .action(
       action(io, async (opts: { engine?: string; json?: boolean }) => {
         const [
-          { openProject, cliStateDir, cliStateKey },
+          { openProject, cliPolicySnapshots },
           { resolveEngines, selectEngines, ENGINE_ENV },
-          engineConfig,
-          { EnginePool },
+          engines,
           dockerode,
-          { PolicySnapshotStore, resolveStartingPolicy },
+          { resolveStartingPolicy },
           { isNoEngine, noEngineLine },
         ] = await Promise.all([
           import('../session.js'),
           import('../../project/engines.js'),
-          import('../../runners/docker/engine-config.js'),
-          import('../../runners/docker/engine-pool.js'),
+          import('../../runtime/engines.js'),
           import('../../runners/docker/dockerode-engine.js'),
           import('../../permissions/policy-snapshot.js'),
           import('../../runners/docker/engine.js'),
@@ -61,7 +59,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           projectRoot: project.root,
           file: project.file,
           config: project.config,
-          store: new PolicySnapshotStore({ stateDir: cliStateDir(io), key: cliStateKey(io) }),
+          store: cliPolicySnapshots(io),
           recordFirstUse: false,
         });
         if (starting.warning !== undefined) await write(io.stderr, `capsule: ${starting.warning}\n`);
@@ -73,7 +71,7 @@ export function registerEngines(program: Command, io: CliIO): void {
           selected.length > 0
             ? await Promise.all(
                 selected.map(async (e) => ({
-                  ...(await engineConfig.connectEngine(e.name, e.config, project.root)),
+                  ...(await engines.connectEngine(e.name, e.config, project.root)),
                   host: e.config.type === 'swarm' ? e.config.manager : e.config.host,
                 })),
               )
@@ -82,7 +80,7 @@ export function registerEngines(program: Command, io: CliIO): void {
                   name: 'default',
                   kind: 'docker' as const,
                   host: io.env['DOCKER_HOST'] ?? 'unix:///var/run/docker.sock',
-                  engine: new dockerode.DockerodeEngine({ env: io.env }),
+                  engine: engines.connectDefaultEngine(io.env),
                 },
               ];
         const rows: EngineRow[] = await Promise.all(
@@ -92,7 +90,7 @@ export function registerEngines(program: Command, io: CliIO): void {
               const info = await t.engine.info();
               // Measured as a call would be: bound to the daemon that answers (its canary checked on every
               // connection), the probe run through that binding (a swarm: one probe placed on each ready node).
-              const pool = new EnginePool([t], {
+              const pool = engines.enginePoolOf([t], {
                 runner: { env: {}, onProgress: progressLine(io, 'engines', { json: opts.json }) },
               });
               try {

@@ -8,13 +8,12 @@ import { commandLine, positiveInt } from '../args.js';
 const EXEC_CAPTURE_BYTES = 16 * 1024 * 1024;
 
 async function redeemGrant(io: CliIO, id: string): Promise<string> {
-  const [{ OneUseGrantStore }, { openProjectAt }, { cliStateDir, cliStateKey }] = await Promise.all([
-    import('../../permissions/one-use-grants.js'),
+  const [{ openProjectAt }, { cliOneUseGrants }] = await Promise.all([
     import('../../runtime/runtime.js'),
     import('../session.js'),
   ]);
   const project = await openProjectAt(io.cwd);
-  const store = new OneUseGrantStore({ stateDir: cliStateDir(io), key: cliStateKey(io) });
+  const store = cliOneUseGrants(io);
   return (await store.redeem(id, project.root)).key;
 }
 

@@ -18,7 +18,7 @@ import { makeKey, RUN_COMMAND, WRITE_FILE } from '../../permissions/keys.js';
 import { promptSafe } from '../../permissions/prompter.js';
 import type { RuleSource } from '../../permissions/rules.js';
 import type { PermissionRequest } from '../../permissions/types.js';
-import type { StateKey } from '../../project/state-key.js';
+import type { HookPlace } from '../../runtime/hook-gate.js';
 import { shellWord } from '../../base/shell-quote.js';
 import { EXIT } from '../exit-codes.js';
 import { write, type CliIO } from '../output.js';
@@ -150,70 +150,6 @@ export function parseEnvelope(text: string): PreToolUseEnvelope {
       field: 'cwd',
     });
   return parsed.data;
-}
-
-/** Where the hook judges: the project's real root, and capsule's per-user folders and key. */
-interface HookPlace {
-  root: string;
-  stateDir: string;
-  stateKey: StateKey;
-  cacheDir: string;
-}
-
-/**
- * The gate `capsule exec` opens (openRuntime's openGate): the same engine from the same starting policy
- * (the one a person confirmed, tightened by what changed on disk since), without the registry and the
- * runners a judge never uses, so Claude Code waits less on every tool call.
- */
-async function openHookGate(
-  io: CliIO,
-  parser: CommandParser | undefined,
-  profileRules: (root: string) => Promise<RuleSource[]>,
-): Promise<{ place: HookPlace; engine: PermissionEngine }> {
-  const [
-    { loadProjectConfig },
-    { StateKey },
-    { userStateDir },
-    { userCacheDir },
-    { PolicySnapshotStore, resolveStartingPolicy },
-    { PermissionEngine },
-    { createNonInteractivePrompter },
-  ] = await Promise.all([
-    import('../../project/project-config.js'),
-    import('../../project/state-key.js'),
-    import('../../base/user-state.js'),
-    import('../../base/cache-dir.js'),
-    import('../../permissions/policy-snapshot.js'),
-    import('../../permissions/engine.js'),
-    import('../../permissions/prompter.js'),
-  ]);
-  const project = await loadProjectConfig(await realpath(claudeProjectDir(io)));
-  const root = await realpath(project.root);
-  const stateDir = userStateDir(io.env, homedir());
-  const stateKey = new StateKey({ stateDir });
-  const snapshots = new PolicySnapshotStore({ stateDir, key: stateKey });
-  const starting = await resolveStartingPolicy({
-    projectRoot: root,
-    file: project.file,
-    config: project.config,
-    store: snapshots,
-    recordFirstUse: false,
-  });
-  const engine = await PermissionEngine.create({
-    projectRoot: root,
-    configFile: project.file,
-    config: starting.config,
-    profiles: starting.profiles,
-    snapshots,
-    userStateDir: stateDir,
-    stateKey,
-    prompter: createNonInteractivePrompter(),
-    profileRules: await profileRules(root),
-    commandParser: parser,
-    audit: false,
-    logger: () => undefined,
-  });
-  return { place: { root, stateDir, stateKey, cacheDir: userCacheDir(io.env) }, engine };
 }
 
 interface HookContext {
@@ -366,8 +302,8 @@ async function confine(
   command: string,
   answer: HookAnswer,
 ): Promise<HookAnswer> {
-  const [{ OneUseGrantStore }, { commandPermission }, { RUN_COMMAND_MAX_TIMEOUT_MS }] = await Promise.all([
-    import('../../permissions/one-use-grants.js'),
+  const [{ openOneUseGrants }, { commandPermission }, { RUN_COMMAND_MAX_TIMEOUT_MS }] = await Promise.all([
+    import('../../runtime/state.js'),
     import('../../permissions/commands/permission.js'),
     import('../../tools/run-command.js'),
   ]);
@@ -377,7 +313,7 @@ async function confine(
   const inner = cwd === root ? command : `cd -- ${shellWord(cwd)}\n${command}`;
   const key = commandPermission(ctx.parser as CommandParser, inner, root).permission;
   if (key.type !== 'ask') throw new Error('unreachable: commands always ask');
-  const store = new OneUseGrantStore({ stateDir: ctx.runtime.stateDir, key: ctx.runtime.stateKey });
+  const store = openOneUseGrants(ctx.runtime.stateDir, ctx.runtime.stateKey);
   const id = await store.mint({
     key: key.key.raw,
     projectRoot: root,
@@ -535,9 +471,15 @@ export async function judgeEnvelope(
     parser = createCommandParser === undefined ? undefined : await createCommandParser();
     const p = parser;
     let claude = { sources: [] as RuleSource[], reads: [] as string[], edits: [] as string[] };
-    const { place, engine } = await openHookGate(io, p, async (root) => {
-      claude = await claudeRuleSources(p !== undefined, root, home);
-      return claude.sources;
+    const { openHookGate } = await import('../../runtime/hook-gate.js');
+    const { place, engine } = await openHookGate({
+      projectDir: claudeProjectDir(io),
+      env: io.env,
+      parser: p,
+      profileRules: async (root) => {
+        claude = await claudeRuleSources(p !== undefined, root, home);
+        return claude.sources;
+      },
     });
     audit.root = place.root;
     const ctx: HookContext = {
@@ -583,18 +525,9 @@ async function recordAnswer(
   knownRoot: string | undefined,
 ): Promise<HookAnswer> {
   try {
-    const [
-      { JsonlAuditLog },
-      { auditHeadPath, auditLogPath },
-      { StateKey },
-      { userStateDir },
-      { systemClock },
-    ] = await Promise.all([
-      import('../../permissions/audit/writer.js'),
-      import('../../project/audit-paths.js'),
-      import('../../project/state-key.js'),
+    const [{ openProjectAuditLog }, { userStateDir }] = await Promise.all([
+      import('../../runtime/audit.js'),
       import('../../base/user-state.js'),
-      import('../../permissions/session-allowlist.js'),
     ]);
     let root = knownRoot;
     if (root === undefined) {
@@ -602,10 +535,7 @@ async function recordAnswer(
       root = await realpath((await loadProjectConfig(await realpath(claudeProjectDir(io)))).root);
     }
     const stateDir = userStateDir(io.env, homedir());
-    const log = new JsonlAuditLog(auditLogPath(root), systemClock(), {
-      head: { file: await auditHeadPath(stateDir, root), key: new StateKey({ stateDir }) },
-      projectRoot: root,
-    });
+    const log = await openProjectAuditLog({ projectRoot: root, stateDir });
     await log.append({
       tool: 'claude-hook',
       key: answer.key,

@@ -10,10 +10,11 @@ import {
   type ClaudeSettingsDocument as ClaudeSettings,
 } from '../../permissions/claude-settings.js';
 import { writeFileAtomic } from '../../base/atomic-write.js';
-import { StateKey } from '../../project/state-key.js';
+import type { StateKey } from '../../project/state-key.js';
 import { userStateDir } from '../../base/user-state.js';
 import { CapsuleError, isCapsuleError } from '../../base/errors.js';
 import { openProjectAt } from '../../runtime/runtime.js';
+import { openStateKey } from '../../runtime/state.js';
 import { shellWord } from '../../base/shell-quote.js';
 import { unifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
@@ -162,7 +163,7 @@ export async function hookInstall(io: CliIO, opts: HookCommandOptions): Promise<
       ? path.join(home, '.claude', 'settings.json')
       : path.join((await openProjectAt(io.cwd)).root, '.claude', 'settings.json');
   const stateDir = userStateDir(io.env, home);
-  const key = new StateKey({ stateDir });
+  const key = openStateKey(stateDir);
   let diff = '';
   const finish = async (code: number, written: boolean): Promise<number> => {
     const action = opts.install === true ? 'install' : 'uninstall';

@@ -6,11 +6,12 @@ import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
 async function connect(io: CliIO): Promise<DockerodeEngine> {
-  const [{ DockerodeEngine, engineMessage }, { isNoEngine, noEngineLine }] = await Promise.all([
+  const [{ connectDefaultEngine }, { engineMessage }, { isNoEngine, noEngineLine }] = await Promise.all([
+    import('../../runtime/engines.js'),
     import('../../runners/docker/dockerode-engine.js'),
     import('../../runners/docker/engine.js'),
   ]);
-  const engine = new DockerodeEngine({ env: io.env });
+  const engine = connectDefaultEngine(io.env);
   try {
     await engine.ping(5000);
   } catch (err) {
@@ -81,8 +82,8 @@ export function registerImages(program: Command, io: CliIO): void {
           });
         }
         const engine = await connect(io);
-        const { ImageBuilder } = await import('../../runners/docker/images.js');
-        const builder = new ImageBuilder({ engine });
+        const { openImageBuilder } = await import('../../runtime/engines.js');
+        const builder = openImageBuilder(engine);
         const report: { tag: string; built: boolean }[] = [];
         for (const recipe of IMAGE_RECIPES) {
           if (tags.length > 0 && !tags.includes(recipe.tag)) continue;

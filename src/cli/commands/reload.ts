@@ -21,18 +21,16 @@ export function registerReload(program: Command, io: CliIO): void {
         const [
           { loadProjectConfig, projectConfigSchema },
           { policyChange, policyViewOf, readProfileHashes },
-          { PolicySnapshotStore },
           { askYesNo },
-          { cliStateDir, cliStateKey },
+          { cliPolicySnapshots },
         ] = await Promise.all([
           import('../../project/project-config.js'),
           import('../../permissions/policy-diff.js'),
-          import('../../permissions/policy-snapshot.js'),
           import('../../permissions/prompter.js'),
           import('../session.js'),
         ]);
         const project = await loadProjectConfig(io.cwd);
-        const store = new PolicySnapshotStore({ stateDir: cliStateDir(io), key: cliStateKey(io) });
+        const store = cliPolicySnapshots(io);
         const read = await store.load(project.root);
         const snapshot = read.state === 'confirmed' ? read.snapshot : undefined;
         const untrusted = read.state === 'untrusted' ? read : undefined;

@@ -11,11 +11,10 @@ import {
   type ImportOutcome,
 } from '../../permissions/claude-settings.js';
 import { policyChange, policyViewOf } from '../../permissions/policy-diff.js';
-import { PolicySnapshotStore } from '../../permissions/policy-snapshot.js';
 import { askYesNo, promptSafe } from '../../permissions/prompter.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
-import { cliStateDir, cliStateKey } from '../session.js';
+import { cliPolicySnapshots } from '../session.js';
 
 export interface RulesImportOptions {
   claudeSettings?: string;
@@ -129,7 +128,7 @@ async function keepConfirmedInStep(
   root: string,
   added: { allow: string[]; deny: string[] },
 ): Promise<void> {
-  const store = new PolicySnapshotStore({ stateDir: cliStateDir(io), key: cliStateKey(io) });
+  const store = cliPolicySnapshots(io);
   const read = await store.load(root);
   if (read.state !== 'confirmed') return;
   const policy = read.snapshot.policy;

@@ -65,7 +65,6 @@ describe('a project grant covers the hosts that were shown', () => {
       projectRoot: root,
       prompter,
       audit,
-      userStateDir: path.join(root, '.state'),
     });
     const executor = new Executor({
       registry: new Registry({

@@ -3,7 +3,7 @@ import { chmod, mkdir, readFile, realpath, symlink, writeFile } from 'node:fs/pr
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { projectRegistry } from '../../../src/cli/session.js';
-import { createDefaultRunners } from '../../../src/executor/runners.js';
+import { createDefaultRunners } from '../../../src/runtime/runners.js';
 import type { Capability } from '../../../src/manifest/types.js';
 import { cli } from '../../helpers/cli.js';
 import { tempProject } from '../../helpers/capability.js';

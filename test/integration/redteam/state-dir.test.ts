@@ -3,7 +3,7 @@ import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import wabtInit from 'wabt';
 import { describe, expect, it } from 'vitest';
-import { createDefaultRunners } from '../../../src/executor/runners.js';
+import { createDefaultRunners } from '../../../src/runtime/runners.js';
 import type { Capability } from '../../../src/manifest/types.js';
 import { projectRegistry } from '../../../src/runtime/runtime.js';
 import { cli } from '../../helpers/cli.js';

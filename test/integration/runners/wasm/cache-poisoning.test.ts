@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { projectRegistry } from '../../../../src/cli/session.js';
-import { createDefaultRunners } from '../../../../src/executor/runners.js';
+import { createDefaultRunners } from '../../../../src/runtime/runners.js';
 import type { Capability } from '../../../../src/manifest/types.js';
 import type { Runner } from '../../../../src/runners/types.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';

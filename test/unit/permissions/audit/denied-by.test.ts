@@ -7,6 +7,7 @@ import { JsonlAuditLog } from '../../../../src/permissions/audit/writer.js';
 import { auditHeadPath, auditLogPath } from '../../../../src/project/audit-paths.js';
 import { StateKey } from '../../../../src/project/state-key.js';
 import { PermissionEngine } from '../../../../src/permissions/engine.js';
+import { openProjectAuditLog } from '../../../../src/runtime/audit.js';
 import {
   createNonInteractivePrompter,
   createScriptedPrompter,
@@ -24,8 +25,14 @@ async function setup(config: unknown) {
   const state = await mkdtemp(path.join(tmpdir(), 'capsule-state-'));
   const env = { ...process.env, XDG_STATE_HOME: state, CAPSULE_STATE_DIR: undefined };
   const stateDir = userStateDir(env, homedir());
-  const engine = (prompter: Prompter, mode?: 'plan') =>
-    PermissionEngine.create({ projectRoot: root, prompter, mode, userStateDir: stateDir });
+  const engine = async (prompter: Prompter, mode?: 'plan') =>
+    // A fresh log object per engine, as each process opens its own (runtime/audit.ts).
+    PermissionEngine.create({
+      projectRoot: root,
+      prompter,
+      mode,
+      audit: await openProjectAuditLog({ projectRoot: root, stateDir }),
+    });
   const records = async () =>
     (await readFile(auditLogPath(root), 'utf8'))
       .trimEnd()

@@ -6,6 +6,7 @@ import type { DockerEngineConfig } from '../project/engines.js';
 import { LazyRunner } from '../runners/lazy-runner.js';
 import { ShellRunner } from '../runners/shell-runner.js';
 import type { Runner } from '../runners/types.js';
+import type { WasmRunner, WasmRunnerOptions } from '../runners/wasm/wasm-runner.js';
 import type { StateKey } from '../project/state-key.js';
 import type { HostProtection } from '../project/protected-state.js';
 
@@ -54,8 +55,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
     new LazyRunner(
       'wasm',
       async () => {
-        const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
-        return new WasmRunner({ cacheDir, stateDir, projectRoot: options.projectRoot, hostEnv: env });
+        return createWasmRunner({ cacheDir, stateDir, projectRoot: options.projectRoot, hostEnv: env });
       },
       // Its first call waits for a worker: the executor's hint starts one while the call is staged and judged.
       { warms: true },
@@ -77,7 +77,7 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
           'docker',
           async () => {
             const [{ openEnginePool }, { PostureStore }] = await Promise.all([
-              import('../runners/docker/engine-config.js'),
+              import('./engines.js'),
               import('../runners/docker/posture-store.js'),
             ]);
             const key = options.stateKey;
@@ -98,4 +98,14 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
           { measures: true },
         ),
   ];
+}
+
+/**
+ * One Wasm runner on its own, its module loaded now: the session's lazy wasm runner above, and `capsule wasm
+ * run` of a raw module (the deliberately ungated path: a person names the module and its grants on the
+ * command line; no capability, no gate).
+ */
+export async function createWasmRunner(options: WasmRunnerOptions): Promise<WasmRunner> {
+  const { WasmRunner } = await import('../runners/wasm/wasm-runner.js');
+  return new WasmRunner(options);
 }
