@@ -47,11 +47,13 @@ async function concurrentRate(fn, { callers, seconds = 1.5 }) {
 }
 
 export async function benchPermissions() {
-  const { createCommandParser, keyCommand } = await import('../dist/permissions/command-parser.js');
+  const { createCommandParser } = await import('../dist/permissions/commands/parser.js');
+  const { keyCommand } = await import('../dist/permissions/commands/permission.js');
   const { PermissionEngine } = await import('../dist/permissions/engine.js');
   const { createNonInteractivePrompter } = await import('../dist/permissions/prompter.js');
-  const { JsonlAuditLog, verifyAuditLog } = await import('../dist/permissions/audit-log.js');
-  const { StateKey } = await import('../dist/config/state-key.js');
+  const { JsonlAuditLog } = await import('../dist/permissions/audit/writer.js');
+  const { verifyAuditLog } = await import('../dist/permissions/audit/verify.js');
+  const { StateKey } = await import('../dist/project/state-key.js');
   const parser = await createCommandParser();
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-perm-'));
   try {

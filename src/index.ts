@@ -38,9 +38,10 @@ export type {
 } from './permissions/types.js';
 export { makeKey } from './permissions/keys.js';
 export { PermissionEngine } from './permissions/engine.js';
-export { createCommandParser } from './permissions/command-parser.js';
+export { createCommandParser } from './permissions/commands/parser.js';
 export { createNonInteractivePrompter, createTerminalPrompter } from './permissions/prompter.js';
-export { verifyAuditLog, type AuditHeadRef } from './permissions/audit-log.js';
+export { verifyAuditLog } from './permissions/audit/verify.js';
+export type { AuditHeadRef } from './permissions/audit/head.js';
 export { auditHeadPath, auditLogPath } from './project/audit-paths.js';
 export { secretDir, userStateDir } from './base/user-state.js';
 export { StateKey } from './project/state-key.js';

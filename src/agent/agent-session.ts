@@ -5,7 +5,7 @@ import { Executor } from '../executor/executor.js';
 import { CapabilityStage } from '../executor/stage.js';
 import type { IsolationJudge } from '../executor/isolation.js';
 import type { PolicySource } from '../permissions/ceiling.js';
-import type { CommandParser } from '../permissions/command-parser.js';
+import type { CommandParser } from '../permissions/commands/parser.js';
 import type { PolicyReload } from '../permissions/engine.js';
 import { grantCovers, parseKey } from '../permissions/keys.js';
 import type { RuleSource } from '../permissions/rules.js';

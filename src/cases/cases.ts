@@ -1,10 +1,10 @@
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseStrictJson } from '../base/strict-json.js';
 import { CapsuleError } from '../base/errors.js';
 import { zodIssues } from '../base/zod-issues.js';
 import type { Capability } from '../manifest/types.js';
+import { readOptionalFile } from '../base/optional-file.js';
 
 /** Checks live beside the manifest; they are not run code, so they are not part of the content hash. */
 export const CASES_FILE = 'cases.json';
@@ -66,11 +66,10 @@ export function parseCases(text: string, file: string): CapabilityCase[] {
 /** The capability's cases, or undefined when it has no cases.json. */
 export async function loadCases(capability: Capability): Promise<CapabilityCase[] | undefined> {
   const file = path.join(capability.dir, CASES_FILE);
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readOptionalFile(file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new CapsuleError(
       'MANIFEST_INVALID',
       `${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
@@ -78,5 +77,6 @@ export async function loadCases(capability: Capability): Promise<CapabilityCase[
       { cause: err },
     );
   }
+  if (text === undefined) return undefined;
   return parseCases(text, file);
 }

@@ -7,7 +7,7 @@ import type { StateKey } from '../project/state-key.js';
 import { userStateDir } from '../base/user-state.js';
 import type { InputValidator } from '../manifest/input.js';
 import { userCacheDir } from '../base/cache-dir.js';
-import type { CommandParser } from '../permissions/command-parser.js';
+import type { CommandParser } from '../permissions/commands/parser.js';
 import type { PermissionEngine } from '../permissions/engine.js';
 import type { OneUseGrantStore } from '../permissions/one-use-grants.js';
 import type { PolicySnapshotStore } from '../permissions/policy-snapshot.js';

@@ -7,9 +7,11 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
-import { commandPermissionKey, type CommandParser } from './command-parser.js';
+import { commandPermissionKey } from './commands/permission.js';
+import type { CommandParser } from './commands/parser.js';
 import { RULE_TOOLS } from '../project/never-matches.js';
 import { parseRule, rulePatternProgram } from './rules.js';
+import { readOptionalFile } from '../base/optional-file.js';
 
 /** The `permissions` block of a Claude Code settings.json (other keys are ignored). */
 export const claudeSettingsSchema = z.object({
@@ -388,11 +390,10 @@ export function claudeSettingsFiles(
 export async function readClaudeSettingsDocument(
   file: string,
 ): Promise<{ settings: ClaudeSettingsDocument; text: string } | undefined> {
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readOptionalFile(file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new CapsuleError(
       'NOT_FOUND',
       `Cannot read ${file}: ${(err as Error).message}`,
@@ -400,6 +401,7 @@ export async function readClaudeSettingsDocument(
       { cause: err },
     );
   }
+  if (text === undefined) return undefined;
   let doc: unknown;
   try {
     doc = text.trim() === '' ? {} : JSON.parse(text);

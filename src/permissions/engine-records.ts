@@ -1,5 +1,5 @@
 import { PROJECT_CONFIG_FILE } from '../project/project-config.js';
-import { canonicalNetwork, type AuditEvent } from './audit-log.js';
+import { canonicalNetwork, type AuditEvent } from './audit/record.js';
 import { deniedByOf } from './denial.js';
 import type { PolicyChange } from './policy-diff.js';
 import type { EgressRecord, PermissionRequest } from './types.js';

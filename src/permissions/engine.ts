@@ -11,15 +11,11 @@ import {
   type ProjectConfig,
 } from '../project/project-config.js';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
-import type { AuditSink } from './audit-log.js';
+import type { AuditSink } from './audit/record.js';
 import { type EgressRecord } from './types.js';
 import { ceilingFor, type CeilingVerdict, type PolicySource } from './ceiling.js';
-import {
-  canonicalGrantKey,
-  createCommandParser,
-  type CommandAnalysis,
-  type CommandParser,
-} from './command-parser.js';
+import { canonicalGrantKey } from './commands/permission.js';
+import { createCommandParser, type CommandAnalysis, type CommandParser } from './commands/parser.js';
 import { GlobCache } from '../base/glob.js';
 import { parseGrant, parseKey, RUN_COMMAND } from './keys.js';
 import {

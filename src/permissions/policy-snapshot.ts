@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, realpath } from 'node:fs/promises';
+import { mkdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../base/atomic-write.js';
@@ -21,6 +21,7 @@ import {
   type ProfileHashes,
   withoutEngines,
 } from './policy-diff.js';
+import { readOptionalFile } from '../base/optional-file.js';
 
 const snapshotBodySchema = z.strictObject({
   schemaVersion: z.literal(2),
@@ -94,11 +95,10 @@ export class PolicySnapshotStore {
    */
   async load(projectRoot: string): Promise<SnapshotRead> {
     const { root, file } = await this.fileFor(projectRoot);
-    let text: string;
+    let text: string | undefined;
     try {
-      text = await readFile(file, 'utf8');
+      text = await readOptionalFile(file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { state: 'none', file };
       throw new CapsuleError(
         'CONFIG_INVALID',
         `${file} cannot be read (${(err as NodeJS.ErrnoException).code}).`,
@@ -106,6 +106,7 @@ export class PolicySnapshotStore {
         { cause: err },
       );
     }
+    if (text === undefined) return { state: 'none', file };
     const untrusted = (kind: UntrustedSnapshotKind, problem: string): SnapshotRead => ({
       state: 'untrusted',
       file,

@@ -99,6 +99,39 @@ export function planModeReason(request: PermissionRequest): string {
   );
 }
 
+/** What the steps of one decision share: the call, what the steps before found, and the trace. */
+interface Deciding {
+  readonly state: PolicyState;
+  readonly request: PermissionRequest;
+  /** The call's key as written (request.key.raw), for reasons. */
+  readonly key: string;
+  readonly trace: TraceStep[];
+  /** Project allowlist entries covering the call: the exact key first, then wildcards. */
+  readonly entries: readonly AllowlistEntry[];
+  readonly ceiling: CeilingVerdict;
+  /** The first deny rule the call could not be proven clear of. */
+  unproven?: Unproven | undefined;
+  /** Allows from project files that matched but do not apply: the call is not sandboxed. */
+  readonly ignored: string[];
+  /** Why an existing grant did not apply (stale hash, expired), for the prompt. */
+  note?: string | undefined;
+}
+
+/** One step of the procedure: a verdict ends the decision; undefined hands the call to the next step. */
+type Step = (d: Deciding) => Verdict | undefined;
+
+/** The decision procedure, in order: the first step with a verdict decides, and if none does, ask(). */
+const STEPS: readonly Step[] = [
+  selfProtection,
+  denyRules,
+  allowlistDeny,
+  projectCeiling,
+  allowRules,
+  mode,
+  projectAllowlist,
+  sessionAllowlist,
+];
+
 /**
  * The decision procedure, pure (it reads the state and the clock inside the session allowlist):
  *   self-protection → deny rules & Deny entries (any source) → ceiling of project entries → allow rules
@@ -108,78 +141,82 @@ export function planModeReason(request: PermissionRequest): string {
  * sandboxed calls; for the rest they are skipped (listed in `ignored`) and the call goes on to be asked.
  */
 export function decide(state: PolicyState, request: PermissionRequest): Verdict {
-  const trace: TraceStep[] = [];
-  let unproven: Unproven | undefined;
-  const verdict = decideSteps(state, request, trace, (u) => (unproven = u));
-  if (unproven === undefined || verdict.outcome === 'deny') return verdict;
-  // Nothing but a person lets through what may break a deny rule: an allow becomes a question.
-  const { rule, origin, why } = unproven;
-  const doubt = `capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}`;
-  const reason = `${request.key.raw} needs a person's approval: ${doubt}.`;
-  trace.push({ step: 'ask', matched: true, detail: reason });
-  const note = verdict.outcome === 'ask' && verdict.note !== undefined ? `${doubt}; ${verdict.note}` : doubt;
-  return {
-    outcome: 'ask',
-    source: 'ask',
-    reason,
+  const d: Deciding = {
+    state,
+    request,
+    key: request.key.raw,
+    trace: [],
+    entries: findProjectEntries(state.project, request),
     ceiling: ceilingFor(request),
-    options: ['Once', 'Deny'],
-    note,
-    unproven,
-    ignored: verdict.outcome === 'ask' ? verdict.ignored : [],
-    trace,
+    ignored: [],
   };
+  let verdict: Verdict | undefined;
+  for (const step of STEPS) {
+    verdict = step(d);
+    if (verdict !== undefined) break;
+  }
+  verdict ??= ask(d);
+  if (d.unproven === undefined || verdict.outcome === 'deny') return verdict;
+  return onlyAPerson(d, d.unproven, verdict);
 }
 
-function decideSteps(
-  state: PolicyState,
-  request: PermissionRequest,
-  trace: TraceStep[],
-  setUnproven: (u: Unproven) => void,
+/** A step's verdict that allows or denies, recorded as the trace's last step. */
+function settle(
+  d: Deciding,
+  outcome: 'allow' | 'deny',
+  source: PolicyStep,
+  reason: string,
+  matched?: string,
+  sessionEntry?: SessionEntry,
 ): Verdict {
-  const key = request.key.raw;
-  const done = (
-    outcome: 'allow' | 'deny',
-    source: PolicyStep,
-    reason: string,
-    matched?: string,
-    sessionEntry?: SessionEntry,
-  ): Verdict => {
-    trace.push({ step: source, matched: true, detail: reason });
-    return { outcome, source, reason, matched, sessionEntry, trace };
-  };
+  d.trace.push({ step: source, matched: true, detail: reason });
+  return { outcome, source, reason, matched, sessionEntry, trace: d.trace };
+}
 
-  if (
-    (request.key.tool === WRITE_FILE || request.kind === 'FILE_EDIT') &&
-    state.protectedTarget !== undefined
-  ) {
-    const hit = state.protectedTarget(request.subject);
-    if (hit !== undefined) {
-      return done(
-        'deny',
-        'self-protection',
-        `${key} is refused: ${hit} belongs to capsule itself (config, allowlist, audit log, profiles). ` +
-          'Only a human changes it, by hand or through the capsule CLI.',
-        hit,
-      );
-    }
-  }
+/** An allow from a project file that matched but does not apply to a call that is not sandboxed. */
+function skip(d: Deciding, what: string): void {
+  d.ignored.push(what);
+  d.trace.push({
+    step: what.startsWith('mode') ? 'mode' : 'allow-rule',
+    matched: false,
+    detail: `${what} does not apply: ${d.key} is not sandboxed (${d.ceiling.reason}), and a project file cannot allow host code`,
+  });
+}
 
+/** capsule's own files (config, allowlist, audit log, profiles) are written by a person only. */
+function selfProtection(d: Deciding): Verdict | undefined {
+  const { state, request } = d;
+  if (request.key.tool !== WRITE_FILE && request.kind !== 'FILE_EDIT') return undefined;
+  const hit = state.protectedTarget?.(request.subject);
+  if (hit === undefined) return undefined;
+  return settle(
+    d,
+    'deny',
+    'self-protection',
+    `${d.key} is refused: ${hit} belongs to capsule itself (config, allowlist, audit log, profiles). ` +
+      'Only a human changes it, by hand or through the capsule CLI.',
+    hit,
+  );
+}
+
+/** A deny rule that matches denies; one the call cannot be proven clear of is kept for a person. */
+function denyRules(d: Deciding): Verdict | undefined {
+  const { state, request } = d;
   let doubt: Unproven | undefined;
   for (const rule of state.rules.deny) {
     const judged = judgeDenyRule(rule, request, state.globs);
-    if (judged.match === 'yes') {
-      return done(
+    if (judged.match === 'yes')
+      return settle(
+        d,
         'deny',
         'deny-rule',
-        `${key} is denied by the rule ${rule.text} (${rule.origin}).`,
+        `${d.key} is denied by the rule ${rule.text} (${rule.origin}).`,
         rule.text,
       );
-    }
     if (judged.match === 'maybe') doubt ??= { rule: rule.text, origin: rule.origin, why: judged.why };
   }
-  if (doubt !== undefined) setUnproven(doubt);
-  trace.push({
+  if (doubt !== undefined) d.unproven = doubt;
+  d.trace.push({
     step: 'deny-rule',
     matched: false,
     detail:
@@ -187,132 +224,175 @@ function decideSteps(
         ? `${state.rules.deny.length} deny rule(s), none matched`
         : `not proven clear of ${doubt.rule} (${doubt.origin}): ${doubt.why}`,
   });
+  return undefined;
+}
 
-  const entries = findProjectEntries(state.project, request);
-  const denyEntry = entries.find((e) => e.level === 'Deny');
-  if (denyEntry !== undefined) {
-    return done(
-      'deny',
-      'allowlist-deny',
-      `${key} is denied by the allowlist entry "${denyEntry.key}": "Deny" in ${state.project.file}.`,
-      denyEntry.key,
-    );
-  }
+/** A "Deny" entry in the project allowlist denies, whatever allows the call further on. */
+function allowlistDeny(d: Deciding): Verdict | undefined {
+  const denyEntry = d.entries.find((e) => e.level === 'Deny');
+  if (denyEntry === undefined) return undefined;
+  return settle(
+    d,
+    'deny',
+    'allowlist-deny',
+    `${d.key} is denied by the allowlist entry "${denyEntry.key}": "Deny" in ${d.state.project.file}.`,
+    denyEntry.key,
+  );
+}
 
-  // The ceiling comes before anything that can allow: a stale hash, a trusted rule or the mode must not
-  // hide a hand-edited entry that grants host code for the whole project.
-  const ceiling = ceilingFor(request);
-  const violating = entries.find((e) => e.level === 'AlwaysThisProject');
-  if (violating !== undefined && ceiling.ceiling !== 'project') {
-    throw new CapsuleError(
-      'CEILING_VIOLATION',
-      `${state.project.file}: the allowlist entry "${violating.key}" grants ${key} for the whole project, ` +
-        `but it is not sandboxed (${ceiling.reason}); such keys reach the session allowlist at most.`,
-      {
-        file: state.project.file,
-        field: `allowlist.${violating.key}`,
-        key: violating.key,
-        hint: `Remove the entry (capsule grants revoke '${violating.key}') and grant it per session with --grant.`,
-      },
-    );
-  }
+/**
+ * The ceiling comes before anything that can allow: a stale hash, a trusted rule or the mode must not
+ * hide a hand-edited entry that grants host code for the whole project.
+ */
+function projectCeiling(d: Deciding): Verdict | undefined {
+  const { state, ceiling, key } = d;
+  const violating = d.entries.find((e) => e.level === 'AlwaysThisProject');
+  if (violating === undefined || ceiling.ceiling === 'project') return undefined;
+  throw new CapsuleError(
+    'CEILING_VIOLATION',
+    `${state.project.file}: the allowlist entry "${violating.key}" grants ${key} for the whole project, ` +
+      `but it is not sandboxed (${ceiling.reason}); such keys reach the session allowlist at most.`,
+    {
+      file: state.project.file,
+      field: `allowlist.${violating.key}`,
+      key: violating.key,
+      hint: `Remove the entry (capsule grants revoke '${violating.key}') and grant it per session with --grant.`,
+    },
+  );
+}
 
-  const ignored: string[] = [];
-  const skip = (what: string): void => {
-    ignored.push(what);
-    trace.push({
-      step: what.startsWith('mode') ? 'mode' : 'allow-rule',
-      matched: false,
-      detail: `${what} does not apply: ${key} is not sandboxed (${ceiling.reason}), and a project file cannot allow host code`,
-    });
-  };
-
+/** The first allow rule that matches and may allow this call (by its source's trust) allows it. */
+function allowRules(d: Deciding): Verdict | undefined {
+  const { state, request } = d;
   for (const rule of state.rules.allow) {
     if (!allowRuleMatches(rule, request, state.globs)) continue;
-    if (!mayAllow(rule, ceiling)) {
-      skip(`the allow rule ${rule.text} (${rule.origin})`);
+    if (!mayAllow(rule, d.ceiling)) {
+      skip(d, `the allow rule ${rule.text} (${rule.origin})`);
       continue;
     }
-    return done(
+    return settle(
+      d,
       'allow',
       'allow-rule',
-      `${key} is allowed by the rule ${rule.text} (${rule.origin}).`,
+      `${d.key} is allowed by the rule ${rule.text} (${rule.origin}).`,
       rule.text,
     );
   }
-  trace.push({
+  d.trace.push({
     step: 'allow-rule',
     matched: false,
     detail: `${state.rules.allow.length} allow rule(s), none applied`,
   });
+  return undefined;
+}
 
-  const mode = state.mode;
-  const modeApplies = mayAllow(state.modeSource, ceiling);
-  if (request.kind === 'READ_ONLY') return done('allow', 'mode', `${mode} mode allows read-only tools.`);
-  if (mode === 'plan') return done('deny', 'mode', planModeReason(request));
-  if (mode === 'bypass' || (mode === 'edit' && request.kind === 'FILE_EDIT')) {
-    if (modeApplies) {
-      return done(
+/** Read-only tools are allowed, plan mode denies the rest; bypass and edit allow where they apply. */
+function mode(d: Deciding): Verdict | undefined {
+  const { state, request } = d;
+  const current = state.mode;
+  if (request.kind === 'READ_ONLY')
+    return settle(d, 'allow', 'mode', `${current} mode allows read-only tools.`);
+  if (current === 'plan') return settle(d, 'deny', 'mode', planModeReason(request));
+  if (current === 'bypass' || (current === 'edit' && request.kind === 'FILE_EDIT')) {
+    if (mayAllow(state.modeSource, d.ceiling)) {
+      return settle(
+        d,
         'allow',
         'mode',
-        mode === 'bypass'
+        current === 'bypass'
           ? 'bypass mode allows everything no deny rule matches.'
           : 'edit mode allows file edits.',
       );
     }
-    skip(`mode "${mode}" (${state.modeSource.origin})`);
-  } else trace.push({ step: 'mode', matched: false, detail: `${mode} mode asks for ${request.kind} tools` });
+    skip(d, `mode "${current}" (${state.modeSource.origin})`);
+  } else
+    d.trace.push({ step: 'mode', matched: false, detail: `${current} mode asks for ${request.kind} tools` });
+  return undefined;
+}
 
-  let note: string | undefined;
-  for (const entry of entries) {
+/** A project grant allows when it is bound to this content (the ceiling is 'project' here). */
+function projectAllowlist(d: Deciding): Verdict | undefined {
+  const { request, trace } = d;
+  for (const entry of d.entries) {
     if (entry.level !== 'AlwaysThisProject') continue;
-    // Here the ceiling is 'project' (checked above): only the content binding is left to check.
     if (entry.contentHash !== undefined && entry.contentHash !== request.contentHash) {
       // Stale: the grant was for other content (code or environment changed). Ask again.
-      note = `the project grant "${entry.key}" was for other content (${entry.contentHash}); the capability changed since`;
-      trace.push({ step: 'project-allowlist', matched: false, detail: note });
+      d.note = `the project grant "${entry.key}" was for other content (${entry.contentHash}); the capability changed since`;
+      trace.push({ step: 'project-allowlist', matched: false, detail: d.note });
       continue;
     }
     if (entry.contentHash === undefined && request.contentHash !== undefined) {
       // A hand-written capability entry without a hash is bound to nothing: fail closed, ask again.
-      note = `the project entry "${entry.key}" has no contentHash, so it is not bound to this capability's content`;
-      trace.push({ step: 'project-allowlist', matched: false, detail: note });
+      d.note = `the project entry "${entry.key}" has no contentHash, so it is not bound to this capability's content`;
+      trace.push({ step: 'project-allowlist', matched: false, detail: d.note });
       continue;
     }
-    return done(
+    return settle(
+      d,
       'allow',
       'project-allowlist',
-      `${key} is allowed by "${entry.key}" in ${state.project.file}.`,
+      `${d.key} is allowed by "${entry.key}" in ${d.state.project.file}.`,
       entry.key,
     );
   }
-  if (note === undefined)
+  if (d.note === undefined)
     trace.push({ step: 'project-allowlist', matched: false, detail: 'no project entry covers it' });
+  return undefined;
+}
 
-  const found = state.session.find(request);
+/** A session grant (--grant, an answer at a prompt) allows; why none did is kept for the prompt. */
+function sessionAllowlist(d: Deciding): Verdict | undefined {
+  const found = d.state.session.find(d.request);
   if (found.found) {
-    return done(
+    return settle(
+      d,
       'allow',
       'session-allowlist',
-      `${key} is allowed by the session grant "${found.entry.key}" (${found.entry.origin}).`,
+      `${d.key} is allowed by the session grant "${found.entry.key}" (${found.entry.origin}).`,
       found.entry.key,
       found.entry,
     );
   }
-  trace.push({ step: 'session-allowlist', matched: false, detail: found.reason });
-  if (note === undefined && found.reason !== 'no session grant covers this key') note = found.reason;
+  d.trace.push({ step: 'session-allowlist', matched: false, detail: found.reason });
+  if (d.note === undefined && found.reason !== 'no session grant covers this key') d.note = found.reason;
+  return undefined;
+}
+
+/** Nothing decided: a person is asked, offered the answers the ceiling allows. */
+function ask(d: Deciding): Verdict {
+  const { ignored, ceiling } = d;
+  let note = d.note;
   if (ignored.length > 0) {
     const why = `${ignored.join(' and ')} ${ignored.length > 1 ? 'do' : 'does'} not apply: it is not sandboxed, and a project file cannot allow host code (--grant or a person can)`;
     note = note === undefined ? why : `${note}; ${why}`;
   }
-
   const options: AskAnswer[] =
     ceiling.ceiling === 'project'
       ? ['Once', 'AlwaysThisSession', 'AlwaysThisProject', 'Deny']
       : ['Once', 'AlwaysThisSession', 'Deny'];
-  const reason = `${key} needs approval.`;
-  trace.push({ step: 'ask', matched: true, detail: reason });
-  return { outcome: 'ask', source: 'ask', reason, ceiling, options, note, ignored, trace };
+  const reason = `${d.key} needs approval.`;
+  d.trace.push({ step: 'ask', matched: true, detail: reason });
+  return { outcome: 'ask', source: 'ask', reason, ceiling, options, note, ignored, trace: d.trace };
+}
+
+/** Nothing but a person lets through what may break a deny rule: an allow becomes a question, once. */
+function onlyAPerson(d: Deciding, unproven: Unproven, verdict: Verdict): Verdict {
+  const { rule, origin, why } = unproven;
+  const doubt = `capsule cannot prove it stays clear of the deny rule ${rule} (${origin}): ${why}`;
+  const reason = `${d.key} needs a person's approval: ${doubt}.`;
+  d.trace.push({ step: 'ask', matched: true, detail: reason });
+  const note = verdict.outcome === 'ask' && verdict.note !== undefined ? `${doubt}; ${verdict.note}` : doubt;
+  return {
+    outcome: 'ask',
+    source: 'ask',
+    reason,
+    ceiling: ceilingFor(d.request),
+    options: ['Once', 'Deny'],
+    note,
+    unproven,
+    ignored: verdict.outcome === 'ask' ? verdict.ignored : [],
+    trace: d.trace,
+  };
 }
 
 /** Project entries covering the request: the exact key first, then wildcards. */

@@ -1,7 +1,8 @@
 import { isCapsuleError } from '../base/errors.js';
-import type { CommandAnalysis, CommandParser } from './command-parser.js';
-import { commandPermissionKey } from './command-parser.js';
-import { baseName, implicitRuns } from './command-semantics.js';
+import type { CommandAnalysis, CommandParser } from './commands/parser.js';
+import { commandPermissionKey } from './commands/permission.js';
+import { baseName } from './commands/words.js';
+import { implicitRuns } from './commands/hidden-runs.js';
 import { GlobCache, hasGlobMeta } from '../base/glob.js';
 import { grantCovers, RUN_COMMAND } from './keys.js';
 import { allowRuleMatches, judgeDenyRule, rulePatternProgram, type Rule } from './rules.js';

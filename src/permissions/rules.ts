@@ -1,6 +1,7 @@
 import { CapsuleError } from '../base/errors.js';
 import type { Trust } from './ceiling.js';
-import { baseName, canonicalOptions } from './command-semantics.js';
+import { baseName } from './commands/words.js';
+import { canonicalOptions } from './commands/canonical-options.js';
 import { hasGlobMeta, matchPathGlob, type GlobCache } from '../base/glob.js';
 import { RUN_COMMAND } from './keys.js';
 import type { CommandFact, PermissionRequest } from './types.js';

@@ -4,11 +4,11 @@ import {
   type PermissionMode,
 } from '../project/project-config.js';
 import { CapsuleError } from '../base/errors.js';
-import type { CommandParser } from './command-parser.js';
+import type { CommandParser } from './commands/parser.js';
 import { PermissionEngine } from './engine.js';
 import { createNonInteractivePrompter, createTerminalPrompter, type Prompter } from './prompter.js';
 import type { RuleSource } from './rules.js';
-import type { AuditSink } from './audit-log.js';
+import type { AuditSink } from './audit/record.js';
 import type { PolicySnapshotStore } from './policy-snapshot.js';
 
 export interface SessionGateOptions {

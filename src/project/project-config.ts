@@ -1,4 +1,4 @@
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { enginesSchema } from './engines.js';
@@ -26,6 +26,7 @@ function neverMatchingRules(kind: 'allow' | 'deny') {
   };
 }
 import { PERMISSION_MODES, type PermissionMode } from './modes.js';
+import { readOptionalFile } from '../base/optional-file.js';
 
 export const PROJECT_CONFIG_FILE = 'capsule.json';
 
@@ -214,15 +215,13 @@ export async function loadProjectConfig(cwd: string): Promise<LoadedProjectConfi
 export async function readProjectConfigFile(
   file: string,
 ): Promise<{ exists: boolean; config: ProjectConfig }> {
-  let text: string;
+  let text: string | undefined;
   try {
-    text = await readFile(file, 'utf8');
+    text = await readOptionalFile(file, 'utf8');
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return { exists: false, config: projectConfigSchema.parse({}) };
     throw new CapsuleError(
       'CONFIG_INVALID',
-      `${file} cannot be read (${code ?? 'error'}).`,
+      `${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'}).`,
       {
         file,
         hint: 'Check that capsule.json is a readable file.',
@@ -230,5 +229,6 @@ export async function readProjectConfigFile(
       { cause: err },
     );
   }
+  if (text === undefined) return { exists: false, config: projectConfigSchema.parse({}) };
   return { exists: true, config: parseProjectConfig(text, file) };
 }

@@ -1,5 +1,6 @@
 import path from 'node:path';
-import { JsonlAuditLog, type AuditHeadRef } from '../permissions/audit-log.js';
+import { JsonlAuditLog } from '../permissions/audit/writer.js';
+import type { AuditHeadRef } from '../permissions/audit/head.js';
 import { systemClock, type Clock } from '../permissions/session-allowlist.js';
 import { auditHeadPath, auditLogPath } from '../project/audit-paths.js';
 import type { StateKey } from '../project/state-key.js';

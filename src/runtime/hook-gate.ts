@@ -2,7 +2,7 @@ import { realpath } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { userCacheDir } from '../base/cache-dir.js';
 import { userStateDir } from '../base/user-state.js';
-import type { CommandParser } from '../permissions/command-parser.js';
+import type { CommandParser } from '../permissions/commands/parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { resolveStartingPolicy } from '../permissions/policy-snapshot.js';
 import { createNonInteractivePrompter } from '../permissions/prompter.js';

@@ -19,7 +19,7 @@ import { openProjectAuditLog } from './audit.js';
 import { createDefaultRunners } from './runners.js';
 import { openPolicySnapshots, openStateKey } from './state.js';
 import type { InputValidator } from '../manifest/input.js';
-import type { AuditSink } from '../permissions/audit-log.js';
+import type { AuditSink } from '../permissions/audit/record.js';
 import type { PolicySource } from '../permissions/ceiling.js';
 import type { PolicyConfirmer } from '../permissions/policy-diff.js';
 import {
@@ -27,7 +27,8 @@ import {
   type PolicySnapshotStore,
   type StartingPolicy,
 } from '../permissions/policy-snapshot.js';
-import { canonicalGrantKey, createCommandParser, type CommandParser } from '../permissions/command-parser.js';
+import { canonicalGrantKey } from '../permissions/commands/permission.js';
+import { createCommandParser, type CommandParser } from '../permissions/commands/parser.js';
 import { PermissionEngine } from '../permissions/engine.js';
 import { parseGrant, RUN_CAPABILITY, RUN_COMMAND } from '../permissions/keys.js';
 import { closestNames } from '../project/never-matches.js';

@@ -1,6 +1,6 @@
 import type { PermissionMode } from '../project/project-config.js';
 import type { Capability } from '../manifest/types.js';
-import type { CommandParser } from '../permissions/command-parser.js';
+import type { CommandParser } from '../permissions/commands/parser.js';
 import type { Registry } from '../registry/registry.js';
 import type { HostConfinement } from '../runners/host/confinement.js';
 import type { RunResult } from '../runners/types.js';

@@ -1,8 +1,8 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
-import { commandPermission } from '../permissions/command-permission.js';
-import type { CommandParser } from '../permissions/command-parser.js';
+import { commandPermission } from '../permissions/commands/permission.js';
+import type { CommandParser } from '../permissions/commands/parser.js';
 import type { HostProtection } from '../project/protected-state.js';
 import { HostProcesses } from '../runners/host/host-processes.js';
 import type { RunResult } from '../runners/types.js';

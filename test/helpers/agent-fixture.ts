@@ -3,7 +3,7 @@ import path from 'node:path';
 import { AgentSession, type PlanApproval } from '../../src/agent/agent-session.js';
 import { ProfileCatalog } from '../../src/agent/profile.js';
 import { readProjectConfigFile } from '../../src/project/project-config.js';
-import { createCommandParser } from '../../src/permissions/command-parser.js';
+import { createCommandParser } from '../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../src/permissions/engine.js';
 import {
   createNonInteractivePrompter,

@@ -182,7 +182,7 @@ const IO_PARTS: Record<string, string> = {
   DockerodeEngine: 'runners/docker/dockerode-engine.ts',
   ImageBuilder: 'runners/docker/images.ts',
   PostureStore: 'runners/docker/posture-store.ts',
-  JsonlAuditLog: 'permissions/audit-log.ts',
+  JsonlAuditLog: 'permissions/audit/writer.ts',
   PermissionEngine: 'permissions/engine.ts',
   PolicySnapshotStore: 'permissions/policy-snapshot.ts',
   OneUseGrantStore: 'permissions/one-use-grants.ts',
@@ -258,7 +258,7 @@ describe('architecture: only runtime/ meets I/O with `new`', () => {
     ).toHaveLength(1);
     // runtime/, the class's own file, a comment and a class off the list are not constructions to refuse.
     expect(constructsOutsideRuntime('runtime/x.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
-    expect(constructsOutsideRuntime('permissions/audit-log.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
+    expect(constructsOutsideRuntime('permissions/audit/writer.ts', 'new JsonlAuditLog(f, c);')).toEqual([]);
     expect(constructsOutsideRuntime('cli/x.ts', '// new JsonlAuditLog(f, c)\nnew Map();')).toEqual([]);
   });
 });

@@ -2,7 +2,8 @@ import { realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import { CapsuleError } from '../../base/errors.js';
-import type { AuditHeadRef, ForeignSegment } from '../../permissions/audit-log.js';
+import type { AuditHeadRef } from '../../permissions/audit/head.js';
+import type { ForeignSegment } from '../../permissions/audit/chain.js';
 import { EXIT } from '../exit-codes.js';
 import { action, json, write, type CliIO } from '../output.js';
 
@@ -93,7 +94,7 @@ export function registerAudit(program: Command, io: CliIO): void {
       action(io, async (opts: { file?: string; json?: boolean }) => {
         const { file, head } = await logAndHead(io, opts.file);
         const headFile = head?.file;
-        const { verifyAuditLog } = await import('../../permissions/audit-log.js');
+        const { verifyAuditLog } = await import('../../permissions/audit/verify.js');
         const result = await verifyAuditLog(file, { head });
         if (opts.json) {
           await write(io.stdout, json({ file, head: headFile ?? null, ...result }));
@@ -127,7 +128,7 @@ export function registerAudit(program: Command, io: CliIO): void {
       action(io, async (opts: { json?: boolean }) => {
         const { file, head } = await logAndHead(io);
         const [{ verifyAuditLog }, { openAuditLogAt }] = await Promise.all([
-          import('../../permissions/audit-log.js'),
+          import('../../permissions/audit/verify.js'),
           import('../../runtime/audit.js'),
         ]);
         const log = openAuditLogAt(file, head);

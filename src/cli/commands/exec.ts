@@ -50,7 +50,7 @@ export function registerExec(program: Command, io: CliIO): void {
           { Workspace },
           { openSession },
         ] = await Promise.all([
-          import('../../permissions/command-parser.js'),
+          import('../../permissions/commands/parser.js'),
           import('../../tools/run-command.js'),
           import('../../tools/workspace.js'),
           import('../session.js'),

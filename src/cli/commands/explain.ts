@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { CapsuleError } from '../../base/errors.js';
-import type { CommandParser } from '../../permissions/command-parser.js';
+import type { CommandParser } from '../../permissions/commands/parser.js';
 import type { Explanation } from '../../permissions/engine.js';
 import { makeKey, RUN_CAPABILITY } from '../../permissions/keys.js';
 import type { PermissionRequest } from '../../permissions/types.js';
@@ -53,7 +53,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       const { openSession } = await import('../session.js');
       let parser: CommandParser | undefined;
       if (command !== '')
-        parser = await (await import('../../permissions/command-parser.js')).createCommandParser();
+        parser = await (await import('../../permissions/commands/parser.js')).createCommandParser();
       const session = await openSession(io, {
         grants: opts.grant,
         grantFor: opts.grantFor,
@@ -64,7 +64,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {
-          const { commandRequest } = await import('../../permissions/command-permission.js');
+          const { commandRequest } = await import('../../permissions/commands/permission.js');
           request = commandRequest(parser, command, session.project.root);
         } else {
           const cap = await session.registry.get(opts.capability as string);

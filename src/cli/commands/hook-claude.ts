@@ -11,7 +11,7 @@ import {
 } from '../../permissions/claude-settings.js';
 import { CapsuleError, isCapsuleError } from '../../base/errors.js';
 import { isInside } from '../../manifest/paths.js';
-import type { CommandParser } from '../../permissions/command-parser.js';
+import type { CommandParser } from '../../permissions/commands/parser.js';
 import type { Explanation, PermissionEngine } from '../../permissions/engine.js';
 import { matchPathGlob } from '../../base/glob.js';
 import { makeKey, RUN_COMMAND, WRITE_FILE } from '../../permissions/keys.js';
@@ -247,7 +247,7 @@ async function judgeBash(ctx: HookContext, envelope: PreToolUseEnvelope): Promis
   const parser = ctx.parser as CommandParser;
   const root = ctx.runtime.root;
   const cwd = await realpath(envelope.cwd).catch(() => path.resolve(envelope.cwd));
-  const { commandRequest } = await import('../../permissions/command-permission.js');
+  const { commandRequest } = await import('../../permissions/commands/permission.js');
   const request = commandRequest(parser, command, isInside(root, cwd) ? cwd : root);
   const key = request.key.raw;
   const ex = ctx.engine.explain(request);
@@ -304,7 +304,7 @@ async function confine(
 ): Promise<HookAnswer> {
   const [{ openOneUseGrants }, { commandPermission }, { RUN_COMMAND_MAX_TIMEOUT_MS }] = await Promise.all([
     import('../../runtime/state.js'),
-    import('../../permissions/command-permission.js'),
+    import('../../permissions/commands/permission.js'),
     import('../../tools/run-command.js'),
   ]);
   const root = ctx.runtime.root;
@@ -464,7 +464,7 @@ export async function judgeEnvelope(
   let parser: CommandParser | undefined;
   try {
     const { createCommandParser } = isBash
-      ? await import('../../permissions/command-parser.js')
+      ? await import('../../permissions/commands/parser.js')
       : { createCommandParser: undefined };
     const home = homedir();
     // The bash parser (a Wasm grammar) only for Bash: a file tool's call does not wait for it.

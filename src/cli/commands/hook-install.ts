@@ -1,6 +1,6 @@
 // `capsule hook claude --install / --uninstall`, loaded only when asked for (see hook.ts).
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, rmdir, stat, unlink } from 'node:fs/promises';
+import { mkdir, rmdir, stat, unlink } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -19,6 +19,7 @@ import { shellWord } from '../../base/shell-quote.js';
 import { unifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 
 /** The flags of `capsule hook claude` (commander's parse). */
 export interface HookCommandOptions {
@@ -61,9 +62,8 @@ function hookCommand(confine: boolean): string {
 
 async function readText(file: string): Promise<string | undefined> {
   try {
-    return await readFile(file, 'utf8');
+    return await readOptionalFile(file, 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw new CapsuleError(
       'CONFIG_INVALID',
       `Cannot read ${file}: ${(err as Error).message}`,

@@ -15,7 +15,10 @@ export function registerKey(program: Command, io: CliIO): void {
     .action(
       action(io, async (words: string[], opts: { json?: boolean }) => {
         const command = commandLine(words);
-        const { createCommandParser, keyCommand } = await import('../../permissions/command-parser.js');
+        const [{ createCommandParser }, { keyCommand }] = await Promise.all([
+          import('../../permissions/commands/parser.js'),
+          import('../../permissions/commands/permission.js'),
+        ]);
         const parser = await createCommandParser();
         try {
           const analysis = parser.analyze(command);

@@ -39,7 +39,7 @@ export function registerMcp(program: Command, io: CliIO): void {
       ]);
       // A grant that can never match is refused before the server starts (exit 64), not at first use.
       const { canonicalGrants } = await import('../../runtime/runtime.js');
-      const { createCommandParser } = await import('../../permissions/command-parser.js');
+      const { createCommandParser } = await import('../../permissions/commands/parser.js');
       const { parseLimitedGrant } = await import('../../permissions/grant-lifetime.js');
       const limitedGrants = (opts.grantFor ?? []).map((g) => parseLimitedGrant(g));
       let checkParser: Awaited<ReturnType<typeof createCommandParser>> | undefined;

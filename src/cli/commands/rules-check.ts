@@ -5,7 +5,8 @@ import path from 'node:path';
 import { ProfileCatalog } from '../../agent/profile.js';
 import { loadProjectConfig, PROJECT_CONFIG_FILE } from '../../project/project-config.js';
 import { CapsuleError } from '../../base/errors.js';
-import { canonicalGrantKey, createCommandParser } from '../../permissions/command-parser.js';
+import { canonicalGrantKey } from '../../permissions/commands/permission.js';
+import { createCommandParser } from '../../permissions/commands/parser.js';
 import {
   readClaudeSettings,
   translateClaudeRule,

@@ -6,7 +6,8 @@ import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const LOCK_MODULE = path.resolve('dist', 'base', 'file-lock.js');
-const AUDIT_MODULE = path.resolve('dist', 'permissions', 'audit-log.js');
+const AUDIT_WRITER = path.resolve('dist', 'permissions', 'audit', 'writer.js');
+const AUDIT_VERIFY = path.resolve('dist', 'permissions', 'audit', 'verify.js');
 
 // Each process appends eight decisions at once to the same hash-chained audit log.
 const AUDIT_CHILD = `
@@ -96,10 +97,10 @@ describe('file lock: a stale lock is broken by one process only', () => {
         const old = new Date(Date.now() - 3_600_000);
         await utimes(`${log}.lock`, old, old);
         const codes = await Promise.all(
-          Array.from({ length: 4 }, (_, id) => runChild(script, [log, `p${id}`], AUDIT_MODULE)),
+          Array.from({ length: 4 }, (_, id) => runChild(script, [log, `p${id}`], AUDIT_WRITER)),
         );
         expect(codes).toEqual([0, 0, 0, 0]);
-        const { verifyAuditLog } = (await import(pathToFileURL(AUDIT_MODULE).href)) as {
+        const { verifyAuditLog } = (await import(pathToFileURL(AUDIT_VERIFY).href)) as {
           verifyAuditLog: (file: string) => Promise<{ ok: boolean; problem?: string }>;
         };
         const verdict = await verifyAuditLog(log);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Executor } from '../../../src/executor/executor.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import type { PromptQuestion, Prompter } from '../../../src/permissions/prompter.js';
 import type { AskAnswer } from '../../../src/permissions/types.js';

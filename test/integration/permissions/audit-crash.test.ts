@@ -7,7 +7,8 @@ import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../../helpers/cli.js';
 import { eventually } from '../../helpers/eventually.js';
-import type * as AuditLogModule from '../../../src/permissions/audit-log.js';
+import type * as AuditVerifyModule from '../../../src/permissions/audit/verify.js';
+import type * as AuditWriterModule from '../../../src/permissions/audit/writer.js';
 import type * as AuditPathsModule from '../../../src/project/audit-paths.js';
 import type * as StateKeyModule from '../../../src/project/state-key.js';
 
@@ -30,7 +31,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 const { PermissionEngine } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'engine.js')).href)});
 const { createNonInteractivePrompter } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'prompter.js')).href)});
-const { JsonlAuditLog } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'audit-log.js')).href)});
+const { JsonlAuditLog } = await import(${JSON.stringify(pathToFileURL(path.join(DIST, 'audit', 'writer.js')).href)});
 const { StateKey } = await import(${JSON.stringify(pathToFileURL(path.join(KEY_MODULE)).href)});
 const [root, headFile, markers, prefix, stateDir] = process.argv.slice(2);
 await mkdir(markers, { recursive: true });
@@ -121,8 +122,8 @@ describe('audit log under a kill (write before acting)', () => {
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
       const { verifyAuditLog } = (await import(
-        pathToFileURL(path.join(DIST, 'audit-log.js')).href
-      )) as typeof AuditLogModule;
+        pathToFileURL(path.join(DIST, 'audit', 'verify.js')).href
+      )) as typeof AuditVerifyModule;
       const { auditHeadPath } = (await import(
         pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
       )) as typeof AuditPathsModule;
@@ -146,8 +147,8 @@ describe('audit log under a kill (write before acting)', () => {
       expect(acted).toBeGreaterThan(0);
       // A last writer takes over whatever the final kill left and the chain verifies whole.
       const { JsonlAuditLog } = (await import(
-        pathToFileURL(path.join(DIST, 'audit-log.js')).href
-      )) as typeof AuditLogModule;
+        pathToFileURL(path.join(DIST, 'audit', 'writer.js')).href
+      )) as typeof AuditWriterModule;
       await new JsonlAuditLog(log, { now: () => Date.now() }, { head }).append({
         tool: 'run_capability',
         key: 'run_capability:after',
@@ -171,8 +172,8 @@ describe('audit log under a kill (write before acting)', () => {
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
       const { verifyAuditLog } = (await import(
-        pathToFileURL(path.join(DIST, 'audit-log.js')).href
-      )) as typeof AuditLogModule;
+        pathToFileURL(path.join(DIST, 'audit', 'verify.js')).href
+      )) as typeof AuditVerifyModule;
       const { auditHeadPath } = (await import(
         pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
       )) as typeof AuditPathsModule;

@@ -5,12 +5,12 @@ import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Executor } from '../../../src/executor/executor.js';
 import { Registry } from '../../../src/registry/registry.js';
-import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
+import { createCommandParser, type CommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { createRunCommandTool } from '../../../src/tools/run-command.js';
 import { Workspace } from '../../../src/tools/workspace.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { isCapsuleError } from '../../../src/base/errors.js';
 import { holdsWithin } from '../../helpers/eventually.js';
 

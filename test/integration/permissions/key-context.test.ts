@@ -4,11 +4,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createCommandParser,
-  keyCommand,
-  type CommandParser,
-} from '../../../src/permissions/command-parser.js';
+import { createCommandParser, type CommandParser } from '../../../src/permissions/commands/parser.js';
+import { keyCommand } from '../../../src/permissions/commands/permission.js';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
 
 let parser: CommandParser;

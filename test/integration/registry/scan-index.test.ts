@@ -6,7 +6,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Executor } from '../../../src/executor/executor.js';
 import { hashFiles } from '../../../src/manifest/hash.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import { Registry } from '../../../src/registry/registry.js';

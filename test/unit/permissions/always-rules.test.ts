@@ -6,8 +6,8 @@ import {
   literalGlob,
   proposedAllowRule,
 } from '../../../src/permissions/always-rules.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
-import { createCommandParser } from '../../../src/permissions/command-parser.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
+import { createCommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import type { AskAnswer, AskReply } from '../../../src/permissions/types.js';

@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { isCapsuleError } from '../../../src/base/errors.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
-import { createCommandParser } from '../../../src/permissions/command-parser.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
+import { createCommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine, type PermissionEngineOptions } from '../../../src/permissions/engine.js';
 import { createNonInteractivePrompter, createScriptedPrompter } from '../../../src/permissions/prompter.js';
 import type { AskAnswer } from '../../../src/permissions/types.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { lifetimeText, parseLifetime, parseLimitedGrant } from '../../../src/permissions/grant-lifetime.js';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';

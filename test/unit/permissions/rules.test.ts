@@ -1,9 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createCommandParser,
-  commandPermissionKey,
-  type CommandParser,
-} from '../../../src/permissions/command-parser.js';
+import { createCommandParser, type CommandParser } from '../../../src/permissions/commands/parser.js';
+import { commandPermissionKey } from '../../../src/permissions/commands/permission.js';
 import { GlobCache } from '../../../src/base/glob.js';
 import { judgeDenyRule, parseRule } from '../../../src/permissions/rules.js';
 import type { PermissionRequest } from '../../../src/permissions/types.js';

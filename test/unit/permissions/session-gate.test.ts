@@ -1,11 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadProjectConfig, parseProjectConfig } from '../../../src/project/project-config.js';
-import { MemoryAuditSink } from '../../../src/permissions/audit-log.js';
-import { createCommandParser, type CommandParser } from '../../../src/permissions/command-parser.js';
+import { MemoryAuditSink } from '../../../src/permissions/audit/memory-sink.js';
+import { createCommandParser, type CommandParser } from '../../../src/permissions/commands/parser.js';
 import { PermissionEngine } from '../../../src/permissions/engine.js';
 import { createScriptedPrompter } from '../../../src/permissions/prompter.js';
-import { commandRequest } from '../../../src/permissions/command-permission.js';
+import { commandRequest } from '../../../src/permissions/commands/permission.js';
 import { createSessionEngine, parseMode } from '../../../src/permissions/session-gate.js';
 import { capabilityRequest, HASH_A, tempProject } from './helpers.js';
 

@@ -2,16 +2,19 @@ import { mkdtemp, readFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { userStateDir } from '../../../src/base/user-state.js';
-import { JsonlAuditLog } from '../../../src/permissions/audit-log.js';
-import { auditHeadPath, auditLogPath } from '../../../src/project/audit-paths.js';
-import { StateKey } from '../../../src/project/state-key.js';
-import { PermissionEngine } from '../../../src/permissions/engine.js';
-import { openProjectAuditLog } from '../../../src/runtime/audit.js';
-import { createNonInteractivePrompter, createScriptedPrompter } from '../../../src/permissions/prompter.js';
-import type { Prompter } from '../../../src/permissions/prompter.js';
-import { cli } from '../../helpers/cli.js';
-import { capabilityRequest, fakeClock, tempProject, toolReq } from './helpers.js';
+import { userStateDir } from '../../../../src/base/user-state.js';
+import { JsonlAuditLog } from '../../../../src/permissions/audit/writer.js';
+import { auditHeadPath, auditLogPath } from '../../../../src/project/audit-paths.js';
+import { StateKey } from '../../../../src/project/state-key.js';
+import { PermissionEngine } from '../../../../src/permissions/engine.js';
+import { openProjectAuditLog } from '../../../../src/runtime/audit.js';
+import {
+  createNonInteractivePrompter,
+  createScriptedPrompter,
+} from '../../../../src/permissions/prompter.js';
+import type { Prompter } from '../../../../src/permissions/prompter.js';
+import { cli } from '../../../helpers/cli.js';
+import { capabilityRequest, fakeClock, tempProject, toolReq } from '../helpers.js';
 
 /**
  * The audit log says who denied (`denied_by`, the same mapping as the denial a caller gets), inside the

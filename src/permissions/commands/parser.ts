@@ -1,23 +1,28 @@
+/**
+ * The bash parser and the facts it gathers for the gate: whether a command is simple, and everything it
+ * runs (the judging of words is in the other files of this folder).
+ */
 import { createRequire } from 'node:module';
 import type { Node, Parser } from 'web-tree-sitter';
-import path from 'node:path';
-import { CapsuleError } from '../base/errors.js';
+import { CapsuleError } from '../../base/errors.js';
+import { LOADS_CODE, hiddenRuns } from './hidden-runs.js';
+import { argumentsMatter, keyingHazard } from './keying.js';
+import { canonicalOptions } from './canonical-options.js';
+import { codeFiles, writesCodeItRuns, writtenFiles } from './code-files.js';
+import { evaluatesArguments } from './shells.js';
+import { mayRunArguments } from './inert-programs.js';
+import { unwrap } from './unwrap.js';
+import type { Word } from './words.js';
+import type { CommandFact, CommandFacts } from '../types.js';
 import {
-  LOADS_CODE,
-  argumentsMatter,
-  canonicalOptions,
-  codeFiles,
-  evaluatesArguments,
-  hiddenRuns,
-  keyingHazard,
-  mayRunArguments,
-  unwrap,
-  writesCodeItRuns,
-  writtenFiles,
-  type Word,
-} from './command-semantics.js';
-import { makeKey, parseGrant, RUN_COMMAND } from './keys.js';
-import type { CommandFact, CommandFacts, PermissionKey } from './types.js';
+  argumentGlobs,
+  childrenOf,
+  commandWords,
+  containsMissing,
+  normalize,
+  redirectTargets,
+  staticWord,
+} from './syntax-tree.js';
 
 /** Longer commands are not parsed at all (fail closed: compound, keyed verbatim). */
 export const MAX_COMMAND_LENGTH = 64 * 1024;
@@ -39,17 +44,6 @@ const SIMPLE_ARGUMENT_NODES = new Set([
   'number',
   '"',
   '$',
-]);
-
-/** Nodes kept verbatim by normalization: their inner whitespace is data, not layout. */
-const VERBATIM_NODES = new Set([
-  'heredoc_redirect',
-  'string',
-  'raw_string',
-  'ansi_c_string',
-  'translated_string',
-  'heredoc_body',
-  'comment',
 ]);
 
 export interface CommandAnalysis {
@@ -84,12 +78,6 @@ const EVALUATING_NODES = new Set([
   'parenthesized_expression',
   'c_style_for_statement',
 ]);
-
-export interface CommandKey {
-  tool: 'run_command';
-  key: string;
-  compound: boolean;
-}
 
 /**
  * A bash parser (tree-sitter-bash through web-tree-sitter), created explicitly by the async factory
@@ -363,57 +351,11 @@ export function createCommandParser(): Promise<CommandParser> {
   return CommandParser.create();
 }
 
-/**
- * The permission key of a command line: `run_command:<program>` or the whole normalized command.
- * A relative program path (`./build.sh`) names a different file in every folder, so with the folder the
- * command runs in (`cwd`) its key is the resolved absolute path.
- */
-export function commandPermissionKey(analysis: CommandAnalysis, cwd?: string): PermissionKey {
-  if (analysis.compound || analysis.program === undefined)
-    return makeKey(RUN_COMMAND, analysis.normalized, true);
-  return makeKey(RUN_COMMAND, resolveProgram(analysis.program, cwd), false);
-}
-
-/** A program path relative to `cwd`, made absolute; a bare name (PATH lookup) or absolute path as is. */
-export function resolveProgram(program: string, cwd: string | undefined): string {
-  if (cwd === undefined || !program.includes('/') || program.startsWith('/')) return program;
-  return path.resolve(cwd, program);
-}
-
-/** `capsule key`'s contract: `{"tool":"run_command","key":"…","compound":true|false}`. */
-export function keyCommand(parser: CommandParser, command: string, cwd?: string): CommandKey {
-  const key = commandPermissionKey(parser.analyze(command, { facts: false }), cwd);
-  return { tool: 'run_command', key: key.raw, compound: key.compound };
-}
-
 interface MutableFacts {
   commands: CommandFact[];
   unprovable: string[];
   possible: CommandFact[];
   opaque: Array<{ via: string; args: readonly Word[]; globs?: readonly string[] | undefined }>;
-}
-
-/**
- * The globs among a command's arguments, when every argument that is not static is a plain glob
- * (`*.ts`, `src/*.json`): what they expand to is bounded by their text. undefined when some other argument
- * is not static (a variable, a substitution, a brace expansion): it may be any word.
- */
-function argumentGlobs(cmd: Node): string[] | undefined {
-  const globs: string[] = [];
-  for (const child of childrenOf(cmd)) {
-    const type = child.type;
-    if (
-      type === 'command_name' ||
-      type === 'variable_assignment' ||
-      type.endsWith('_redirect') ||
-      type === 'comment'
-    )
-      continue;
-    if (staticWord(child) !== null) continue;
-    if (type !== 'word' || /[$`{}\\]/.test(child.text)) return undefined;
-    globs.push(child.text);
-  }
-  return globs;
 }
 
 /** A word that may be shell code (blanks, operators, expansions) when a program runs it as such. */
@@ -441,138 +383,6 @@ function fact(program: string, name: string, args: readonly Word[]): CommandFact
     if (canonical !== undefined && !texts.includes(canonical)) texts.push(canonical);
   }
   return { name, texts, args, dynamic: args.some((a) => a === null) };
-}
-
-/** The words of a command node (program first), each static or null; undefined when it has no program. */
-function commandWords(cmd: Node): Word[] | undefined {
-  const words: Word[] = [];
-  let named = false;
-  for (const child of childrenOf(cmd)) {
-    const type = child.type;
-    if (type === 'command_name') {
-      const inner = childrenOf(child);
-      words.unshift(inner.length === 1 ? staticWord(inner[0] as Node) : null);
-      named = true;
-    } else if (type === 'variable_assignment' || type.endsWith('_redirect') || type === 'comment') {
-      continue;
-    } else {
-      words.push(staticWord(child));
-    }
-  }
-  return named ? words : undefined;
-}
-
-/** Unquoted text that bash expands into other words: globs, brace expansion. */
-const EXPANDS = /(?<!\\)[*?[]|\{[^{}]*(,|\.\.)[^{}]*\}/;
-
-/** A word's value as bash passes it, or null when it depends on run time. */
-export function staticWord(node: Node): Word {
-  switch (node.type) {
-    case 'word': {
-      const t = node.text;
-      if (!/[\\*?[{]/.test(t)) return t;
-      if (EXPANDS.test(t)) return null;
-      return t.replace(/\\\n/g, '').replace(/\\([\s\S])/g, '$1');
-    }
-    case 'number':
-      return node.text;
-    case 'raw_string':
-      return node.text.slice(1, -1);
-    case 'string': {
-      for (const c of childrenOf(node)) if (c.type !== 'string_content' && c.type !== '"') return null;
-      return node.text
-        .slice(1, -1)
-        .replace(/\\\n/g, '')
-        .replace(/\\([$`"\\])/g, '$1');
-    }
-    case 'ansi_c_string':
-      return ansiC(node.text.slice(2, -1));
-    case 'concatenation': {
-      if (
-        EXPANDS.test(
-          childrenOf(node)
-            .filter((c) => c.type === 'word')
-            .map((c) => c.text)
-            .join(''),
-        )
-      )
-        return null;
-      let out = '';
-      for (const c of childrenOf(node)) {
-        const v =
-          c.type === 'word' ? c.text.replace(/\\\n/g, '').replace(/\\([\s\S])/g, '$1') : staticWord(c);
-        if (v === null) return null;
-        out += v;
-      }
-      return out;
-    }
-    default:
-      return null;
-  }
-}
-
-const ANSI_ESCAPES: Record<string, string> = {
-  n: '\n',
-  t: '\t',
-  r: '\r',
-  a: '\x07',
-  b: '\b',
-  e: '\x1b',
-  E: '\x1b',
-  f: '\f',
-  v: '\v',
-  '\\': '\\',
-  "'": "'",
-  '"': '"',
-  '?': '?',
-};
-
-/** `$'…'` decoding (bash's ANSI-C quoting); an unknown escape keeps its backslash, as bash does. */
-function ansiC(body: string): Word {
-  let out = '';
-  for (let i = 0; i < body.length; i++) {
-    const ch = body[i] as string;
-    if (ch !== '\\' || i + 1 >= body.length) {
-      out += ch;
-      continue;
-    }
-    const next = body[i + 1] as string;
-    const simple = ANSI_ESCAPES[next];
-    if (simple !== undefined) {
-      out += simple;
-      i++;
-      continue;
-    }
-    const hex = /^x([0-9a-fA-F]{1,2})/.exec(body.slice(i + 1));
-    const oct = /^([0-7]{1,3})/.exec(body.slice(i + 1));
-    const uni = /^(u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8})/.exec(body.slice(i + 1));
-    if (hex !== null) {
-      out += String.fromCharCode(parseInt(hex[1] as string, 16));
-      i += hex[0].length;
-    } else if (oct !== null) {
-      out += String.fromCharCode(parseInt(oct[1] as string, 8) & 0xff);
-      i += oct[0].length;
-    } else if (uni !== null) {
-      const cp = parseInt((uni[1] as string).slice(1), 16);
-      if (cp > 0x10ffff) return null;
-      out += String.fromCodePoint(cp);
-      i += uni[0].length;
-    } else if (next === 'c') {
-      return null; // control characters: rare, not worth decoding
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-function childrenOf(node: Node): Node[] {
-  return node.children.filter((c): c is Node => c !== null);
-}
-
-function containsMissing(node: Node): boolean {
-  if (node.isMissing) return true;
-  return childrenOf(node).some(containsMissing);
 }
 
 /** The program of a simple command, or undefined (with the reasons) when anything makes it compound. */
@@ -632,91 +442,6 @@ function firstNonSimple(node: Node): string | undefined {
     if (bad !== undefined) return bad;
   }
   return undefined;
-}
-
-/**
- * Normalization: tokens are kept as written; the layout between tokens is canonical — a run of blanks
- * becomes one space, blank runs holding newlines become one newline, and anything else between tokens
- * (a backslash-newline continuation) is kept verbatim so that two commands that behave differently
- * never share a key. Quoted strings, here-doc bodies and comments are kept byte for byte.
- */
-function normalize(node: Node, text: string): string {
-  const spans: Array<[number, number]> = [];
-  const visit = (n: Node): void => {
-    if (n.childCount === 0 || VERBATIM_NODES.has(n.type)) {
-      if (n.endIndex > n.startIndex) spans.push([n.startIndex, n.endIndex]);
-      return;
-    }
-    for (const child of n.children) if (child !== null) visit(child);
-  };
-  visit(node);
-  let out = '';
-  let last = -1;
-  for (const [start, end] of spans) {
-    if (start < last) continue; // overlapping spans do not occur in a valid tree; be defensive
-    if (last >= 0 && start > last) {
-      const gap = text.slice(last, start);
-      if (/^[ \t]+$/.test(gap)) out += ' ';
-      else if (/^[ \t\r\n]+$/.test(gap)) out += '\n';
-      else out += gap;
-    }
-    out += text.slice(start, end);
-    last = end;
-  }
-  return out;
-}
-
-/**
- * A `--grant` key in canonical form. run_command grants are checked against the parser: a compound
- * command is normalized (so extra spaces still match); `run_command:git status` is refused because keys of
- * simple commands name the program only — granting it as `run_command:git` must be a visible choice.
- */
-export function canonicalGrantKey(parser: CommandParser, raw: string, cwd?: string): string {
-  const key = parseGrant(raw);
-  if (key.tool !== RUN_COMMAND || key.action === '*' || key.action.endsWith(':*')) return key.raw;
-  const programWord = key.action.trimStart().split(/\s/, 1)[0] ?? '';
-  if (programWord !== '[' && programWord !== '[[' && /^[^'"\\]*[*?[]/.test(programWord)) {
-    // `run_command:ech*` would be the key of the literal command `ech*` only: it never covers `echo`.
-    throw new CapsuleError(
-      'USAGE',
-      `"${raw}" is not a key: a grant names one program or one exact command, never a pattern.`,
-      {
-        key: raw,
-        hint: 'Grant the program (--grant run_command:echo) or write a rule (run_command(echo *)) in capsule.json.',
-      },
-    );
-  }
-  const analysis = parser.analyze(key.action);
-  if (analysis.compound) return commandPermissionKey(analysis).raw;
-  if (analysis.program !== key.action) {
-    throw new CapsuleError(
-      'USAGE',
-      `"${raw}" is not a key: a simple command is keyed by its program, e.g. run_command:${analysis.program ?? 'git'}.`,
-      {
-        key: raw,
-        hint: `Use --grant run_command:${analysis.program ?? 'PROGRAM'} (covers every ${analysis.program} command).`,
-      },
-    );
-  }
-  return commandPermissionKey(analysis, cwd).raw;
-}
-
-/** The files a command line writes through redirections (`>`, `>>`, `&>`, `>|`); null: not static. */
-function redirectTargets(root: Node): Array<string | null> {
-  const out: Array<string | null> = [];
-  const visit = (node: Node): void => {
-    if (node.type === 'file_redirect') {
-      const op = node.children.find((c) => c !== null && /^(>|>>|&>|&>>|>\|)$/.test(c.type));
-      const dest = node.children[node.children.length - 1];
-      if (op !== undefined && dest !== null && dest !== undefined) {
-        const t = dest.text;
-        if (!t.startsWith('/dev/')) out.push(dest.type === 'word' && !/[$`*?[\\'"]/.test(t) ? t : null);
-      }
-    }
-    for (const c of node.children) if (c !== null) visit(c);
-  };
-  visit(root);
-  return out;
 }
 
 /** The program of a fact as written (`./build.sh`, `/bin/rm`), or its name. */

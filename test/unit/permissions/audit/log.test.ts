@@ -2,15 +2,13 @@ import { mkdir, mkdtemp, readFile, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  JsonlAuditLog,
-  verifyAuditLog,
-  type AuditEvent,
-  type AuditHeadRef,
-} from '../../../src/permissions/audit-log.js';
-import { auditHeadPath, auditLogPath } from '../../../src/project/audit-paths.js';
-import { StateKey } from '../../../src/project/state-key.js';
-import { fakeClock, HASH_A, tempProject } from './helpers.js';
+import { JsonlAuditLog } from '../../../../src/permissions/audit/writer.js';
+import { verifyAuditLog } from '../../../../src/permissions/audit/verify.js';
+import type { AuditEvent } from '../../../../src/permissions/audit/record.js';
+import type { AuditHeadRef } from '../../../../src/permissions/audit/head.js';
+import { auditHeadPath, auditLogPath } from '../../../../src/project/audit-paths.js';
+import { StateKey } from '../../../../src/project/state-key.js';
+import { fakeClock, HASH_A, tempProject } from '../helpers.js';
 
 function event(i: number): AuditEvent {
   return {

@@ -3,17 +3,14 @@ import { chown, link, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'no
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  JsonlAuditLog,
-  verifyAuditLog,
-  writerId,
-  type AuditEvent,
-  type AuditHeadRef,
-} from '../../../src/permissions/audit-log.js';
-import { auditHeadPath, auditLogPath } from '../../../src/project/audit-paths.js';
-import { StateKey } from '../../../src/project/state-key.js';
-import { fakeClock, tempProject } from './helpers.js';
-import { forgeChain } from '../../helpers/audit-forgery.js';
+import { JsonlAuditLog } from '../../../../src/permissions/audit/writer.js';
+import { verifyAuditLog } from '../../../../src/permissions/audit/verify.js';
+import { writerId, type AuditHeadRef } from '../../../../src/permissions/audit/head.js';
+import type { AuditEvent } from '../../../../src/permissions/audit/record.js';
+import { auditHeadPath, auditLogPath } from '../../../../src/project/audit-paths.js';
+import { StateKey } from '../../../../src/project/state-key.js';
+import { fakeClock, tempProject } from '../helpers.js';
+import { forgeChain } from '../../../helpers/audit-forgery.js';
 
 /**
  * One log, several honest state folders (two users, sudo, a container, another XDG_STATE_HOME):

@@ -1,22 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  canonicalGrantKey,
-  createCommandParser,
-  keyCommand,
-  type CommandParser,
-} from '../../../src/permissions/command-parser.js';
+import { canonicalGrantKey, keyCommand } from '../../../../src/permissions/commands/permission.js';
+import { createCommandParser, type CommandParser } from '../../../../src/permissions/commands/parser.js';
 import { readFileSync } from 'node:fs';
-import {
-  argumentsMatter,
-  canonicalOptions,
-  HAZARD_PROGRAMS,
-  INERT_PROGRAMS,
-  keyingHazard,
-  mayRunArguments,
-  programHazard,
-  unwrap,
-} from '../../../src/permissions/command-semantics.js';
-import { isCapsuleError } from '../../../src/base/errors.js';
+import { argumentsMatter, keyingHazard } from '../../../../src/permissions/commands/keying.js';
+import { canonicalOptions } from '../../../../src/permissions/commands/canonical-options.js';
+import { HAZARD_PROGRAMS, programHazard } from '../../../../src/permissions/commands/hazards.js';
+import { INERT_PROGRAMS, mayRunArguments } from '../../../../src/permissions/commands/inert-programs.js';
+import { unwrap } from '../../../../src/permissions/commands/unwrap.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 
 let parser: CommandParser;
 beforeAll(async () => {
@@ -178,6 +169,19 @@ describe('the semantics as pure functions', () => {
       expect(argumentsMatter(name)).toBe(false);
       expect(programHazard(name, hostile)).toBeUndefined();
     }
+  });
+
+  it('a program named like a property of every object (constructor, toString) is no wrapper', () => {
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      expect(unwrap(name, ['-x', 'rm', 'v']).commands.map((c) => c.name)).toEqual([name]);
+      expect(argumentsMatter(name)).toBe(false);
+      expect(mayRunArguments(name)).toBe(true);
+    }
+    expect(keyCommand(parser, 'toString -x rm v')).toEqual({
+      tool: 'run_command',
+      key: 'run_command:toString',
+      compound: false,
+    });
   });
 
   it('canonical options split and sort short clusters', () => {

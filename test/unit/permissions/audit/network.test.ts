@@ -1,8 +1,9 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { JsonlAuditLog, verifyAuditLog } from '../../../src/permissions/audit-log.js';
-import { auditLogPath } from '../../../src/project/audit-paths.js';
-import { fakeClock, HASH_A, tempProject } from './helpers.js';
+import { JsonlAuditLog } from '../../../../src/permissions/audit/writer.js';
+import { verifyAuditLog } from '../../../../src/permissions/audit/verify.js';
+import { auditLogPath } from '../../../../src/project/audit-paths.js';
+import { fakeClock, HASH_A, tempProject } from '../helpers.js';
 
 describe('network request records in the audit log', () => {
   it('are chained and verified like any record; a changed byte count is detected', async () => {

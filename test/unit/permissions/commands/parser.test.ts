@@ -1,11 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  canonicalGrantKey,
-  createCommandParser,
-  keyCommand,
-  type CommandParser,
-} from '../../../src/permissions/command-parser.js';
-import { isCapsuleError } from '../../../src/base/errors.js';
+import { canonicalGrantKey, keyCommand } from '../../../../src/permissions/commands/permission.js';
+import { createCommandParser, type CommandParser } from '../../../../src/permissions/commands/parser.js';
+import { isCapsuleError } from '../../../../src/base/errors.js';
 
 let parser: CommandParser;
 beforeAll(async () => {
