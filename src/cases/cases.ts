@@ -1,8 +1,8 @@
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseStrictJson } from '../base/strict-json.js';
 import { CapsuleError } from '../base/errors.js';
+import { readOptionalFile } from '../base/optional-file.js';
 import { zodIssues } from '../base/zod-issues.js';
 import type { Capability } from '../manifest/types.js';
 
@@ -66,17 +66,16 @@ export function parseCases(text: string, file: string): CapabilityCase[] {
 /** The capability's cases, or undefined when it has no cases.json. */
 export async function loadCases(capability: Capability): Promise<CapabilityCase[] | undefined> {
   const file = path.join(capability.dir, CASES_FILE);
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw new CapsuleError(
-      'MANIFEST_INVALID',
-      `${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
-      { file },
-      { cause: err },
-    );
-  }
+  const text = await readOptionalFile(
+    file,
+    (err) =>
+      new CapsuleError(
+        'MANIFEST_INVALID',
+        `${file} cannot be read: ${err.code ?? 'error'}`,
+        { file },
+        { cause: err },
+      ),
+  );
+  if (text === undefined) return undefined;
   return parseCases(text, file);
 }

@@ -1,6 +1,6 @@
 // `capsule hook claude --install / --uninstall`, loaded only when asked for (see hook.ts).
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, rmdir, stat, unlink } from 'node:fs/promises';
+import { mkdir, rmdir, stat, unlink } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -13,6 +13,7 @@ import { writeFileAtomic } from '../../base/atomic-write.js';
 import { StateKey } from '../../project/state-key.js';
 import { userStateDir } from '../../base/user-state.js';
 import { CapsuleError, isCapsuleError } from '../../base/errors.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 import { openProjectAt } from '../../runtime/runtime.js';
 import { shellWord } from '../../base/shell-quote.js';
 import { unifiedDiff } from '../../base/text-diff.js';
@@ -58,18 +59,12 @@ function hookCommand(confine: boolean): string {
   return `${shellWord(process.execPath)} ${shellWord(main)} hook claude${confine ? ' --confine' : ''}`;
 }
 
-async function readText(file: string): Promise<string | undefined> {
-  try {
-    return await readFile(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw new CapsuleError(
-      'CONFIG_INVALID',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      { file },
-      { cause: err },
-    );
-  }
+function readText(file: string): Promise<string | undefined> {
+  return readOptionalFile(
+    file,
+    (err) =>
+      new CapsuleError('CONFIG_INVALID', `Cannot read ${file}: ${err.message}`, { file }, { cause: err }),
+  );
 }
 
 async function parseSettings(file: string, text: string | undefined): Promise<ClaudeSettings> {
