@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { parseStrictJson } from '../base/strict-json.js';
 import { CapsuleError } from '../base/errors.js';
 import { readOptionalFile } from '../base/optional-file.js';
-import { zodIssues } from '../base/zod-issues.js';
+import { fileIssues } from '../base/zod-issues.js';
 import type { Capability } from '../manifest/types.js';
 
 /** Checks live beside the manifest; they are not run code, so they are not part of the content hash. */
@@ -45,11 +45,7 @@ export function parseCases(text: string, file: string): CapabilityCase[] {
   }
   const parsed = casesFileSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error, json.value).map((i) => ({
-      file,
-      field: i.field,
-      message: i.message,
-    }));
+    const issues = fileIssues(parsed.error, json.value, file);
     throw new CapsuleError(
       'MANIFEST_INVALID',
       `${file}: ${issues[0]?.field ?? '(top level)'} ${issues[0]?.message ?? ''}`,

@@ -7,6 +7,7 @@ import { GlobCache } from '../base/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, askNone, type AgentTool } from './define.js';
 import { unifiedDiff } from '../base/text-diff.js';
+import type { DeclaredPermission } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */
@@ -97,6 +98,14 @@ function checkGlob(pattern: string, field: string): void {
   }
 }
 
+/**
+ * The read-only tools declare Permission::None on the path they read (or search from), resolved: a path outside
+ * the project is refused before the call is judged.
+ */
+async function readPermission(workspace: Workspace, rawPath: string): Promise<DeclaredPermission> {
+  return askNone((await workspace.resolve(rawPath, 'path')).relative);
+}
+
 // --- read-only ---------------------------------------------------------------------------------
 
 const readFileParameters = z.strictObject({
@@ -112,8 +121,7 @@ export function createReadFileTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: readFileParameters,
     async permission(args, ctx) {
-      const file = await ctx.workspace.resolve(args.path, 'path');
-      return askNone(file.relative);
+      return readPermission(ctx.workspace, args.path);
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
@@ -151,8 +159,7 @@ export function createGlobTool(): AgentTool {
     parameters: globParameters,
     async permission(args, ctx) {
       checkGlob(args.pattern, 'pattern');
-      const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return askNone(base.relative);
+      return readPermission(ctx.workspace, args.path ?? '.');
     },
     async execute(args, ctx) {
       checkGlob(args.pattern, 'pattern');
@@ -204,8 +211,7 @@ export function createGrepTool(): AgentTool {
     parameters: grepParameters,
     async permission(args, ctx) {
       if (args.glob !== undefined) checkGlob(args.glob, 'glob');
-      const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return askNone(base.relative);
+      return readPermission(ctx.workspace, args.path ?? '.');
     },
     async execute(args, ctx) {
       // The agent's pattern meets the project's files: linear-time matching, so no pair of them can
@@ -275,9 +281,9 @@ export function createDiffTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: diffParameters,
     async permission(args, ctx) {
-      const file = await ctx.workspace.resolve(args.path, 'path');
+      const declared = await readPermission(ctx.workspace, args.path);
       if (args.otherPath !== undefined) await ctx.workspace.resolve(args.otherPath, 'otherPath');
-      return askNone(file.relative);
+      return declared;
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
