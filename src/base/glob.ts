@@ -152,19 +152,18 @@ export class GlobCache {
   private readonly paths = new Map<string, GlobMatcher>();
 
   rule(glob: string): GlobMatcher {
-    let re = this.rules.get(glob);
-    if (re === undefined) {
-      re = compile(glob, false);
-      this.rules.set(glob, re);
-    }
-    return re;
+    return GlobCache.compiled(this.rules, glob, false);
   }
 
   path(glob: string): GlobMatcher {
-    let re = this.paths.get(glob);
+    return GlobCache.compiled(this.paths, glob, true);
+  }
+
+  private static compiled(cache: Map<string, GlobMatcher>, glob: string, pathMode: boolean): GlobMatcher {
+    let re = cache.get(glob);
     if (re === undefined) {
-      re = compile(glob, true);
-      this.paths.set(glob, re);
+      re = compile(glob, pathMode);
+      cache.set(glob, re);
     }
     return re;
   }

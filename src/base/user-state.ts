@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 
 /**
@@ -21,4 +22,14 @@ export function userStateDir(env: Readonly<Record<string, string | undefined>>, 
  */
 export function secretDir(stateDir: string): string {
   return path.join(stateDir, 'secret');
+}
+
+/**
+ * The file of one per-user state record in `dir` (a confirmed policy, an engine's measured posture): named by
+ * the sha256 of what it is for (a project's real root, an engine address), so the name is fixed in length and
+ * made of hex only, whatever that is.
+ */
+export function stateRecordFile(dir: string, identity: string): string {
+  const id = createHash('sha256').update(identity).digest('hex').slice(0, 32);
+  return path.join(dir, `${id}.json`);
 }

@@ -69,3 +69,12 @@ export function zodIssues(error: z.ZodError, input: unknown): FieldIssue[] {
     return [{ field: fieldPath(issue.path), message: issue.message }];
   });
 }
+
+/** zodIssues of a document read from `file`, each naming the file (a CapsuleError's `issues`). */
+export function fileIssues(
+  error: z.ZodError,
+  input: unknown,
+  file: string,
+): Array<{ file: string; field: string | undefined; message: string }> {
+  return zodIssues(error, input).map((i) => ({ file, field: i.field, message: i.message }));
+}

@@ -2,9 +2,9 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseStrictJson } from '../base/strict-json.js';
 import { CapsuleError } from '../base/errors.js';
-import { zodIssues } from '../base/zod-issues.js';
-import type { Capability } from '../manifest/types.js';
 import { readOptionalFile } from '../base/optional-file.js';
+import { fileIssues } from '../base/zod-issues.js';
+import type { Capability } from '../manifest/types.js';
 
 /** Checks live beside the manifest; they are not run code, so they are not part of the content hash. */
 export const CASES_FILE = 'cases.json';
@@ -45,11 +45,7 @@ export function parseCases(text: string, file: string): CapabilityCase[] {
   }
   const parsed = casesFileSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error, json.value).map((i) => ({
-      file,
-      field: i.field,
-      message: i.message,
-    }));
+    const issues = fileIssues(parsed.error, json.value, file);
     throw new CapsuleError(
       'MANIFEST_INVALID',
       `${file}: ${issues[0]?.field ?? '(top level)'} ${issues[0]?.message ?? ''}`,
@@ -66,17 +62,17 @@ export function parseCases(text: string, file: string): CapabilityCase[] {
 /** The capability's cases, or undefined when it has no cases.json. */
 export async function loadCases(capability: Capability): Promise<CapabilityCase[] | undefined> {
   const file = path.join(capability.dir, CASES_FILE);
-  let text: string | undefined;
-  try {
-    text = await readOptionalFile(file, 'utf8');
-  } catch (err) {
-    throw new CapsuleError(
-      'MANIFEST_INVALID',
-      `${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`,
-      { file },
-      { cause: err },
-    );
-  }
+  const text = await readOptionalFile(
+    file,
+    'utf8',
+    (err) =>
+      new CapsuleError(
+        'MANIFEST_INVALID',
+        `${file} cannot be read: ${err.code ?? 'error'}`,
+        { file },
+        { cause: err },
+      ),
+  );
   if (text === undefined) return undefined;
   return parseCases(text, file);
 }

@@ -125,37 +125,29 @@ export function exitCodesHelp(
   return `\nExit codes:\n${lines.join('\n')}\n`;
 }
 
+/** The exit code of each error code: one row each, so a new code has to choose its exit code. */
+const EXIT_FOR_ERROR: Record<ErrorCode, number> = {
+  USAGE: EXIT.USAGE,
+  INPUT_INVALID: EXIT.DATA,
+  MANIFEST_INVALID: EXIT.DATA,
+  PATH_ESCAPE: EXIT.DATA,
+  NOT_FOUND: EXIT.NOT_FOUND,
+  RUNNER_UNAVAILABLE: EXIT.UNAVAILABLE,
+  PERMISSION_DENIED: EXIT.DENIED,
+  CEILING_VIOLATION: EXIT.DENIED,
+  CONFIG_INVALID: EXIT.CONFIG,
+  PROFILE_INVALID: EXIT.CONFIG,
+  CANCELED: EXIT.CANCELED,
+  ALREADY_EXISTS: EXIT.EXISTS,
+  LOCK_TIMEOUT: EXIT.LOCK_TIMEOUT,
+  AUDIT_BROKEN: EXIT.CONFIG,
+  UNSUPPORTED: EXIT.UNAVAILABLE,
+  RUNNER_FAILED: EXIT.FAILURE,
+};
+
 export function exitCodeFor(code: ErrorCode): number {
-  switch (code) {
-    case 'USAGE':
-      return EXIT.USAGE;
-    case 'INPUT_INVALID':
-    case 'MANIFEST_INVALID':
-    case 'PATH_ESCAPE':
-      return EXIT.DATA;
-    case 'NOT_FOUND':
-      return EXIT.NOT_FOUND;
-    case 'RUNNER_UNAVAILABLE':
-      return EXIT.UNAVAILABLE;
-    case 'PERMISSION_DENIED':
-    case 'CEILING_VIOLATION':
-      return EXIT.DENIED;
-    case 'CONFIG_INVALID':
-    case 'PROFILE_INVALID':
-      return EXIT.CONFIG;
-    case 'CANCELED':
-      return EXIT.CANCELED;
-    case 'ALREADY_EXISTS':
-      return EXIT.EXISTS;
-    case 'LOCK_TIMEOUT':
-      return EXIT.LOCK_TIMEOUT;
-    case 'AUDIT_BROKEN':
-      return EXIT.CONFIG;
-    case 'UNSUPPORTED':
-      return EXIT.UNAVAILABLE;
-    default:
-      return EXIT.FAILURE;
-  }
+  // A code from outside the type (an error object built elsewhere) is a plain failure.
+  return (EXIT_FOR_ERROR as Partial<Record<string, number>>)[code] ?? EXIT.FAILURE;
 }
 
 /** The fields of a finished run (a capability's or a command's) that decide capsule's exit code. */

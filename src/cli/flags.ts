@@ -1,5 +1,6 @@
 import { Option, type Command } from 'commander';
 import { PERMISSION_MODES, type PermissionMode } from '../project/modes.js';
+import type { SessionFlags } from './session.js';
 
 function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
@@ -41,4 +42,19 @@ export interface GateFlags {
   /** commander maps --no-prompt to prompt=false. */
   prompt: boolean;
   mode?: PermissionMode;
+}
+
+/** The gate flags in openSession's terms: every command that opens its session from them says it this way. */
+export function sessionFlags(
+  opts: GateFlags,
+  extra: Pick<SessionFlags, 'command' | 'json' | 'parser'> = {},
+): SessionFlags {
+  return {
+    grants: opts.grant,
+    grantFor: opts.grantFor,
+    noPrompt: !opts.prompt,
+    mode: opts.mode,
+    engine: opts.engine,
+    ...extra,
+  };
 }

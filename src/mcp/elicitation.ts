@@ -167,6 +167,46 @@ export function planText(plan: string): string {
     .join('\n');
 }
 
+/** A question with two answers, as a form: `decision` is one of `choices`; `yes` is the answer that acts. */
+interface DecisionForm {
+  message: string;
+  title: string;
+  choices: ReadonlyArray<{ const: string; title: string }>;
+  yes: string;
+  /** More fields after the decision (plan feedback). */
+  fields?: Record<string, { type: 'string'; title: string }>;
+}
+
+/**
+ * The one way capsule's confirmations ask over MCP: the form, within ELICITATION_TIMEOUT_MS. `yes` only for
+ * an accepted form with the acting answer; a failure or a timeout throws (each caller decides what that is).
+ */
+async function elicitDecision(
+  server: Server,
+  form: DecisionForm,
+  signal: AbortSignal | undefined,
+): Promise<{ yes: boolean; content: Record<string, unknown> | undefined }> {
+  const result = await server.elicitInput(
+    {
+      mode: 'form',
+      message: form.message,
+      requestedSchema: {
+        type: 'object',
+        properties: {
+          decision: { type: 'string', title: form.title, oneOf: [...form.choices] },
+          ...form.fields,
+        },
+        required: ['decision'],
+      },
+    },
+    { signal, timeout: ELICITATION_TIMEOUT_MS },
+  );
+  return {
+    yes: result.action === 'accept' && result.content?.decision === form.yes,
+    content: result.content,
+  };
+}
+
 /**
  * A changed policy (capsule.json rules, allowlist, profiles) confirmed over MCP: the difference is
  * shown and only an explicit "adopt" applies it. No elicitation, a decline, a failure: not adopted.
@@ -175,28 +215,20 @@ export function createElicitationPolicyConfirmer(server: Server): PolicyConfirme
   return async (change, signal) => {
     if (!clientCanElicit(server) || signal?.aborted === true) return false;
     try {
-      const result = await server.elicitInput(
+      const answer = await elicitDecision(
+        server,
         {
-          mode: 'form',
           message: `${change.text}\n\nThe agent asked to reload. Adopt this policy only if you made (or want) these changes yourself.`,
-          requestedSchema: {
-            type: 'object',
-            properties: {
-              decision: {
-                type: 'string',
-                title: 'Adopt the changed policy?',
-                oneOf: [
-                  { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
-                  { const: 'adopt', title: 'Adopt the change' },
-                ],
-              },
-            },
-            required: ['decision'],
-          },
+          title: 'Adopt the changed policy?',
+          choices: [
+            { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
+            { const: 'adopt', title: 'Adopt the change' },
+          ],
+          yes: 'adopt',
         },
-        { signal, timeout: ELICITATION_TIMEOUT_MS },
+        signal,
       );
-      return result.action === 'accept' && result.content?.decision === 'adopt';
+      return answer.yes;
     } catch {
       return false;
     }
@@ -214,30 +246,22 @@ export function createElicitationPlanApproval(server: Server): PlanApproval {
       };
     }
     try {
-      const result = await server.elicitInput(
+      const answer = await elicitDecision(
+        server,
         {
-          mode: 'form',
           message: `capsule: the agent asks to leave plan mode with this plan.\n\n${planText(plan)}`,
-          requestedSchema: {
-            type: 'object',
-            properties: {
-              decision: {
-                type: 'string',
-                title: 'Approve the plan?',
-                oneOf: [
-                  { const: 'approve', title: 'Approve: switch to edit mode' },
-                  { const: 'reject', title: 'Reject: keep planning' },
-                ],
-              },
-              feedback: { type: 'string', title: 'Feedback for the agent (optional)' },
-            },
-            required: ['decision'],
-          },
+          title: 'Approve the plan?',
+          choices: [
+            { const: 'approve', title: 'Approve: switch to edit mode' },
+            { const: 'reject', title: 'Reject: keep planning' },
+          ],
+          yes: 'approve',
+          fields: { feedback: { type: 'string', title: 'Feedback for the agent (optional)' } },
         },
-        { signal, timeout: ELICITATION_TIMEOUT_MS },
+        signal,
       );
-      const feedback = typeof result.content?.feedback === 'string' ? result.content.feedback : undefined;
-      return { approved: result.action === 'accept' && result.content?.decision === 'approve', feedback };
+      const feedback = typeof answer.content?.feedback === 'string' ? answer.content.feedback : undefined;
+      return { approved: answer.yes, feedback };
     } catch {
       return { approved: false, feedback: 'the approval request failed or was canceled' };
     }
@@ -306,29 +330,21 @@ export function createElicitationWriteConfirmer(server: Server): WriteConfirmer 
   return async (question, signal) => {
     if (!clientCanElicit(server) || signal?.aborted === true) return false;
     try {
-      const result = await server.elicitInput(
+      const answer = await elicitDecision(
+        server,
         {
-          mode: 'form',
           // The proposal carries manifest- and capability-controlled text: each line escaped and marked.
           message: planText(question.text),
-          requestedSchema: {
-            type: 'object',
-            properties: {
-              decision: {
-                type: 'string',
-                title: `Write ${promptSafe(question.target, 200)}?`,
-                oneOf: [
-                  { const: 'keep', title: 'Do not write it' },
-                  { const: 'write', title: 'Write it' },
-                ],
-              },
-            },
-            required: ['decision'],
-          },
+          title: `Write ${promptSafe(question.target, 200)}?`,
+          choices: [
+            { const: 'keep', title: 'Do not write it' },
+            { const: 'write', title: 'Write it' },
+          ],
+          yes: 'write',
         },
-        { signal, timeout: ELICITATION_TIMEOUT_MS },
+        signal,
       );
-      return result.action === 'accept' && result.content?.decision === 'write';
+      return answer.yes;
     } catch {
       return false;
     }

@@ -7,11 +7,11 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CapsuleError, isCapsuleError } from '../base/errors.js';
+import { readOptionalFile } from '../base/optional-file.js';
 import { commandPermissionKey } from './commands/permission.js';
 import type { CommandParser } from './commands/parser.js';
 import { RULE_TOOLS } from '../project/never-matches.js';
 import { parseRule, rulePatternProgram } from './rules.js';
-import { readOptionalFile } from '../base/optional-file.js';
 
 /** The `permissions` block of a Claude Code settings.json (other keys are ignored). */
 export const claudeSettingsSchema = z.object({
@@ -35,25 +35,9 @@ export async function readClaudeSettings(file: string, field = '--claude-setting
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new CapsuleError(
-      'NOT_FOUND',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      { file, field },
-      { cause: err },
-    );
+    throw cannotRead(file, { file, field })(err as Error);
   }
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError(
-      'USAGE',
-      `${file} is not JSON: ${(err as Error).message}`,
-      { file, field },
-      { cause: err },
-    );
-  }
-  const parsed = claudeSettingsSchema.safeParse(doc);
+  const parsed = claudeSettingsSchema.safeParse(settingsJson(text, { file, field }));
   if (!parsed.success) {
     throw new CapsuleError('USAGE', `${file} has no valid "permissions" block: ${parsed.error.message}`, {
       file,
@@ -62,6 +46,23 @@ export async function readClaudeSettings(file: string, field = '--claude-setting
     });
   }
   return parsed.data;
+}
+
+/** A settings file that exists but cannot be read; `details` name the file (and the flag that gave it). */
+function cannotRead(file: string, details: { file: string; field?: string }) {
+  return (err: Error) =>
+    new CapsuleError('NOT_FOUND', `Cannot read ${file}: ${err.message}`, details, { cause: err });
+}
+
+/** A settings file's text as JSON, or a USAGE error naming the file (and the flag that gave it). */
+function settingsJson(text: string, details: { file: string; field?: string }): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new CapsuleError('USAGE', `${details.file} is not JSON: ${(err as Error).message}`, details, {
+      cause: err,
+    });
+  }
 }
 
 /** One Claude Code `permissions` rule and what capsule makes of it. */
@@ -390,29 +391,9 @@ export function claudeSettingsFiles(
 export async function readClaudeSettingsDocument(
   file: string,
 ): Promise<{ settings: ClaudeSettingsDocument; text: string } | undefined> {
-  let text: string | undefined;
-  try {
-    text = await readOptionalFile(file, 'utf8');
-  } catch (err) {
-    throw new CapsuleError(
-      'NOT_FOUND',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      { file },
-      { cause: err },
-    );
-  }
+  const text = await readOptionalFile(file, 'utf8', cannotRead(file, { file }));
   if (text === undefined) return undefined;
-  let doc: unknown;
-  try {
-    doc = text.trim() === '' ? {} : JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError(
-      'USAGE',
-      `${file} is not JSON: ${(err as Error).message}`,
-      { file },
-      { cause: err },
-    );
-  }
+  const doc = text.trim() === '' ? {} : settingsJson(text, { file });
   const parsed = claudeSettingsDocumentSchema.safeParse(doc);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];

@@ -1,8 +1,9 @@
-import { createHash } from 'node:crypto';
 import { mkdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../base/atomic-write.js';
+import { readOptionalFile } from '../base/optional-file.js';
+import { stateRecordFile } from '../base/user-state.js';
 import type { ProjectConfig } from '../project/project-config.js';
 import { parseStrictJson } from '../base/strict-json.js';
 import type { StateKey } from '../project/state-key.js';
@@ -21,7 +22,6 @@ import {
   type ProfileHashes,
   withoutEngines,
 } from './policy-diff.js';
-import { readOptionalFile } from '../base/optional-file.js';
 
 const snapshotBodySchema = z.strictObject({
   schemaVersion: z.literal(2),
@@ -84,8 +84,7 @@ export class PolicySnapshotStore {
   /** The snapshot file of a project: keyed by the sha256 of the root's real path. */
   async fileFor(projectRoot: string): Promise<{ root: string; file: string }> {
     const root = await realpath(projectRoot).catch(() => path.resolve(projectRoot));
-    const id = createHash('sha256').update(root).digest('hex').slice(0, 32);
-    return { root, file: path.join(this.dir, `${id}.json`) };
+    return { root, file: stateRecordFile(this.dir, root) };
   }
 
   /**
@@ -95,17 +94,17 @@ export class PolicySnapshotStore {
    */
   async load(projectRoot: string): Promise<SnapshotRead> {
     const { root, file } = await this.fileFor(projectRoot);
-    let text: string | undefined;
-    try {
-      text = await readOptionalFile(file, 'utf8');
-    } catch (err) {
-      throw new CapsuleError(
-        'CONFIG_INVALID',
-        `${file} cannot be read (${(err as NodeJS.ErrnoException).code}).`,
-        { file, hint: "Check the permissions of capsule's state folder." },
-        { cause: err },
-      );
-    }
+    const text = await readOptionalFile(
+      file,
+      'utf8',
+      (err) =>
+        new CapsuleError(
+          'CONFIG_INVALID',
+          `${file} cannot be read (${err.code}).`,
+          { file, hint: "Check the permissions of capsule's state folder." },
+          { cause: err },
+        ),
+    );
     if (text === undefined) return { state: 'none', file };
     const untrusted = (kind: UntrustedSnapshotKind, problem: string): SnapshotRead => ({
       state: 'untrusted',

@@ -26,45 +26,43 @@ const tlsSchema = z
     'Mutual TLS for a tcp:// engine (as dockerd --tlsverify expects). Paths relative to the project root.',
   );
 
+/** Where an engine answers: a local socket or a TCP address. */
+const engineAddress = (what: string) =>
+  z.string().regex(ENGINE_ADDRESS, 'must be unix:///path/to/docker.sock or tcp://host:port').describe(what);
+
+/** Plain TCP gives anyone on the path the engine (root on its host) and the capability's input. */
+function requireTlsOverTcp(
+  engine: { address: string; tls: unknown },
+  noun: 'engine' | 'manager',
+  ctx: z.RefinementCtx,
+): void {
+  if (engine.address.startsWith('tcp://') && engine.tls === undefined) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['tls'],
+      message: `is required for a tcp:// ${noun} (capsule never talks to an engine over plain TCP)`,
+    });
+  }
+}
+
 const dockerEngineSchema = z
   .strictObject({
     type: z.literal('docker').describe('A Docker engine capsule talks to directly (the engine pool).'),
-    host: z
-      .string()
-      .regex(ENGINE_ADDRESS, 'must be unix:///path/to/docker.sock or tcp://host:port')
-      .describe('Where the engine answers: unix:///path (a local socket) or tcp://host:port.'),
+    host: engineAddress('Where the engine answers: unix:///path (a local socket) or tcp://host:port.'),
     tls: tlsSchema.optional(),
   })
-  .superRefine((engine, ctx) => {
-    // Plain TCP gives anyone on the path the engine (root on its host) and the capability's input.
-    if (engine.host.startsWith('tcp://') && engine.tls === undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['tls'],
-        message: 'is required for a tcp:// engine (capsule never talks to an engine over plain TCP)',
-      });
-    }
-  })
+  .superRefine((engine, ctx) => requireTlsOverTcp({ address: engine.host, tls: engine.tls }, 'engine', ctx))
   .describe('One Docker engine.');
 
 const swarmEngineSchema = z
   .strictObject({
     type: z.literal('swarm').describe('A Docker Swarm cluster: each call is a one-shot service on it.'),
-    manager: z
-      .string()
-      .regex(ENGINE_ADDRESS, 'must be unix:///path/to/docker.sock or tcp://host:port')
-      .describe('Where a manager of the swarm answers: unix:///path or tcp://host:port.'),
+    manager: engineAddress('Where a manager of the swarm answers: unix:///path or tcp://host:port.'),
     tls: tlsSchema.optional(),
   })
-  .superRefine((engine, ctx) => {
-    if (engine.manager.startsWith('tcp://') && engine.tls === undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['tls'],
-        message: 'is required for a tcp:// manager (capsule never talks to an engine over plain TCP)',
-      });
-    }
-  })
+  .superRefine((engine, ctx) =>
+    requireTlsOverTcp({ address: engine.manager, tls: engine.tls }, 'manager', ctx),
+  )
   .describe('One Docker Swarm cluster, reached through a manager.');
 
 export const enginesSchema = z

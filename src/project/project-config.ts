@@ -3,7 +3,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { enginesSchema } from './engines.js';
 import { CapsuleError } from '../base/errors.js';
-import { zodIssues } from '../base/zod-issues.js';
+import { fileIssues } from '../base/zod-issues.js';
 import { parseStrictJson } from '../base/strict-json.js';
 import { ENVIRONMENTS } from './environments.js';
 import { KEY_SYNTAX, RULE_SYNTAX } from './key-syntax.js';
@@ -189,11 +189,7 @@ export function parseProjectConfig(text: string, file: string): ProjectConfig {
   }
   const parsed = projectConfigSchema.safeParse(json.value);
   if (!parsed.success) {
-    const issues = zodIssues(parsed.error, json.value).map((i) => ({
-      file,
-      field: i.field,
-      message: i.message,
-    }));
+    const issues = fileIssues(parsed.error, json.value, file);
     const first = issues[0];
     throw new CapsuleError(
       'CONFIG_INVALID',

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineTool, askNone, type AgentTool } from './define.js';
+import { askNone, defineNoArgumentTool, defineTool, type AgentTool } from './define.js';
 import { createRunCapabilityTool } from './run-capability.js';
 import type { Capability } from '../manifest/types.js';
 import type { AgentToolContext } from './ports.js';
@@ -18,16 +18,12 @@ export function capabilitySummary(c: Capability, ctx: Pick<AgentToolContext, 'is
 }
 
 export function createListCapabilitiesTool(): AgentTool {
-  return defineTool({
+  return defineNoArgumentTool({
     name: 'list_capabilities',
     description:
       'List the capabilities in the registry (read afresh), and the invalid folders with the reason.',
-    kind: 'READ_ONLY',
-    parameters: z.strictObject({}),
-    async permission() {
-      return askNone('*');
-    },
-    async execute(_args, ctx) {
+    subject: '*',
+    async execute(ctx) {
       const scan = await ctx.registry.scan();
       return {
         capabilities: scan.capabilities.map((c) => ({

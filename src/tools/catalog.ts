@@ -25,14 +25,25 @@ import {
 } from './generate.js';
 import { createRunCommandTool } from './run-command.js';
 
-/** Every tool name of the catalog, in the order tools/list shows them. */
-export const TOOL_NAMES = [
+/**
+ * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
+ * (docs/mcp.md, "Sub-agents"). run_subagent is not among them: a child can never create a grandchild.
+ * Narrower than `kind: 'READ_ONLY'` (what a mode allows): the control tools are READ_ONLY for the
+ * modes but change the session (its mode, a reload), which a read-only child must not.
+ * They come first in the catalog.
+ */
+const READ_ONLY_NAMES = [
   'read_file',
   'glob',
   'grep',
   'diff',
   'list_capabilities',
   'describe_capability',
+] as const;
+
+/** Every tool name of the catalog, in the order tools/list shows them. */
+export const TOOL_NAMES = [
+  ...READ_ONLY_NAMES,
   'write_file',
   'edit_file',
   'run_command',
@@ -54,20 +65,7 @@ export function isToolName(name: string): name is ToolName {
   return (TOOL_NAMES as readonly string[]).includes(name);
 }
 
-/**
- * The tools with Permission::None for every argument: the only ones a read-only sub-agent gets
- * (docs/mcp.md, "Sub-agents"). run_subagent is not among them: a child can never create a grandchild.
- * Narrower than `kind: 'READ_ONLY'` (what a mode allows): the control tools are READ_ONLY for the
- * modes but change the session (its mode, a reload), which a read-only child must not.
- */
-export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = [
-  'read_file',
-  'glob',
-  'grep',
-  'diff',
-  'list_capabilities',
-  'describe_capability',
-];
+export const READ_ONLY_TOOL_NAMES: readonly ToolName[] = READ_ONLY_NAMES;
 
 export interface ToolCatalogOptions {
   /** capsule's own environment (run_command passes bash the harmless part of it). */

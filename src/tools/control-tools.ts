@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
-import { defineTool, askNone, type AgentTool } from './define.js';
+import { askNone, defineNoArgumentTool, defineTool, type AgentTool } from './define.js';
 
 /** Default cap for sleep(seconds); a session may lower or raise it. */
 export const DEFAULT_SLEEP_MAX_SECONDS = 300;
@@ -9,16 +9,12 @@ export const DEFAULT_SLEEP_MAX_SECONDS = 300;
 // Control tools change the session, not the world: Permission::None, they never reach the gate.
 
 export function createEnterPlanModeTool(): AgentTool {
-  return defineTool({
+  return defineNoArgumentTool({
     name: 'enter_plan_mode',
     description:
       'Switch to plan mode: read-only tools keep working, every change is denied until exit_plan_mode is approved.',
-    kind: 'READ_ONLY',
-    parameters: z.strictObject({}),
-    async permission() {
-      return askNone('plan');
-    },
-    async execute(_args, ctx) {
+    subject: 'plan',
+    async execute(ctx) {
       const previous = ctx.control.mode;
       ctx.control.setMode('plan');
       return {
@@ -101,16 +97,12 @@ export function createSleepTool(): AgentTool {
 }
 
 export function createReloadTool(): AgentTool {
-  return defineTool({
+  return defineNoArgumentTool({
     name: 'reload',
     description:
       'Re-read the capability registry from disk. A changed policy (capsule.json rules, allowlist, profiles) is shown to the human with the difference and takes effect only if they confirm it.',
-    kind: 'READ_ONLY',
-    parameters: z.strictObject({}),
-    async permission() {
-      return askNone('reload');
-    },
-    async execute(_args, ctx) {
+    subject: 'reload',
+    async execute(ctx) {
       return ctx.control.reload(ctx.signal);
     },
   });

@@ -7,6 +7,7 @@ import { GlobCache } from '../base/glob.js';
 import { makeKey, WRITE_FILE } from '../permissions/keys.js';
 import { askHost, defineTool, askNone, type AgentTool } from './define.js';
 import { unifiedDiff } from '../base/text-diff.js';
+import type { DeclaredPermission } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */
@@ -97,6 +98,14 @@ function checkGlob(pattern: string, field: string): void {
   }
 }
 
+/**
+ * The read-only tools declare Permission::None on the path they read (or search from), resolved: a path outside
+ * the project is refused before the call is judged.
+ */
+async function readPermission(workspace: Workspace, rawPath: string): Promise<DeclaredPermission> {
+  return askNone((await workspace.resolve(rawPath, 'path')).relative);
+}
+
 // --- read-only ---------------------------------------------------------------------------------
 
 const readFileParameters = z.strictObject({
@@ -112,8 +121,7 @@ export function createReadFileTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: readFileParameters,
     async permission(args, ctx) {
-      const file = await ctx.workspace.resolve(args.path, 'path');
-      return askNone(file.relative);
+      return readPermission(ctx.workspace, args.path);
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
@@ -151,8 +159,7 @@ export function createGlobTool(): AgentTool {
     parameters: globParameters,
     async permission(args, ctx) {
       checkGlob(args.pattern, 'pattern');
-      const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return askNone(base.relative);
+      return readPermission(ctx.workspace, args.path ?? '.');
     },
     async execute(args, ctx) {
       checkGlob(args.pattern, 'pattern');
@@ -204,8 +211,7 @@ export function createGrepTool(): AgentTool {
     parameters: grepParameters,
     async permission(args, ctx) {
       if (args.glob !== undefined) checkGlob(args.glob, 'glob');
-      const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
-      return askNone(base.relative);
+      return readPermission(ctx.workspace, args.path ?? '.');
     },
     async execute(args, ctx) {
       // The agent's pattern meets the project's files: linear-time matching, so no pair of them can
@@ -275,9 +281,9 @@ export function createDiffTool(): AgentTool {
     kind: 'READ_ONLY',
     parameters: diffParameters,
     async permission(args, ctx) {
-      const file = await ctx.workspace.resolve(args.path, 'path');
+      const declared = await readPermission(ctx.workspace, args.path);
       if (args.otherPath !== undefined) await ctx.workspace.resolve(args.otherPath, 'otherPath');
-      return askNone(file.relative);
+      return declared;
     },
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
@@ -302,12 +308,32 @@ export function createDiffTool(): AgentTool {
 
 // --- file edits --------------------------------------------------------------------------------
 
-function writeCheck(file: ResolvedPath) {
+/** write_file and edit_file declare the same permission: one write of the file at `args.path`. */
+async function writePermission(args: { path: string }, ctx: { workspace: Workspace }) {
+  const file = await ctx.workspace.resolveForWrite(args.path, 'path');
   return askHost(
     makeKey(WRITE_FILE, file.relative),
     file.relative,
     'writes a file on the host, inside the project root',
   );
+}
+
+/**
+ * The one write path of the file tools. The file is resolved again (the tree may have changed between the
+ * permission check and now), `contentFor` makes the new text from it, parent folders are created, and the
+ * parent is checked once more (mkdir may have raced with a symlink swap) before the atomic write.
+ */
+async function writeProjectFile(
+  workspace: Workspace,
+  rawPath: string,
+  contentFor: (file: ResolvedPath) => Promise<string>,
+): Promise<{ file: ResolvedPath; content: string }> {
+  const file = await workspace.resolveForWrite(rawPath, 'path');
+  const content = await contentFor(file);
+  await mkdir(path.dirname(file.real), { recursive: true });
+  const again = await workspace.resolveForWrite(rawPath, 'path');
+  await workspace.writeAtomic(again, content);
+  return { file, content };
 }
 
 const writeFileParameters = z.strictObject({
@@ -322,21 +348,16 @@ export function createWriteFileTool(): AgentTool {
       'Create or replace a text file inside the project (written atomically; parent folders are created).',
     kind: 'FILE_EDIT',
     parameters: writeFileParameters,
-    async permission(args, ctx) {
-      return writeCheck(await ctx.workspace.resolveForWrite(args.path, 'path'));
-    },
+    permission: writePermission,
     async execute(args, ctx) {
-      // Resolve again: the tree may have changed between the permission check and now.
-      const file = await ctx.workspace.resolveForWrite(args.path, 'path');
-      if (file.exists && !(await lstat(file.real)).isFile()) {
-        throw new CapsuleError('USAGE', `path: ${file.relative} exists and is not a regular file.`, {
-          field: 'path',
-        });
-      }
-      await mkdir(path.dirname(file.real), { recursive: true });
-      // mkdir may have raced with a symlink swap: check the parent once more before writing.
-      const again = await ctx.workspace.resolveForWrite(args.path, 'path');
-      await ctx.workspace.writeAtomic(again, args.content);
+      const { file } = await writeProjectFile(ctx.workspace, args.path, async (target) => {
+        if (target.exists && !(await lstat(target.real)).isFile()) {
+          throw new CapsuleError('USAGE', `path: ${target.relative} exists and is not a regular file.`, {
+            field: 'path',
+          });
+        }
+        return args.content;
+      });
       return { path: file.relative, bytes: Buffer.byteLength(args.content), created: !file.exists };
     },
   });
@@ -359,40 +380,50 @@ export function createEditFileTool(): AgentTool {
     description: 'Replace exact text in an existing file inside the project (written atomically).',
     kind: 'FILE_EDIT',
     parameters: editFileParameters,
-    async permission(args, ctx) {
-      return writeCheck(await ctx.workspace.resolveForWrite(args.path, 'path'));
-    },
+    permission: writePermission,
     async execute(args, ctx) {
-      const file = await ctx.workspace.resolveForWrite(args.path, 'path');
-      const text = await readText(file, 'path');
-      const count = text.split(args.oldText).length - 1;
-      if (count === 0) {
-        throw new CapsuleError('USAGE', `oldText: not found in ${file.relative}; nothing was changed.`, {
-          field: 'oldText',
-          hint: 'Copy the exact text (whitespace included) from read_file.',
-        });
-      }
-      if (count > 1 && !args.replaceAll) {
-        throw new CapsuleError(
-          'USAGE',
-          `oldText: occurs ${count} times in ${file.relative}; nothing was changed.`,
-          {
-            field: 'oldText',
-            hint: 'Include more surrounding text so it is unique, or set replaceAll: true.',
-          },
-        );
-      }
-      const updated = args.replaceAll
-        ? text.split(args.oldText).join(args.newText)
-        : text.replace(args.oldText, () => args.newText);
-      if (Buffer.byteLength(updated) > MAX_WRITE_BYTES) {
-        throw new CapsuleError(
-          'USAGE',
-          `The edited file would pass ${MAX_WRITE_BYTES} bytes; nothing was changed.`,
-        );
-      }
-      await ctx.workspace.writeAtomic(file, updated);
+      let count = 0;
+      const { file } = await writeProjectFile(ctx.workspace, args.path, async (target) => {
+        const text = await readText(target, 'path');
+        count = text.split(args.oldText).length - 1;
+        return editedText(text, target, count, args);
+      });
       return { path: file.relative, replacements: args.replaceAll ? count : 1 };
     },
   });
+}
+
+/** edit_file's new text: `oldText` replaced once (it must occur once) or everywhere; nothing past the cap. */
+function editedText(
+  text: string,
+  file: ResolvedPath,
+  count: number,
+  args: { oldText: string; newText: string; replaceAll: boolean },
+): string {
+  if (count === 0) {
+    throw new CapsuleError('USAGE', `oldText: not found in ${file.relative}; nothing was changed.`, {
+      field: 'oldText',
+      hint: 'Copy the exact text (whitespace included) from read_file.',
+    });
+  }
+  if (count > 1 && !args.replaceAll) {
+    throw new CapsuleError(
+      'USAGE',
+      `oldText: occurs ${count} times in ${file.relative}; nothing was changed.`,
+      {
+        field: 'oldText',
+        hint: 'Include more surrounding text so it is unique, or set replaceAll: true.',
+      },
+    );
+  }
+  const updated = args.replaceAll
+    ? text.split(args.oldText).join(args.newText)
+    : text.replace(args.oldText, () => args.newText);
+  if (Buffer.byteLength(updated) > MAX_WRITE_BYTES) {
+    throw new CapsuleError(
+      'USAGE',
+      `The edited file would pass ${MAX_WRITE_BYTES} bytes; nothing was changed.`,
+    );
+  }
+  return updated;
 }

@@ -5,7 +5,7 @@ import type { CompareInput, CompareReport } from '../../compare/compare.js';
 import { CapsuleError } from '../../base/errors.js';
 import { EXIT } from '../exit-codes.js';
 import { parseEnvs } from '../args.js';
-import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, sessionFlags, type GateFlags } from '../flags.js';
 import { action, json, progressLine, write, type CliIO } from '../output.js';
 import { reportTarget, writeReport } from '../report-file.js';
 
@@ -92,15 +92,7 @@ export function registerCompare(program: Command, io: CliIO): void {
             import('../../base/atomic-write.js'),
             import('../session.js'),
           ]);
-        const session = await openSession(io, {
-          grants: opts.grant,
-          grantFor: opts.grantFor,
-          noPrompt: !opts.prompt,
-          mode: opts.mode,
-          engine: opts.engine,
-          command: 'compare',
-          json: opts.json,
-        });
+        const session = await openSession(io, sessionFlags(opts, { command: 'compare', json: opts.json }));
         try {
           const report = await compareCapability({
             executor: session.executor,

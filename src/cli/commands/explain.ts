@@ -5,7 +5,7 @@ import type { Explanation } from '../../permissions/engine.js';
 import { makeKey, RUN_CAPABILITY } from '../../permissions/keys.js';
 import type { PermissionRequest } from '../../permissions/types.js';
 import { EXIT } from '../exit-codes.js';
-import { addGateFlags, type GateFlags } from '../flags.js';
+import { addGateFlags, sessionFlags, type GateFlags } from '../flags.js';
 import { action, json, write, type CliIO } from '../output.js';
 
 /** Pure: the human-readable explanation. */
@@ -54,13 +54,7 @@ export function registerExplain(program: Command, io: CliIO): void {
       let parser: CommandParser | undefined;
       if (command !== '')
         parser = await (await import('../../permissions/commands/parser.js')).createCommandParser();
-      const session = await openSession(io, {
-        grants: opts.grant,
-        grantFor: opts.grantFor,
-        noPrompt: !opts.prompt,
-        mode: opts.mode,
-        parser,
-      });
+      const session = await openSession(io, sessionFlags(opts, { parser }));
       try {
         let request: PermissionRequest;
         if (parser !== undefined) {

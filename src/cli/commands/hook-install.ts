@@ -13,13 +13,13 @@ import { writeFileAtomic } from '../../base/atomic-write.js';
 import type { StateKey } from '../../project/state-key.js';
 import { userStateDir } from '../../base/user-state.js';
 import { CapsuleError, isCapsuleError } from '../../base/errors.js';
+import { readOptionalFile } from '../../base/optional-file.js';
 import { openProjectAt } from '../../runtime/runtime.js';
 import { openStateKey } from '../../runtime/state.js';
 import { shellWord } from '../../base/shell-quote.js';
 import { unifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
 import { json, write, type CliIO } from '../output.js';
-import { readOptionalFile } from '../../base/optional-file.js';
 
 /** The flags of `capsule hook claude` (commander's parse). */
 export interface HookCommandOptions {
@@ -60,17 +60,13 @@ function hookCommand(confine: boolean): string {
   return `${shellWord(process.execPath)} ${shellWord(main)} hook claude${confine ? ' --confine' : ''}`;
 }
 
-async function readText(file: string): Promise<string | undefined> {
-  try {
-    return await readOptionalFile(file, 'utf8');
-  } catch (err) {
-    throw new CapsuleError(
-      'CONFIG_INVALID',
-      `Cannot read ${file}: ${(err as Error).message}`,
-      { file },
-      { cause: err },
-    );
-  }
+function readText(file: string): Promise<string | undefined> {
+  return readOptionalFile(
+    file,
+    'utf8',
+    (err) =>
+      new CapsuleError('CONFIG_INVALID', `Cannot read ${file}: ${err.message}`, { file }, { cause: err }),
+  );
 }
 
 async function parseSettings(file: string, text: string | undefined): Promise<ClaudeSettings> {

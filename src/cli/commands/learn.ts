@@ -3,7 +3,7 @@ import { CapsuleError } from '../../base/errors.js';
 import type { LearnInput, LearnReport } from '../../learn/learn.js';
 import type { unifiedDiff as UnifiedDiff } from '../../base/text-diff.js';
 import { EXIT } from '../exit-codes.js';
-import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, sessionFlags, type GateFlags } from '../flags.js';
 import { action, cancelOnSignals, json, progressLine, write, type CliIO } from '../output.js';
 
 type LearnOptions = GateFlags & {
@@ -144,14 +144,7 @@ export function registerLearn(program: Command, io: CliIO): void {
         import('../../permissions/prompter.js'),
         import('../session.js'),
       ]);
-      const session = await openSession(io, {
-        grants: opts.grant,
-        noPrompt: !opts.prompt,
-        mode: opts.mode,
-        engine: opts.engine,
-        command: 'learn',
-        json: opts.json,
-      });
+      const session = await openSession(io, sessionFlags(opts, { command: 'learn', json: opts.json }));
       // Ctrl-C stops the run at once; nothing is written (every write is one rename at the very end).
       const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);
       try {

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { CapsuleError } from '../../base/errors.js';
 import type { RunResult } from '../../runners/types.js';
 import { runExitCode } from '../exit-codes.js';
-import { addEngineFlag, addGateFlags, type GateFlags } from '../flags.js';
+import { addEngineFlag, addGateFlags, sessionFlags, type GateFlags } from '../flags.js';
 import { action, cancelOnSignals, json, write, type CliIO } from '../output.js';
 
 /** One line on stderr when a limit ended the run, so a person sees why the output stops. */
@@ -76,15 +76,7 @@ export function registerRun(program: Command, io: CliIO): void {
       async (name: string, opts: GateFlags & { input?: string; inputFile?: string; json?: boolean }) => {
         const input = await readInput(opts);
         const { openSession } = await import('../session.js');
-        const session = await openSession(io, {
-          grants: opts.grant,
-          grantFor: opts.grantFor,
-          noPrompt: !opts.prompt,
-          mode: opts.mode,
-          engine: opts.engine,
-          command: 'run',
-          json: opts.json,
-        });
+        const session = await openSession(io, sessionFlags(opts, { command: 'run', json: opts.json }));
         // Ctrl-C or SIGTERM stops the run at once (every runner), and capsule exits 130.
         const cancel = cancelOnSignals(io.signals, ['SIGINT', 'SIGTERM']);
         try {

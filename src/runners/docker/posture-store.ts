@@ -1,8 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from '../../base/atomic-write.js';
+import { stateRecordFile } from '../../base/user-state.js';
 import type { StateKey } from '../../project/state-key.js';
 import { parseStrictJson } from '../../base/strict-json.js';
 import type { EngineIdentity } from './engine.js';
@@ -84,8 +85,7 @@ export class PostureStore {
   }
 
   fileFor(address: string): string {
-    const id = createHash('sha256').update(address).digest('hex').slice(0, 32);
-    return path.join(this.dir, `${id}.json`);
+    return stateRecordFile(this.dir, address);
   }
 
   /** The record for `address` when it is capsule's own (its MAC verifies), else undefined. */

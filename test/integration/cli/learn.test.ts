@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
 import { FETCHER, pongListener, type PongListener } from '../../helpers/learn-fixture.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 import { learnResultSchema } from '../../../src/learn/report-schema.js';
 import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { assemble } from '../runners/wasm/helpers.js';
@@ -364,7 +364,7 @@ describe('capsule learn in Wasm and Docker: every limit stays, what is refused i
       unknown
     >;
     manifest.grants = { network: [] };
-    await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest));
+    await writeManifest(dir, manifest);
     const before = listener.hits;
     const { doc } = await learn(root, [
       'fetch-wasm',
@@ -410,18 +410,14 @@ export function run(input) {
       path.join(dir, 'tryer.wasm'),
       (await componentizeJs(source, { file: 'tryer.js' })).component,
     );
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'tryer',
-        description: 'tries a file and a host',
-        environment: 'wasm',
-        entry: 'tryer.wasm',
-        source: 'tryer.js',
-        grants: { fs: [{ path: 'data', mode: 'ro' }] },
-      }),
-    );
+    await writeCapability(capRoot, 'tryer', {
+      description: 'tries a file and a host',
+      environment: 'wasm',
+      entry: 'tryer.wasm',
+      interpreter: undefined,
+      source: 'tryer.js',
+      grants: { fs: [{ path: 'data', mode: 'ro' }] },
+    });
     const before = listener.hits;
     const { doc, stderr } = await learn(root, [
       'tryer',
@@ -448,20 +444,18 @@ export function run(input) {
 
   it('a preview1 module that climbs out of its grant: refused and recorded by the host, the proposal names it, nothing outside changes', async () => {
     const { root, capRoot } = await project();
-    const dir = path.join(capRoot, 'probe');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'probe.wasm'), assemble('probe.wat'));
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'probe',
+    await writeCapability(
+      capRoot,
+      'probe',
+      {
         description: 'climbs out of data',
         environment: 'wasm',
         entry: 'probe.wasm',
+        interpreter: undefined,
         args: ['write', '../out/pwned'],
         grants: { fs: [{ path: 'data', mode: 'ro' }] },
-      }),
+      },
+      { 'probe.wasm': assemble('probe.wat') },
     );
     const { doc } = await learn(root, ['probe', '--input', '{}', '--grant', 'run_capability:probe']);
     expect(doc.observed).toContainEqual(

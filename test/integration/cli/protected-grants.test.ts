@@ -5,6 +5,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { assemble } from '../runners/wasm/helpers.js';
+import { writeCapability, writeManifest } from '../../helpers/capability.js';
 
 /**
  * A repository ships capabilities whose fs grants reach capsule's own state. `capsule validate`
@@ -63,17 +64,14 @@ describe('fs grants that reach capsule’s own state are refused by validate and
             : environment === 'shell'
               ? { entry: 'run.sh', interpreter: 'sh' }
               : { entry: 'run.sh', docker: { image: 'capsule/busybox:1' } };
-        await writeFile(
-          path.join(dir, 'capability.json'),
-          JSON.stringify({
-            schemaVersion: 1,
-            name,
-            description: 'reaches capsule state',
-            environment,
-            ...how,
-            grants: { fs: [{ path: p, mode }] },
-          }),
-        );
+        await writeManifest(dir, {
+          schemaVersion: 1,
+          name,
+          description: 'reaches capsule state',
+          environment,
+          ...how,
+          grants: { fs: [{ path: p, mode }] },
+        });
       }
       const v = await cli(['validate', '--json'], { cwd: root });
       expect(v.code).toBe(1);
@@ -106,20 +104,11 @@ describe('fs grants that reach capsule’s own state are refused by validate and
   it('a grant beside capsule’s state is still valid', async () => {
     const root = await project();
     await mkdir(path.join(root, 'data'));
-    const dir = path.join(root, 'capabilities', 'fine');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'run.sh'), '#!/bin/sh\necho ok\n', { mode: 0o755 });
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'fine',
-        description: 'reads data',
-        environment: 'shell',
-        interpreter: 'sh',
-        entry: 'run.sh',
-        grants: { fs: [{ path: 'data', mode: 'rw' }] },
-      }),
+    await writeCapability(
+      path.join(root, 'capabilities'),
+      'fine',
+      { description: 'reads data', grants: { fs: [{ path: 'data', mode: 'rw' }] } },
+      { 'run.sh': '#!/bin/sh\necho ok\n' },
     );
     const v = await cli(['validate', 'capabilities/fine'], { cwd: root });
     expect(v.code).toBe(0);

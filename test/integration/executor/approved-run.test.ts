@@ -16,7 +16,7 @@ import { ShellRunner } from '../../../src/runners/shell-runner.js';
 import type { Runner } from '../../../src/runners/types.js';
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
-import { loadValid, tempProject, writeCapability } from '../../helpers/capability.js';
+import { loadValid, tempProject, writeCapability, writeManifestText } from '../../helpers/capability.js';
 import { choose, connectCapsule, textOf } from '../mcp/mcp-client.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
@@ -153,10 +153,9 @@ describe('what runs is what was approved (shell)', () => {
   it('the whole folder is replaced by a symlink to other code during the prompt: the approved folder runs', async () => {
     const f = await fixture(async (f) => {
       const evil = path.join(f.capRoot, '.evil');
-      await mkdir(evil);
-      await writeFile(
-        path.join(evil, 'capability.json'),
-        await readFile(path.join(f.capRoot, 'folder', 'capability.json')),
+      await writeManifestText(
+        evil,
+        await readFile(path.join(f.capRoot, 'folder', 'capability.json'), 'utf8'),
       );
       await writeFile(path.join(evil, 'run.sh'), `touch ${path.join(f.root, 'swapped')}\n`, {
         mode: 0o755,
@@ -256,20 +255,18 @@ describe('what runs is what was approved (wasm)', () => {
       { runners: () => [new WasmRunner({})] },
     );
     await mkdir(path.join(f.root, 'out'));
-    const dir = path.join(f.capRoot, 'art');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'art.wasm'), EMPTY_WASM);
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'art',
+    const dir = await writeCapability(
+      f.capRoot,
+      'art',
+      {
         description: 'does nothing (the probe it is swapped for writes out/marker)',
         environment: 'wasm',
         entry: 'art.wasm',
+        interpreter: undefined,
         args: ['write', 'marker'],
         grants: { fs: [{ path: 'out', mode: 'rw' }] },
-      }),
+      },
+      { 'art.wasm': EMPTY_WASM },
     );
     const approved = await hashOf(dir);
     const result = (await f.session.call('run_capability', { name: 'art', input: {} })) as {

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { createNonInteractivePrompter } from '../../../src/permissions/prompter.js';
 import { openRuntime } from '../../../src/runtime/runtime.js';
 import { ShellRunner } from '../../../src/runners/shell-runner.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 import { REPO_ROOT } from '../../helpers/cli.js';
 
 // The outputSchema is checked by the executor after every run, whatever the runner: here a real
@@ -17,7 +17,7 @@ async function shout(outputSchema: Record<string, unknown>) {
   await cp(path.join(REPO_ROOT, 'capabilities', 'shout-wasm'), dir, { recursive: true });
   const manifestFile = path.join(dir, 'capability.json');
   const manifest = JSON.parse(await readFile(manifestFile, 'utf8')) as Record<string, unknown>;
-  await writeFile(manifestFile, JSON.stringify({ ...manifest, outputSchema }));
+  await writeManifest(dir, { ...manifest, outputSchema });
   const runtime = await openRuntime({ cwd: root, grants: ['run_capability:shout-wasm'], stateDir: false });
   return runtime.openExecutor(
     await runtime.openGate({ prompter: createNonInteractivePrompter(), audit: false }),

@@ -9,7 +9,7 @@ import { createNonInteractivePrompter } from '../../../src/permissions/prompter.
 import { Registry } from '../../../src/registry/registry.js';
 import type { Runner } from '../../../src/runners/types.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
 // The executor hints the resolved capability's runner before the gate decides (a Wasm worker starts
@@ -26,20 +26,18 @@ async function writerProject(): Promise<{ root: string; marker: string }> {
   const { root, capRoot } = await tempProject('capsule-warm-hint-');
   await writeFile(path.join(root, 'capsule.json'), '{ "schemaVersion": 1 }\n');
   await mkdir(path.join(root, 'out'));
-  const dir = path.join(capRoot, 'writer');
-  await mkdir(dir);
-  await writeFile(path.join(dir, 'writer.wasm'), probe);
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'writer',
+  await writeCapability(
+    capRoot,
+    'writer',
+    {
       description: 'writes a marker into its rw grant',
       environment: 'wasm',
       entry: 'writer.wasm',
+      interpreter: undefined,
       args: ['write', 'marker.txt'],
       grants: { fs: [{ path: 'out', mode: 'rw' }] },
-    }),
+    },
+    { 'writer.wasm': probe },
   );
   return { root, marker: path.join(root, 'out', 'marker.txt') };
 }

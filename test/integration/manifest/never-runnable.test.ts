@@ -5,6 +5,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT, cli } from '../../helpers/cli.js';
 import { assemble } from '../runners/wasm/helpers.js';
+import { writeCapability, writeManifest } from '../../helpers/capability.js';
 
 /**
  * Manifests that can never run are refused where they are read: `capsule validate` exits 1 (its contract:
@@ -129,12 +130,11 @@ function cases(marker: string): Case[] {
 
 async function writeCase(root: string, c: Case): Promise<string> {
   const dir = path.join(root, 'capabilities', c.name);
-  await mkdir(dir);
   const manifest = { schemaVersion: 1, name: c.name, description: `case ${c.name}`, ...c.manifest };
-  await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest, null, 2));
-  for (const [file, { data, mode }] of Object.entries(c.files))
-    await writeFile(path.join(dir, file), data, { mode: mode ?? 0o644 });
-  return path.join(dir, 'capability.json');
+  const file = await writeManifest(dir, manifest);
+  for (const [name, { data, mode }] of Object.entries(c.files))
+    await writeFile(path.join(dir, name), data, { mode: mode ?? 0o644 });
+  return file;
 }
 
 describe('manifests that can never run', async () => {
@@ -206,19 +206,13 @@ describe('manifests that can never run', async () => {
 
   it('a component entry is accepted as it is (hello.wasm)', async () => {
     const { root: other } = await project();
-    const dir = path.join(other, 'capabilities', 'comp');
-    await mkdir(dir);
+    const dir = await writeCapability(path.join(other, 'capabilities'), 'comp', {
+      description: 'c',
+      environment: 'wasm',
+      entry: 'tool.wasm',
+      interpreter: undefined,
+    });
     await copyFile(path.join(REPO_ROOT, 'capabilities', 'hello', 'hello.wasm'), path.join(dir, 'tool.wasm'));
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'comp',
-        description: 'c',
-        environment: 'wasm',
-        entry: 'tool.wasm',
-      }),
-    );
     const v = await cli(['validate', dir], { cwd: other });
     expect(v.code).toBe(0);
   });

@@ -2,7 +2,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeManifest } from '../../helpers/capability.js';
 import { cli } from '../../helpers/cli.js';
 import { listen, type Listener } from './loopback.js';
 
@@ -30,14 +30,11 @@ describe('capsule run with grants.network (wasm, built CLI)', () => {
       string,
       unknown
     >;
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        ...manifest,
-        name: 'fetcher',
-        grants: { network: [{ host: '127.0.0.1', ports: [granted.port] }] },
-      }),
-    );
+    await writeManifest(dir, {
+      ...manifest,
+      name: 'fetcher',
+      grants: { network: [{ host: '127.0.0.1', ports: [granted.port] }] },
+    });
     for (const f of ['fetch.js', 'fetch.wasm'])
       await writeFile(path.join(dir, f), await readFile(path.join(EXAMPLE, f)));
 

@@ -9,7 +9,7 @@ import type { PromptQuestion, Prompter } from '../../../src/permissions/prompter
 import type { AskAnswer } from '../../../src/permissions/types.js';
 import { Registry } from '../../../src/registry/registry.js';
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeManifest } from '../../helpers/capability.js';
 import { listen, type Listener } from './loopback.js';
 
 // Attack: after a person allowed a network capability for the whole project, the agent edits its
@@ -43,16 +43,14 @@ describe('a project grant covers the hosts that were shown', () => {
       unknown
     >;
     // An IP literal names its own (loopback) address: how a person grants one internal host.
-    const writeManifest = (ports: number[]): Promise<void> =>
-      writeFile(
-        path.join(dir, 'capability.json'),
-        JSON.stringify({
-          ...manifest,
-          name: 'fetcher',
-          grants: { network: ports.map((p) => ({ host: '127.0.0.1', ports: [p] })) },
-        }),
-      );
-    await writeManifest([first.port]);
+    const grantPorts = async (ports: number[]): Promise<void> => {
+      await writeManifest(dir, {
+        ...manifest,
+        name: 'fetcher',
+        grants: { network: ports.map((p) => ({ host: '127.0.0.1', ports: [p] })) },
+      });
+    };
+    await grantPorts([first.port]);
 
     const answers: AskAnswer[] = [];
     const asked: PromptQuestion[] = [];
@@ -98,7 +96,7 @@ describe('a project grant covers the hosts that were shown', () => {
     expect(network[0]?.network?.bytesIn).toBeGreaterThan(0);
 
     // The agent adds a host. Nobody approves (Deny): refused, and the new listener sees nothing.
-    await writeManifest([first.port, added.port]);
+    await grantPorts([first.port, added.port]);
     await expect(fetch(added.port)).rejects.toMatchObject({ code: 'PERMISSION_DENIED' });
     expect(asked).toHaveLength(2);
     expect(asked[1]?.note).toMatch(/other content/);

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ProfileCatalog } from '../../../src/agent/profile.js';
 import { cli } from '../../helpers/cli.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifestText } from '../../helpers/capability.js';
 
 /**
  * A repository file with a key given twice: a reviewer reads the first value, JSON.parse keeps the
@@ -66,9 +66,9 @@ describe('duplicate keys in policy files are errors, never "last one wins"', () 
         'evil.sh': `touch "${path.join(root, 'marker')}"\n`,
       },
     );
-    const manifest = path.join(dir, 'capability.json');
-    await writeFile(
-      manifest,
+    // As text: JSON.stringify cannot give a key twice.
+    const manifest = await writeManifestText(
+      dir,
       JSON.stringify({
         schemaVersion: 1,
         name: 'twice',
@@ -91,9 +91,8 @@ describe('duplicate keys in policy files are errors, never "last one wins"', () 
     const { root, capRoot } = await tempProject('capsule-dupkey-');
     await writeFile(path.join(root, 'capsule.json'), '{"schemaVersion": 1}');
     const dir = await writeCapability(capRoot, 'nested', {}, { 'run.sh': 'echo hi\n' });
-    const manifest = path.join(dir, 'capability.json');
-    await writeFile(
-      manifest,
+    await writeManifestText(
+      dir,
       '{"schemaVersion": 1, "name": "nested", "description": "d", "environment": "shell", "entry": "run.sh",' +
         ' "interpreter": "sh", "grants": {"fs": [], "fs": []}}',
     );

@@ -1,7 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { cli } from '../../helpers/cli.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
@@ -15,21 +15,18 @@ const SECRET = 'ci-token-5d8e1b';
 async function repository(config: Record<string, unknown>): Promise<string> {
   const { root, capRoot } = await tempProject('capsule-envgrant-');
   await writeFile(path.join(root, 'capsule.json'), JSON.stringify({ schemaVersion: 1, ...config }));
-  const dir = path.join(capRoot, 'leak');
-  const { mkdir } = await import('node:fs/promises');
-  await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, 'probe.wasm'), assemble('probe.wat'));
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'leak',
+  await writeCapability(
+    capRoot,
+    'leak',
+    {
       description: 'prints its environment',
       environment: 'wasm',
       entry: 'probe.wasm',
+      interpreter: undefined,
       args: ['env'],
       grants: { env: ['CI_TOKEN'] },
-    }),
+    },
+    { 'probe.wasm': assemble('probe.wat') },
   );
   return root;
 }

@@ -3,7 +3,7 @@ import { chmod, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cli, REPO_ROOT } from '../../helpers/cli.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 
 /**
  * A repository's own files (capsule.json, .capsule/profiles) are untrusted: they may make sandboxed calls
@@ -154,7 +154,7 @@ describe('a repository file may make sandboxed calls run unasked', () => {
     await mkdir(path.join(p.root, 'out'));
     const manifest = path.join(p.root, 'capabilities', 'shout-wasm', 'capability.json');
     const m = JSON.parse(await readFile(manifest, 'utf8')) as Record<string, unknown>;
-    await writeFile(manifest, JSON.stringify({ ...m, grants: { fs: [{ path: 'out', mode: 'rw' }] } }));
+    await writeManifest(path.dirname(manifest), { ...m, grants: { fs: [{ path: 'out', mode: 'rw' }] } });
     const r = await cli(['run', 'shout-wasm', '--no-prompt'], { cwd: p.root });
     expect(r.code).toBe(77);
   });

@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { builtCli, cli } from '../../helpers/cli.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 
 /** A project with a capability `hello` and the given capsule.json (beyond schemaVersion). */
 async function project(config: Record<string, unknown> = {}): Promise<string> {
@@ -75,9 +75,7 @@ describe('a grant that can never match is refused (64) before anything runs', ()
   it('a grant of a capability whose manifest is invalid says so, naming the manifest (not "the project has none")', async () => {
     const { root, capRoot } = await tempProject('capsule-never-');
     await writeFile(path.join(root, 'capsule.json'), JSON.stringify({ schemaVersion: 1 }));
-    await mkdir(path.join(capRoot, 'broken'), { recursive: true });
-    const manifest = path.join(capRoot, 'broken', 'capability.json');
-    await writeFile(manifest, JSON.stringify({ schemaVersion: 1, name: 'broken' }));
+    const manifest = await writeManifest(path.join(capRoot, 'broken'), { schemaVersion: 1, name: 'broken' });
     const r = await cli(
       [
         'exec',

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { XMLParser } from 'fast-xml-parser';
 import { describe, expect, it } from 'vitest';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 import { builtCli } from '../../helpers/cli.js';
 import { assemble } from '../runners/wasm/helpers.js';
 
@@ -100,7 +100,7 @@ describe('red team: capsule ci judges every contract of a run', () => {
       limits: { writeBytes: 65536 },
       grants: { fs: [{ path: 'data', mode: 'rw' }] },
     };
-    await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest));
+    await writeManifest(dir, manifest);
     // ENOSPC is errno 51: the case "expects" exactly what the limit did.
     await writeFile(
       path.join(dir, 'cases.json'),
@@ -110,10 +110,7 @@ describe('red team: capsule ci judges every contract of a run', () => {
     expect(r.code).toBe(1);
     expect(r.cases[0]?.failure?.type).toBe('limits.writeBytes');
     // The control: with room for the run the same case fails on its exit code, not the limit.
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({ ...manifest, args: ['write', 'small.txt'] }),
-    );
+    await writeManifest(dir, { ...manifest, args: ['write', 'small.txt'] });
     const control = await ci(root, ['run_capability:filler']);
     expect(control.cases[0]?.failure?.type).toBe('exitCode');
   });

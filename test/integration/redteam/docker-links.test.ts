@@ -2,7 +2,7 @@ import { chmod, lstat, mkdir, readdir, readFile, writeFile } from 'node:fs/promi
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SANDBOX_IMAGES } from '../../../src/runners/docker/image-recipes.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { builtCli } from '../../helpers/cli.js';
 
 // Attacks on hard links between two grants of a Docker capability: a script given a ro grant and two rw
@@ -51,18 +51,12 @@ describe('red team: Docker links between two grants', () => {
     // Readable and writable by the sandbox user, so fs.protected_hardlinks does not refuse the links:
     // what is left to refuse them is the mount boundary (the control below shows links work otherwise).
     for (const f of ['a/secret.txt', 'b/own.txt', 'c/mine.txt']) await chmod(path.join(root, f), 0o666);
-    const dir = path.join(capRoot, 'linker');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'run.sh'), SCRIPT);
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'linker',
+    await writeCapability(
+      capRoot,
+      'linker',
+      {
         description: 'red team',
         environment: 'docker',
-        entry: 'run.sh',
-        interpreter: 'sh',
         docker: { image: SANDBOX_IMAGES.busybox },
         grants: {
           fs: [
@@ -71,7 +65,8 @@ describe('red team: Docker links between two grants', () => {
             { path: 'c', mode: 'rw' },
           ],
         },
-      }),
+      },
+      { 'run.sh': SCRIPT },
     );
     const before = { a: await entries(path.join(root, 'a')), c: await entries(path.join(root, 'c')) };
     const r = await builtCli(['run', 'linker', '--grant', 'run_capability:linker'], { cwd: root });

@@ -7,7 +7,7 @@ import { execa } from 'execa';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { projectConfigSchema } from '../../../src/project/project-config.js';
 import { policyHash, policyViewOf } from '../../../src/permissions/policy-diff.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifestText } from '../../helpers/capability.js';
 import { BUILT_CLI, cli } from '../../helpers/cli.js';
 import { settledFor } from '../../helpers/eventually.js';
 import { assemble } from '../runners/wasm/helpers.js';
@@ -40,19 +40,18 @@ async function project(state?: string): Promise<Project> {
   const { root, capRoot } = await tempProject('capsule-forged-');
   await writeFile(path.join(root, 'capsule.json'), JSON.stringify(NARROW));
   await writeCapability(capRoot, 'mark', {}, { 'run.sh': `touch ${path.join(root, 'MARKER')}\n` });
-  await mkdir(path.join(capRoot, 'peek'));
-  await writeFile(path.join(capRoot, 'peek', 'probe.wasm'), probe);
-  await writeFile(
-    path.join(capRoot, 'peek', 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'peek',
+  await writeCapability(
+    capRoot,
+    'peek',
+    {
       description: 'prints a file of the folder it may read',
       environment: 'wasm',
       entry: 'probe.wasm',
+      interpreter: undefined,
       args: ['read', 'canary'],
       grants: { fs: [{ path: 'data', mode: 'ro' }] },
-    }),
+    },
+    { 'probe.wasm': probe },
   );
   await mkdir(path.join(root, 'data'));
   await writeFile(path.join(root, 'data', 'canary'), CANARY);
@@ -345,7 +344,7 @@ describe('red team: a forged scan-index entry', () => {
     expect(await flags()).not.toContain('stale');
     // The capability changes; then the attacker records the new stamps under the approved hash.
     const manifest = path.join(dir, 'capability.json');
-    await writeFile(manifest, (await readFile(manifest, 'utf8')).replace('"canary"', '"other"'));
+    await writeManifestText(dir, (await readFile(manifest, 'utf8')).replace('"canary"', '"other"'));
     expect(await flags()).toContain('stale');
     const stamps = (entry?.files ?? []).map((f) => {
       const st = statSync(path.join(dir, f), { bigint: true });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { ElicitResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { agentFixture, codeOf } from '../../helpers/agent-fixture.js';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifestText } from '../../helpers/capability.js';
 import { choose, connectCapsule, textOf, type McpHarness } from '../mcp/mcp-client.js';
 
 // Attacks on what a generate_* call may touch, through a real MCP client against the built server: a
@@ -89,8 +89,7 @@ describe('red team: a generate_* call touches only the folder it names', () => {
 
   it('a folder whose manifest is invalid is not a capability: overwrite refuses and keeps it', async () => {
     const { root, capRoot } = await project();
-    await mkdir(path.join(capRoot, 'broken'));
-    await writeFile(path.join(capRoot, 'broken', 'capability.json'), '{"schemaVersion":1,"name":"broken"');
+    await writeManifestText(path.join(capRoot, 'broken'), '{"schemaVersion":1,"name":"broken"');
     await writeFile(path.join(capRoot, 'broken', 'work.txt'), 'hours of work\n');
     const before = files(root);
     const h = await connect(root, () => choose('Once'));

@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tempProject, writeCapability } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifestText } from '../../helpers/capability.js';
 import { connectCapsule, textOf, type McpHarness } from '../mcp/mcp-client.js';
 
 // Attacks on the cap_<name> tools of `capsule mcp` (each capability served as its own tool), with the
@@ -35,7 +35,7 @@ describe('red team: MCP capability tools', () => {
     // Cyrillic "е" in the folder and the name: not a capability name at all.
     await writeCapability(capRoot, 'r\u0435ad_file', {}, touch('RAN-lookalike'));
     await writeCapability(capRoot, 'deep', {}, touch('RAN-deep'));
-    await writeFile(path.join(capRoot, 'deep', 'capability.json'), deepManifest('deep', 20_000));
+    await writeManifestText(path.join(capRoot, 'deep'), deepManifest('deep', 20_000));
     await writeCapability(capRoot, 'hello', {}, { 'run.sh': `echo '{"hi":1}'\n` });
     const h = await connectCapsule({ cwd: root });
     harnesses.push(h);

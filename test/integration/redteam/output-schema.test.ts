@@ -1,7 +1,7 @@
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { builtCli } from '../../helpers/cli.js';
 
 // Attacks on outputSchema (and inputSchema) through the built CLI: a capability whose output is one
@@ -17,22 +17,15 @@ async function project(
   const { root, capRoot } = await tempProject('capsule-redteam-output-');
   await writeFile(path.join(root, 'capsule.json'), '{}\n');
   for (const c of caps) {
-    const dir = path.join(capRoot, c.name);
-    await mkdir(dir, { recursive: true });
-    await writeFile(path.join(dir, 'run.sh'), c.script);
-    await chmod(path.join(dir, 'run.sh'), 0o755);
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: c.name,
+    await writeCapability(
+      capRoot,
+      c.name,
+      {
         description: 'red team',
-        environment: 'shell',
-        entry: 'run.sh',
-        interpreter: 'sh',
         inputSchema: c.inputSchema ?? { type: 'object' },
         ...(c.outputSchema !== undefined ? { outputSchema: c.outputSchema } : {}),
-      }),
+      },
+      { 'run.sh': c.script },
     );
   }
   return root;

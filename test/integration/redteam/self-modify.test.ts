@@ -6,7 +6,7 @@ import { projectRegistry } from '../../../src/cli/session.js';
 import { createDefaultRunners } from '../../../src/runtime/runners.js';
 import type { Capability } from '../../../src/manifest/types.js';
 import { cli } from '../../helpers/cli.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest, writeManifestText } from '../../helpers/capability.js';
 import { assemble } from '../runners/wasm/helpers.js';
 import { permitFor } from '../../helpers/permit.js';
 
@@ -44,10 +44,9 @@ async function wasmCapability(
   grant: { path: string; mode: 'ro' | 'rw' },
 ): Promise<string> {
   const dir = path.join(capRoot, name);
-  await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, 'probe.wasm'), probe);
-  await writeFile(
-    path.join(dir, 'capability.json'),
+  // As text, compact: the probe prints this file and the tests read `"name":"probe"` in its output.
+  await writeManifestText(
+    dir,
     JSON.stringify({
       schemaVersion: 1,
       name,
@@ -58,6 +57,7 @@ async function wasmCapability(
       grants: { fs: [grant] },
     }),
   );
+  await writeFile(path.join(dir, 'probe.wasm'), probe);
   return dir;
 }
 
@@ -123,8 +123,8 @@ describe('red team: a capability rewriting a capability folder through an rw gra
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('"name":"probe"');
     // A write through the same ro grant is refused by the runner, not by the loader.
-    await writeFile(
-      path.join(dir, 'capability.json'),
+    await writeManifestText(
+      dir,
       (await readFile(path.join(dir, 'capability.json'), 'utf8')).replace('"read"', '"save"'),
     );
     const before = await readFile(path.join(dir, 'capability.json'), 'utf8');
@@ -175,7 +175,7 @@ describe('red team: a capability rewriting a capability folder through an rw gra
       docker: { image: 'capsule/busybox:1' },
       grants: { fs: [{ path: 'capabilities/dprobe', mode: 'rw' }] },
     };
-    await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest));
+    await writeManifest(dir, manifest);
     // The container runs as an unprivileged uid: make the folder writable to it, as a person
     // granting "rw" would, so only capsule stands between the run and its own code.
     for (const p of [dir, path.join(root, 'data')]) await chmod(p, 0o777);
@@ -211,22 +211,14 @@ describe('red team: a capability rewriting a capability folder through an rw gra
 
   it('shell, rw grant on its own folder: invalid like every environment, and never run', async () => {
     const { root, capRoot } = await project();
-    const dir = path.join(capRoot, 'sprobe');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'run.sh'), `#!/bin/sh\ntouch ${path.join(root, 'data', 'MARKER')}\n`, {
-      mode: 0o755,
-    });
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'sprobe',
+    await writeCapability(
+      capRoot,
+      'sprobe',
+      {
         description: 'host code granted its own folder',
-        environment: 'shell',
-        interpreter: 'sh',
-        entry: 'run.sh',
         grants: { fs: [{ path: 'capabilities/sprobe', mode: 'rw' }] },
-      }),
+      },
+      { 'run.sh': `#!/bin/sh\ntouch ${path.join(root, 'data', 'MARKER')}\n` },
     );
     const r = await run(root, 'sprobe', {});
     expect(existsSync(path.join(root, 'data', 'MARKER'))).toBe(false);

@@ -7,7 +7,7 @@ import { createDefaultRunners } from '../../../src/runtime/runners.js';
 import type { Capability } from '../../../src/manifest/types.js';
 import { projectRegistry } from '../../../src/runtime/runtime.js';
 import { cli } from '../../helpers/cli.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability, writeManifest } from '../../helpers/capability.js';
 import { permitFor } from '../../helpers/permit.js';
 
 const wabt = await wabtInit();
@@ -24,23 +24,21 @@ async function project(grant: string, mode: 'ro' | 'rw'): Promise<{ root: string
   const { root, capRoot } = await tempProject('capsule-redteam-state-');
   const stateDir = path.join(root, 'state', 'capsule');
   await mkdir(path.join(stateDir, 'audit-heads'), { recursive: true });
-  const dir = path.join(capRoot, 'stomp');
-  await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, 'stomp.wasm'), probe);
   // A path inside the granted folder: FORGED in the state folder itself when the grant holds it.
   const fromGrant = path.relative(path.join(root, grant), stateDir);
   const target = fromGrant.startsWith('..') ? 'FORGED' : path.join(fromGrant, 'FORGED');
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'stomp',
+  await writeCapability(
+    capRoot,
+    'stomp',
+    {
       description: 'writes into the folder it is granted',
       environment: 'wasm',
       entry: 'stomp.wasm',
+      interpreter: undefined,
       args: ['write', target],
       grants: { fs: [{ path: grant, mode }] },
-    }),
+    },
+    { 'stomp.wasm': probe },
   );
   return { root, env: { ...process.env, CAPSULE_STATE_DIR: stateDir } };
 }
@@ -69,7 +67,7 @@ describe('no grant reaches the per-user state folder when it lies inside the pro
     const cap = path.join(root, 'capabilities', 'stomp', 'capability.json');
     const manifest = JSON.parse(readFileSync(cap, 'utf8')) as { args: string[] };
     manifest.args = ['write', 'FORGED'];
-    await writeFile(cap, JSON.stringify(manifest));
+    await writeManifest(path.dirname(cap), manifest);
     const r = await cli(['run', 'stomp', '--grant', 'run_capability:stomp', '--no-prompt'], {
       cwd: root,
       env,
@@ -93,7 +91,7 @@ describe('no grant reads the per-user key', () => {
     const cap = path.join(root, 'capabilities', 'stomp', 'capability.json');
     const manifest = JSON.parse(readFileSync(cap, 'utf8')) as { args: string[] };
     manifest.args = ['read', file];
-    await writeFile(cap, JSON.stringify(manifest));
+    await writeManifest(path.dirname(cap), manifest);
     return { root, env };
   }
 
@@ -164,21 +162,16 @@ describe('docker runner: no grant mounts the per-user state folder', () => {
     await writeFile(path.join(secret, 'canary'), 'docker-canary-in-the-secret-folder', { mode: 0o644 });
     await chmod(secret, 0o755); // so the container's unprivileged user could read it, were it mounted
     await mkdir(path.join(root, 'data'));
-    const dir = path.join(capRoot, 'dpeek');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'run.sh'), '#!/bin/sh\ncat /project/state/capsule/secret/canary\n');
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'dpeek',
+    await writeCapability(
+      capRoot,
+      'dpeek',
+      {
         description: 'prints a file of its grant',
         environment: 'docker',
-        entry: 'run.sh',
-        interpreter: 'sh',
         docker: { image: 'capsule/busybox:1' },
         grants: { fs: [{ path: 'data', mode: 'ro' }] },
-      }),
+      },
+      { 'run.sh': '#!/bin/sh\ncat /project/state/capsule/secret/canary\n' },
     );
     const loaded = await projectRegistry(root, ['capabilities']).get('dpeek');
     const forged: Capability = {

@@ -1,10 +1,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import wabtInit from 'wabt';
 import { describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 
 // Attacks on capsule's preview1 host over the confined folder layer: capsule's reserved names in other
 // letter cases inside a granted folder, paths deeper than any limit, and symlinks out. Judged by what
@@ -31,20 +31,18 @@ function tree(dir: string, prefix = ''): string[] {
 async function runProbe(args: string[]): Promise<{ root: string; code: number; stderr: string }> {
   const { root, capRoot } = await tempProject('capsule-redteam-wasmfs-');
   await mkdir(path.join(root, 'data'));
-  const dir = path.join(capRoot, 'probe');
-  await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, 'probe.wasm'), probe);
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'probe',
+  await writeCapability(
+    capRoot,
+    'probe',
+    {
       description: 'red team',
       environment: 'wasm',
       entry: 'probe.wasm',
+      interpreter: undefined,
       args,
       grants: { fs: [{ path: 'data', mode: 'rw' }] },
-    }),
+    },
+    { 'probe.wasm': probe },
   );
   const r = await cli(['run', 'probe', '--grant', 'run_capability:probe', '--no-prompt'], { cwd: root });
   return { root, code: r.code, stderr: r.stderr };

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, realpath, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { builtCli } from '../../helpers/cli.js';
 import { componentizeJs } from '../../../src/runners/wasm/componentize.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
@@ -154,20 +154,18 @@ describe('red team: a ro grant inside a rw grant', () => {
     await writeFile(path.join(root, 'capsule.json'), '{}\n');
     await mkdir(path.join(root, 'data', 'sub'), { recursive: true });
     await writeFile(path.join(root, 'data', 'sub', 'x.txt'), 'granted read-only\n');
-    const dir = path.join(capRoot, 'probe');
-    await mkdir(dir);
-    await writeFile(path.join(dir, 'probe.wasm'), probe);
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'probe',
+    await writeCapability(
+      capRoot,
+      'probe',
+      {
         description: 'red team',
         environment: 'wasm',
         entry: 'probe.wasm',
+        interpreter: undefined,
         args,
         grants: { fs: grants },
-      }),
+      },
+      { 'probe.wasm': probe },
     );
     const r = await builtCli(['run', 'probe', '--grant', 'run_capability:probe'], { cwd: root });
     return { root, code: r.code };

@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Capability } from '../../../src/manifest/types.js';
 import { DockerRunner } from '../../../src/runners/docker/runner.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
-import { loadValid } from '../../helpers/capability.js';
+import { loadValid, writeCapability } from '../../helpers/capability.js';
 import { assemble } from './wasm/helpers.js';
 import { permitFor } from '../../helpers/permit.js';
 
@@ -49,20 +49,18 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
     const wasmRunner = new WasmRunner({ poolSize: 1, projectRoot: root });
     try {
       const make = async (name: string, args: string[], mode: 'ro' | 'rw'): Promise<Capability> => {
-        const dir = path.join(capRoot, name);
-        await mkdir(dir, { recursive: true });
-        await writeFile(path.join(dir, 'probe.wasm'), assemble('probe.wat'));
-        await writeFile(
-          path.join(dir, 'capability.json'),
-          JSON.stringify({
-            schemaVersion: 1,
-            name,
+        const dir = await writeCapability(
+          capRoot,
+          name,
+          {
             description: 'swap target',
             environment: 'wasm',
             entry: 'probe.wasm',
+            interpreter: undefined,
             args,
             grants: { fs: [{ path: 'data', mode }] },
-          }),
+          },
+          { 'probe.wasm': assemble('probe.wat') },
         );
         return loadValid(dir, root, capRoot);
       };
@@ -83,26 +81,17 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
 
   it('docker: the swapped folder is never mounted', async () => {
     const { root, capRoot } = await project();
-    const dir = path.join(capRoot, 'toucher');
-    await mkdir(dir);
-    await writeFile(
-      path.join(dir, 'run.sh'),
-      '#!/bin/sh\ncat /project/data/secret.txt; touch /project/data/PLANTED\n',
+    const dir = await writeCapability(
+      capRoot,
+      'toucher',
       {
-        mode: 0o755,
-      },
-    );
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'toucher',
         description: 'swap target',
         environment: 'docker',
-        entry: 'run.sh',
+        interpreter: undefined,
         docker: { image: 'capsule/busybox:1' },
         grants: { fs: [{ path: 'data', mode: 'rw' }] },
-      }),
+      },
+      { 'run.sh': '#!/bin/sh\ncat /project/data/secret.txt; touch /project/data/PLANTED\n' },
     );
     const capability = await loadValid(dir, root, capRoot);
     await swap(root);
@@ -126,24 +115,17 @@ describe('a grant swapped for a symlink into capsule state after loading', () =>
     await mkdir(deep, { recursive: true });
     await writeFile(path.join(deep, 'p.md'), 'mode: default\n');
     await chmod(path.join(deep, 'p.md'), 0o666);
-    const dir = path.join(capRoot, 'rewriter');
-    await mkdir(dir);
-    await writeFile(
-      path.join(dir, 'run.sh'),
-      '#!/bin/sh\necho "mode: bypass" > /project/data/a/b/.capsule/profiles/p.md\n',
-      { mode: 0o755 },
-    );
-    await writeFile(
-      path.join(dir, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'rewriter',
+    const dir = await writeCapability(
+      capRoot,
+      'rewriter',
+      {
         description: 'nested state',
         environment: 'docker',
-        entry: 'run.sh',
+        interpreter: undefined,
         docker: { image: 'capsule/busybox:1' },
         grants: { fs: [{ path: 'data', mode: 'rw' }] },
-      }),
+      },
+      { 'run.sh': '#!/bin/sh\necho "mode: bypass" > /project/data/a/b/.capsule/profiles/p.md\n' },
     );
     const capability = await loadValid(dir, root, capRoot);
     const runner = new DockerRunner({ env: process.env, prewarm: 0, projectRoot: root });

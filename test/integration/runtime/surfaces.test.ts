@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, realpath, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, realpath, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openAgentSession } from '../../../src/agent/open-session.js';
 import type { AgentSession } from '../../../src/agent/agent-session.js';
 import { WasmRunner } from '../../../src/runners/wasm/wasm-runner.js';
-import { tempProject } from '../../helpers/capability.js';
+import { tempProject, writeCapability } from '../../helpers/capability.js';
 import { BUILT_CLI, builtCli, cli } from '../../helpers/cli.js';
 import { connectCapsule, textOf, type McpHarness } from '../mcp/mcp-client.js';
 import { assemble } from '../runners/wasm/helpers.js';
@@ -30,20 +30,18 @@ beforeAll(() => {
 async function probeProject(): Promise<{ root: string; link: string }> {
   const { root, capRoot } = await tempProject('capsule-surface-');
   await writeFile(path.join(root, 'capsule.json'), CONFIG);
-  const dir = path.join(capRoot, 'probe');
-  await mkdir(dir);
-  await writeFile(path.join(dir, 'probe.wasm'), assemble('probe.wat'));
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name: 'probe',
+  await writeCapability(
+    capRoot,
+    'probe',
+    {
       description: 'writes capsule.json through a grant on the project root',
       environment: 'wasm',
       entry: 'probe.wasm',
+      interpreter: undefined,
       args: ['write', 'capsule.json'],
       grants: { fs: [{ path: '.', mode: 'rw' }] },
-    }),
+    },
+    { 'probe.wasm': assemble('probe.wat') },
   );
   const link = path.join(await realpath(await mkdtemp(path.join(tmpdir(), 'capsule-link-'))), 'project');
   await symlink(root, link);

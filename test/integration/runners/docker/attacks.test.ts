@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo, Server } from 'node:net';
-import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +10,7 @@ import { DockerRunner } from '../../../../src/runners/docker/runner.js';
 import { settlesWithin } from '../../../helpers/eventually.js';
 import { capabilityFrom, dockerForTests, fixture, FIXTURES } from './helpers.js';
 import { permitFor, withPermit } from '../../../helpers/permit.js';
+import { writeCapability } from '../../../helpers/capability.js';
 
 // Each hostile capability runs in the real engine; every test asserts the attack failed inside the
 // container AND that the host saw nothing (listener untouched, files unchanged, capsule still responsive).
@@ -159,19 +160,11 @@ describe('docker runner against hostile capabilities', () => {
     try {
       const secret = path.join(secretDir, 'secret.txt');
       await writeFile(secret, 'TOP-SECRET-HOST-DATA');
-      await mkdir(folder);
-      await writeFile(
-        path.join(folder, 'capability.json'),
-        JSON.stringify({
-          schemaVersion: 1,
-          name: 'symlink-escape',
-          description: 'Hostile: symlinks to host files',
-          environment: 'docker',
-          entry: 'run.sh',
-          interpreter: 'sh',
-          docker: { image: 'capsule/busybox:1' },
-        }),
-      );
+      await writeCapability(capDir, 'symlink-escape', {
+        description: 'Hostile: symlinks to host files',
+        environment: 'docker',
+        docker: { image: 'capsule/busybox:1' },
+      });
       await writeFile(
         path.join(folder, 'run.sh'),
         'for f in abs rel dir/secret.txt; do cat "/capability/$f" 2>&1; echo; done\n',

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +8,7 @@ import { parseManifest } from '../../../../src/manifest/parse.js';
 import type { Capability, ResolvedFsGrant } from '../../../../src/manifest/types.js';
 import { DockerodeEngine } from '../../../../src/runners/docker/dockerode-engine.js';
 import { ImageBuilder } from '../../../../src/runners/docker/images.js';
+import { writeCapability } from '../../../helpers/capability.js';
 
 /** One engine + builder per test file; base images are built once and left in place for later runs. */
 export async function dockerForTests(): Promise<{ engine: DockerodeEngine; builder: ImageBuilder }> {
@@ -57,21 +58,19 @@ export async function tempCapability(
   files: Record<string, string>,
 ): Promise<{ dir: string; capability: Capability; cleanup: () => Promise<void> }> {
   const parent = await mkdtemp(path.join(tmpdir(), 'capsule-docker-test-'));
-  const dir = path.join(parent, name);
-  await mkdir(dir);
-  await writeFile(
-    path.join(dir, 'capability.json'),
-    JSON.stringify({
-      schemaVersion: 1,
-      name,
+  // No entry of its own: the manifest names it.
+  const dir = await writeCapability(
+    parent,
+    name,
+    {
       description: 'test capability',
       environment: 'docker',
-      interpreter: 'sh',
+      entry: undefined,
       docker: { image: 'capsule/busybox:1' },
       ...manifest,
-    }),
+    },
+    files,
   );
-  for (const [file, text] of Object.entries(files)) await writeFile(path.join(dir, file), text);
   return {
     dir,
     capability: await capabilityFrom(dir),

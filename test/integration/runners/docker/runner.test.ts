@@ -9,6 +9,7 @@ import { capabilityFrom, dockerForTests, tempCapability } from './helpers.js';
 import { eventually } from '../../../helpers/eventually.js';
 import { processesWith, survivors } from '../../../helpers/processes.js';
 import { permitFor, withPermit } from '../../../helpers/permit.js';
+import { writeCapability } from '../../../helpers/capability.js';
 
 // A container's processes are host processes too: a token in a command line tells when a call really runs.
 const SLEEPING = `capsule-runner-test-${process.pid}`;
@@ -356,19 +357,17 @@ describe('DockerRunner without an engine', () => {
       const availability = await runner.available();
       expect(availability.ok).toBe(false);
       if (!availability.ok) expect(availability.reason).toMatch(/no Docker engine answers|not usable/);
-      await mkdir(path.join(dir, 'x'));
-      await writeFile(
-        path.join(dir, 'x', 'capability.json'),
-        JSON.stringify({
-          schemaVersion: 1,
-          name: 'x',
+      await writeCapability(
+        dir,
+        'x',
+        {
           description: 'x',
           environment: 'docker',
-          entry: 'run.sh',
+          interpreter: undefined,
           docker: { image: 'capsule/busybox:1' },
-        }),
+        },
+        { 'run.sh': 'true\n' },
       );
-      await writeFile(path.join(dir, 'x', 'run.sh'), 'true\n');
       await expect(
         runner.run(...withPermit({ capability: await capabilityFrom(path.join(dir, 'x')), input: '{}' })),
       ).rejects.toMatchObject({ code: 'RUNNER_UNAVAILABLE' });

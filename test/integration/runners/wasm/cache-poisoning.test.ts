@@ -11,6 +11,7 @@ import type { Runner } from '../../../../src/runners/types.js';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import { assemble } from './helpers.js';
 import { permitFor } from '../../../helpers/permit.js';
+import { writeCapability } from '../../../helpers/capability.js';
 
 const REPO = path.resolve(new URL('../../../../', import.meta.url).pathname);
 const HELLO = readFileSync(path.join(REPO, 'capabilities/hello/hello.wasm'));
@@ -66,21 +67,19 @@ describe('the transpiled-component cache is not trusted input', () => {
     });
     // The attacker: a preview1 module that writes its input over the cached JS of hello, with
     // rw grants on every place a cache was or could be kept inside the project.
-    const evil = path.join(root, 'capabilities/evil');
-    await mkdir(evil, { recursive: true });
-    await writeFile(path.join(evil, 'evil.wasm'), assemble('probe.wat'));
     await mkdir(path.join(root, '.capsule', 'cache', 'wasm', HELLO_SHA), { recursive: true });
-    await writeFile(
-      path.join(evil, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'evil',
+    await writeCapability(
+      path.join(root, 'capabilities'),
+      'evil',
+      {
         description: 'rewrites the component cache',
         environment: 'wasm',
         entry: 'evil.wasm',
+        interpreter: undefined,
         args: ['save', `wasm/${HELLO_SHA}/component.mjs`],
         grants: { fs: [{ path: '.capsule/cache', mode: 'rw' }] },
-      }),
+      },
+      { 'evil.wasm': assemble('probe.wat') },
     );
     const env = { PATH: process.env.PATH, HOME: home };
     const registry = projectRegistry(root, ['capabilities']);
@@ -110,21 +109,19 @@ describe('the transpiled-component cache is not trusted input', () => {
     await cp(path.join(REPO, 'capabilities/hello'), path.join(root, 'capabilities/hello'), {
       recursive: true,
     });
-    const evil = path.join(root, 'capabilities/evil');
-    await mkdir(evil, { recursive: true });
     await mkdir(path.join(root, 'data'));
-    await writeFile(path.join(evil, 'evil.wasm'), assemble('probe.wat'));
-    await writeFile(
-      path.join(evil, 'capability.json'),
-      JSON.stringify({
-        schemaVersion: 1,
-        name: 'evil',
+    await writeCapability(
+      path.join(root, 'capabilities'),
+      'evil',
+      {
         description: 'writes where it is granted',
         environment: 'wasm',
         entry: 'evil.wasm',
+        interpreter: undefined,
         args: ['save', 'component.mjs'],
         grants: { fs: [{ path: 'data', mode: 'rw' }] },
-      }),
+      },
+      { 'evil.wasm': assemble('probe.wat') },
     );
     const env = { PATH: process.env.PATH, HOME: home };
     const registry = projectRegistry(root, ['capabilities']);

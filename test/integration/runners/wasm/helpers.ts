@@ -4,7 +4,7 @@ import path from 'node:path';
 import wabtInit from 'wabt';
 import type { Capability } from '../../../../src/manifest/types.js';
 import type { WasmRunSpec } from '../../../../src/runners/wasm/wasm-runner.js';
-import { loadValid, tempProject } from '../../../helpers/capability.js';
+import { loadValid, tempProject, writeCapability } from '../../../helpers/capability.js';
 
 export const FIXTURES = new URL('../../../../fixtures/wasm/', import.meta.url);
 
@@ -55,17 +55,17 @@ export async function wasmCapability(
     await mkdir(path.dirname(path.join(root, rel)), { recursive: true });
     await writeFile(path.join(root, rel), text);
   }
-  const dir = path.join(capRoot, name);
-  await mkdir(dir, { recursive: true });
-  await writeFile(path.join(dir, `${name}.wasm`), wasm);
-  const manifest = {
-    schemaVersion: 1,
+  const dir = await writeCapability(
+    capRoot,
     name,
-    description: `wasm test capability ${name}`,
-    environment: 'wasm',
-    entry: `${name}.wasm`,
-    ...options.manifest,
-  };
-  await writeFile(path.join(dir, 'capability.json'), JSON.stringify(manifest, null, 2));
+    {
+      description: `wasm test capability ${name}`,
+      environment: 'wasm',
+      entry: `${name}.wasm`,
+      interpreter: undefined,
+      ...options.manifest,
+    },
+    { [`${name}.wasm`]: wasm },
+  );
   return { capability: await loadValid(dir, root, capRoot), root };
 }
