@@ -1,6 +1,7 @@
 // Docker runner latency: a bare, hardened dockerode create→attach→start→wait→remove (the naive floor)
 // vs capsule's default path (a fresh container per call, created ahead by the prewarm pool) vs
 // reset-reusable containers (docker.reusable). Measured alternately in one process so noise hits all three.
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import Docker from 'dockerode';
 import { PassThrough } from 'node:stream';
 import { benchCapability } from './capability.mjs';
@@ -78,8 +79,12 @@ export async function benchDocker({ root, iterations = 30 }) {
   try {
     for (let i = 0; i < iterations + 3; i++) {
       const b = await timed(bare);
-      const f = await timed(async () => check(await fresh.run({ capability: base, input })));
-      const w = await timed(async () => check(await warm.run({ capability: reusable, input })));
+      const f = await timed(async () =>
+        check(await fresh.run({ capability: base, input }, mintRunnerPermit(base))),
+      );
+      const w = await timed(async () =>
+        check(await warm.run({ capability: reusable, input }, mintRunnerPermit(reusable))),
+      );
       // Let background removals and prewarms settle so they do not bill the next sample.
       await new Promise((r) => setTimeout(r, 150));
       if (i >= 3) {
@@ -104,7 +109,9 @@ export async function benchDocker({ root, iterations = 30 }) {
       // Warm-up at the same concurrency: the pool has seen this configuration and sized itself to the demand.
       for (let i = 0; i < 8; i++)
         await Promise.all(
-          Array.from({ length: callers }, async () => check(await runner.run({ capability, input }))),
+          Array.from({ length: callers }, async () =>
+            check(await runner.run({ capability, input }, mintRunnerPermit(capability))),
+          ),
         );
       await new Promise((r) => setTimeout(r, 300));
       const each = [];
@@ -112,7 +119,11 @@ export async function benchDocker({ root, iterations = 30 }) {
       await Promise.all(
         Array.from({ length: callers }, async () => {
           for (let i = 0; i < Math.ceil(calls / callers); i++)
-            each.push(await timed(async () => check(await runner.run({ capability, input }))));
+            each.push(
+              await timed(async () =>
+                check(await runner.run({ capability, input }, mintRunnerPermit(capability))),
+              ),
+            );
         }),
       );
       const wall = performance.now() - t0;
@@ -155,7 +166,9 @@ export async function benchDocker({ root, iterations = 30 }) {
     const times = [];
     try {
       for (let i = 0; i < Math.min(iterations, 15) + 2; i++) {
-        const t = await timed(async () => check(await runsc.run({ capability: gvisor, input })));
+        const t = await timed(async () =>
+          check(await runsc.run({ capability: gvisor, input }, mintRunnerPermit(gvisor))),
+        );
         await new Promise((r) => setTimeout(r, 150));
         if (i >= 2) times.push(t);
       }

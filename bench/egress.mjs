@@ -2,6 +2,7 @@
 // loopback listener (the floor), measured alternately in one process so noise hits all of them.
 // Paths: the docker egress proxy on its unix socket (forward proxy and CONNECT tunnel, as capability code
 // in a container uses it) and a warm Wasm component call whose fetch goes through capsule's host.
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import http from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -65,7 +66,7 @@ export async function benchEgress({ root, iterations = 200 }) {
   const runner = new WasmRunner({ poolSize: 1, egressResolver: resolve });
   const input = JSON.stringify({ url: `http://api.test:${port}/` });
   const wasmCall = async () => {
-    const r = await runner.run({ capability, input });
+    const r = await runner.run({ capability, input }, mintRunnerPermit(capability));
     if (!r.stdout.includes('"status":200')) throw new Error(`wasm fetch failed: ${r.stdout}${r.stderr}`);
   };
 

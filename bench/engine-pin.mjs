@@ -6,6 +6,7 @@
 // - a whole call as the executor makes it (measureIsolation, then run) on one pooled engine, against the same
 //   pool with the binding switched off.
 // Needs the extra engines (bash scripts/extra-engines.sh up); without them the suite says so and adds no rows.
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import http from 'node:http';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -125,7 +126,9 @@ export async function benchEnginePin({ root, iterations = 20 }) {
         const d = await timed(async () => {
           if ((await pools[k].measureIsolation()) !== undefined)
             throw new Error('pool-b measured as not sandboxed');
-          check(await pools[k].run({ capability, input, requireSandboxed: true }));
+          check(
+            await pools[k].run({ capability, input, requireSandboxed: true }, mintRunnerPermit(capability)),
+          );
         });
         if (i >= 3) calls[k].push(d);
         await new Promise((r) => setTimeout(r, 100));

@@ -4,6 +4,7 @@
 // component that reads and writes through a granted folder. Docker has no row: a learning docker run is the
 // same container run, with the egress proxy's records (made on every run anyway) kept.
 // Usage: import { benchLearn } from './learn.mjs' (bench/run.mjs), or `node bench/learn.mjs` after `npm run build`.
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -76,7 +77,7 @@ async function shellRows({ dist, iterations }) {
       for (const [name, capability] of Object.entries(caps)) {
         for (const learn of [false, true]) {
           const t = performance.now();
-          const r = await runner.run({ capability, input: '{}', learn });
+          const r = await runner.run({ capability, input: '{}', learn }, mintRunnerPermit(capability));
           const ms = performance.now() - t;
           if (r.exitCode !== 0) throw new Error(`${name} failed: ${r.stderr}`);
           if (learn && !r.observed?.observations.some((o) => o.path?.endsWith('in.txt')))

@@ -1,6 +1,7 @@
 // Limits and round trips whose speed tests do not judge (tests judge the effect: killed, cut, gone):
 // how long past limits.timeoutMs a run ends, how long a flood takes to cut and what it costs in memory,
 // and the MCP round trip of run_capability against the library call (the same capability, same process).
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -48,7 +49,9 @@ export async function benchLimits({ root, iterations = 10 }) {
     name: 'limits: shell run past a 300 ms timeout (SIGTERM ignored), ms after the limit',
     ...(await sample(
       iterations,
-      async () => (await shell.run({ capability: stubbornCap, input: '{}' })).durationMs - 300,
+      async () =>
+        (await shell.run({ capability: stubbornCap, input: '{}' }, mintRunnerPermit(stubbornCap)))
+          .durationMs - 300,
     )),
   });
 
@@ -62,7 +65,7 @@ export async function benchLimits({ root, iterations = 10 }) {
     name: 'limits: shell 1 GB flood cut at 64 KiB',
     ...(await sample(iterations, async () => {
       const before = process.memoryUsage().rss;
-      const r = await shell.run({ capability: floodCap, input: '{}' });
+      const r = await shell.run({ capability: floodCap, input: '{}' }, mintRunnerPermit(floodCap));
       rssGrowth = Math.max(rssGrowth, process.memoryUsage().rss - before);
       return r.durationMs;
     })),

@@ -2,6 +2,7 @@
 // at once on two engines vs on one (throughput), and a call through the Swarm runner vs a bare service. Needs the extra engines (bash scripts/extra-engines.sh up);
 // without them the suite says so and adds no rows. Both engines run on this machine, so "two engines" shares
 // its cores: the rows measure the pool's overhead and scheduling, not the capacity of a second host.
+import { mintRunnerPermit } from '../dist/runners/permit.js';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { benchCapability } from './capability.mjs';
@@ -47,7 +48,9 @@ export async function benchPool({ root, iterations = 20 }) {
       const took = {};
       for (const k of order) {
         const runner = k === 'one' ? one : pool;
-        took[k] = await timed(async () => check(await runner.run({ capability, input })));
+        took[k] = await timed(async () =>
+          check(await runner.run({ capability, input }, mintRunnerPermit(capability))),
+        );
         await settle();
       }
       if (i >= 3) {
@@ -63,7 +66,8 @@ export async function benchPool({ root, iterations = 20 }) {
       const t0 = performance.now();
       await Promise.all(
         Array.from({ length: 4 }, async () => {
-          for (let i = 0; i < calls / 4; i++) check(await runner.run({ capability, input }));
+          for (let i = 0; i < calls / 4; i++)
+            check(await runner.run({ capability, input }, mintRunnerPermit(capability)));
         }),
       );
       throughput[label] = (performance.now() - t0) / calls;
@@ -145,7 +149,9 @@ async function benchSwarm({ index, capability, input, check, timed, iterations }
   const samples = { bare: [], swarm: [] };
   for (let i = 0; i < iterations + 1; i++) {
     const b = await timed(bare);
-    const s = await timed(async () => check(await runner.run({ capability, input })));
+    const s = await timed(async () =>
+      check(await runner.run({ capability, input }, mintRunnerPermit(capability))),
+    );
     if (i >= 1) {
       samples.bare.push(b);
       samples.swarm.push(s);

@@ -11,7 +11,7 @@ import { stats } from './stats.mjs';
 export async function benchRegistry({ count = 1000, rounds = 5 } = {}) {
   const { Registry } = await import('../dist/registry/registry.js');
   const { ScanIndex } = await import('../dist/registry/scan-index.js');
-  const { StateKey } = await import('../dist/config/state-key.js');
+  const { StateKey } = await import('../dist/project/state-key.js');
   const root = await mkdtemp(path.join(tmpdir(), 'capsule-bench-registry-'));
   try {
     for (let i = 0; i < count; i++) {
