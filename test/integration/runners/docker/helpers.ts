@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdtemp, readFile, realpath, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,18 +59,15 @@ export async function tempCapability(
 ): Promise<{ dir: string; capability: Capability; cleanup: () => Promise<void> }> {
   const parent = await mkdtemp(path.join(tmpdir(), 'capsule-docker-test-'));
   // No entry of its own: the manifest names it.
-  const dir = await writeCapability(
-    parent,
-    name,
-    {
-      description: 'test capability',
-      environment: 'docker',
-      entry: undefined,
-      docker: { image: 'capsule/busybox:1' },
-      ...manifest,
-    },
-    files,
-  );
+  const dir = await writeCapability(parent, name, {
+    description: 'test capability',
+    environment: 'docker',
+    entry: undefined,
+    docker: { image: 'capsule/busybox:1' },
+    ...manifest,
+  });
+  // As given, no chmod: a test may hand an entry that is not executable.
+  for (const [file, text] of Object.entries(files)) await writeFile(path.join(dir, file), text);
   return {
     dir,
     capability: await capabilityFrom(dir),
