@@ -21,6 +21,19 @@ async function keyOf(stateDir: string): Promise<StateKeyModule.StateKey> {
 const DIST = path.join(REPO_ROOT, 'dist', 'permissions');
 const KEY_MODULE = path.join(REPO_ROOT, 'dist', 'project', 'state-key.js');
 
+/** The built verifier and head path, as the crashing children load them. */
+async function builtAudit(): Promise<
+  Pick<typeof AuditVerifyModule, 'verifyAuditLog'> & Pick<typeof AuditPathsModule, 'auditHeadPath'>
+> {
+  const [{ verifyAuditLog }, { auditHeadPath }] = await Promise.all([
+    import(pathToFileURL(path.join(DIST, 'audit', 'verify.js')).href) as Promise<typeof AuditVerifyModule>,
+    import(pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href) as Promise<
+      typeof AuditPathsModule
+    >,
+  ]);
+  return { verifyAuditLog, auditHeadPath };
+}
+
 /**
  * The acting process: many concurrent callers, each asks the gate (with the hash-chained audit log and
  * its head) and acts on the allow by creating a marker file named after the decision. It never stops
@@ -121,12 +134,7 @@ describe('audit log under a kill (write before acting)', () => {
       await mkdir(path.join(root, '.capsule'), { recursive: true });
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
-      const { verifyAuditLog } = (await import(
-        pathToFileURL(path.join(DIST, 'audit', 'verify.js')).href
-      )) as typeof AuditVerifyModule;
-      const { auditHeadPath } = (await import(
-        pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
-      )) as typeof AuditPathsModule;
+      const { verifyAuditLog, auditHeadPath } = await builtAudit();
       const headFile = await auditHeadPath(state, root);
       const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');
@@ -171,12 +179,7 @@ describe('audit log under a kill (write before acting)', () => {
       await mkdir(path.join(root, '.capsule'), { recursive: true });
       const script = path.join(state, 'act.mjs');
       await writeFile(script, CHILD);
-      const { verifyAuditLog } = (await import(
-        pathToFileURL(path.join(DIST, 'audit', 'verify.js')).href
-      )) as typeof AuditVerifyModule;
-      const { auditHeadPath } = (await import(
-        pathToFileURL(path.join(REPO_ROOT, 'dist', 'project', 'audit-paths.js')).href
-      )) as typeof AuditPathsModule;
+      const { verifyAuditLog, auditHeadPath } = await builtAudit();
       const headFile = await auditHeadPath(state, root);
       const head = { file: headFile, key: await keyOf(state) };
       const log = path.join(root, '.capsule', 'audit.jsonl');
