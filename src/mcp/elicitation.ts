@@ -208,31 +208,41 @@ async function elicitDecision(
 }
 
 /**
+ * A confirmation that fails closed: yes only for an accepted form with the acting answer; a client that
+ * cannot elicit, an aborted call, a decline, a failure or a timeout are all no.
+ */
+async function confirmed(
+  server: Server,
+  form: DecisionForm,
+  signal: AbortSignal | undefined,
+): Promise<boolean> {
+  if (!clientCanElicit(server) || signal?.aborted === true) return false;
+  try {
+    return (await elicitDecision(server, form, signal)).yes;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * A changed policy (capsule.json rules, allowlist, profiles) confirmed over MCP: the difference is
  * shown and only an explicit "adopt" applies it. No elicitation, a decline, a failure: not adopted.
  */
 export function createElicitationPolicyConfirmer(server: Server): PolicyConfirmer {
-  return async (change, signal) => {
-    if (!clientCanElicit(server) || signal?.aborted === true) return false;
-    try {
-      const answer = await elicitDecision(
-        server,
-        {
-          message: `${change.text}\n\nThe agent asked to reload. Adopt this policy only if you made (or want) these changes yourself.`,
-          title: 'Adopt the changed policy?',
-          choices: [
-            { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
-            { const: 'adopt', title: 'Adopt the change' },
-          ],
-          yes: 'adopt',
-        },
-        signal,
-      );
-      return answer.yes;
-    } catch {
-      return false;
-    }
-  };
+  return async (change, signal) =>
+    confirmed(
+      server,
+      {
+        message: `${change.text}\n\nThe agent asked to reload. Adopt this policy only if you made (or want) these changes yourself.`,
+        title: 'Adopt the changed policy?',
+        choices: [
+          { const: 'keep', title: 'Keep the confirmed policy (ignore the change)' },
+          { const: 'adopt', title: 'Adopt the change' },
+        ],
+        yes: 'adopt',
+      },
+      signal,
+    );
 }
 
 /** exit_plan_mode's approval over MCP: the plan is shown and the human approves or rejects it. */
@@ -327,26 +337,19 @@ export function agentDenialText(denial: Denial, canElicit: boolean): string {
  * writes. No elicitation, a decline, a timeout, a failure: nothing is written.
  */
 export function createElicitationWriteConfirmer(server: Server): WriteConfirmer {
-  return async (question, signal) => {
-    if (!clientCanElicit(server) || signal?.aborted === true) return false;
-    try {
-      const answer = await elicitDecision(
-        server,
-        {
-          // The proposal carries manifest- and capability-controlled text: each line escaped and marked.
-          message: planText(question.text),
-          title: `Write ${promptSafe(question.target, 200)}?`,
-          choices: [
-            { const: 'keep', title: 'Do not write it' },
-            { const: 'write', title: 'Write it' },
-          ],
-          yes: 'write',
-        },
-        signal,
-      );
-      return answer.yes;
-    } catch {
-      return false;
-    }
-  };
+  return async (question, signal) =>
+    confirmed(
+      server,
+      {
+        // The proposal carries manifest- and capability-controlled text: each line escaped and marked.
+        message: planText(question.text),
+        title: `Write ${promptSafe(question.target, 200)}?`,
+        choices: [
+          { const: 'keep', title: 'Do not write it' },
+          { const: 'write', title: 'Write it' },
+        ],
+        yes: 'write',
+      },
+      signal,
+    );
 }

@@ -1,9 +1,8 @@
-import { mkdir, realpath } from 'node:fs/promises';
+import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { writeFileAtomic } from '../base/atomic-write.js';
 import { readOptionalFile } from '../base/optional-file.js';
-import { stateRecordFile } from '../base/user-state.js';
+import { MacRecordStore } from '../project/mac-record-store.js';
 import type { ProjectConfig } from '../project/project-config.js';
 import { parseStrictJson } from '../base/strict-json.js';
 import type { StateKey } from '../project/state-key.js';
@@ -69,22 +68,16 @@ export type SnapshotRead =
   | { state: 'confirmed'; file: string; snapshot: PolicySnapshot }
   | { state: 'untrusted'; file: string; kind: UntrustedSnapshotKind; problem: string };
 
-const MAC_PURPOSE = 'policy-snapshot';
-
 /** The last confirmed policy of each project, kept in capsule's per-user state folder. */
-export class PolicySnapshotStore {
-  readonly dir: string;
-  readonly #key: StateKey;
-
+export class PolicySnapshotStore extends MacRecordStore {
   constructor(options: { stateDir: string; key: StateKey }) {
-    this.dir = path.join(options.stateDir, 'policy');
-    this.#key = options.key;
+    super(options, 'policy', 'policy-snapshot');
   }
 
   /** The snapshot file of a project: keyed by the sha256 of the root's real path. */
   async fileFor(projectRoot: string): Promise<{ root: string; file: string }> {
     const root = await realpath(projectRoot).catch(() => path.resolve(projectRoot));
-    return { root, file: stateRecordFile(this.dir, root) };
+    return { root, file: this.recordFile(root) };
   }
 
   /**
@@ -122,10 +115,10 @@ export class PolicySnapshotStore {
     const parsed = json.ok ? snapshotSchema.safeParse(json.value) : undefined;
     if (parsed?.success !== true) return untrusted('broken', `${file} is not a confirmed policy snapshot`);
     const { mac, ...body } = parsed.data;
-    if (!(await this.#key.verify(MAC_PURPOSE, path.basename(file), body, mac)))
+    if (!(await this.verify(path.basename(file), body, mac)))
       return untrusted(
         'forged',
-        `${file} was not written by capsule for this project: its MAC does not verify with this user's key (${this.#key.file}), so it is a forgery or a copy`,
+        `${file} was not written by capsule for this project: its MAC does not verify with this user's key (${this.key.file}), so it is a forgery or a copy`,
       );
     const textsMatch = Object.entries(body.profileTexts).every(
       ([f, t]) => body.policy.profiles[f] === profileTextHash(t),
@@ -155,7 +148,6 @@ export class PolicySnapshotStore {
       );
       if (text !== undefined) profileTexts[f] = text;
     }
-    await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const snapshot: PolicySnapshot = {
       schemaVersion: 2,
       root,
@@ -165,8 +157,8 @@ export class PolicySnapshotStore {
       confirmedAt: new Date().toISOString(),
       by,
     };
-    const mac = await this.#key.sign(MAC_PURPOSE, path.basename(file), snapshot);
-    await writeFileAtomic(file, `${JSON.stringify({ ...snapshot, mac }, null, 2)}\n`, 0o600);
+    const mac = await this.sign(path.basename(file), snapshot);
+    await this.writeRecord(file, `${JSON.stringify({ ...snapshot, mac }, null, 2)}\n`);
   }
 }
 

@@ -41,6 +41,16 @@ export interface JsonlAuditLogOptions {
 /** At most this many records in one write (a burst larger than this is written in several batches). */
 const MAX_BATCH = 2048;
 
+/** Whether the log read up to an offset ends there, whole and valid, at the record the head names. */
+function endsAtHead(read: Awaited<ReturnType<typeof readTail>>, head: AuditHead): boolean {
+  return (
+    read.problem === undefined &&
+    read.torn === undefined &&
+    read.records === head.records &&
+    read.lastHash === head.lastHash
+  );
+}
+
 interface Waiting {
   event: AuditEvent;
   resolve: () => void;
@@ -233,12 +243,7 @@ export class JsonlAuditLog implements AuditSink {
           // returned (append resolves after the write), so it is cut back to where it began — if the
           // record there is the one the head names — and the cut is recorded with what it removed.
           const before = await readTail(this.file, batch.from);
-          if (
-            before.problem === undefined &&
-            before.torn === undefined &&
-            before.records === head.records &&
-            before.lastHash === head.lastHash
-          ) {
+          if (endsAtHead(before, head)) {
             const cut = await readRange(this.file, batch.from, Math.min(size - batch.from, 200));
             await truncate(this.file, batch.from);
             notes.push(
@@ -299,13 +304,7 @@ export class JsonlAuditLog implements AuditSink {
     let from: number | undefined;
     if (head.size !== undefined && head.size <= size) {
       const at = await readTail(this.file, head.size);
-      if (
-        at.problem === undefined &&
-        at.torn === undefined &&
-        at.records === head.records &&
-        at.lastHash === head.lastHash
-      )
-        from = head.size;
+      if (endsAtHead(at, head)) from = head.size;
     }
     if (from !== undefined) {
       const walk = walkChain(await readRange(this.file, from, size - from), {

@@ -1,16 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile } from 'node:fs/promises';
-import path from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { writeFileAtomic } from '../../base/atomic-write.js';
-import { stateRecordFile } from '../../base/user-state.js';
+import { MacRecordStore } from '../../project/mac-record-store.js';
 import type { StateKey } from '../../project/state-key.js';
 import { parseStrictJson } from '../../base/strict-json.js';
 import type { EngineIdentity } from './engine.js';
 import { MANAGED_LABEL, ROLE_LABEL } from './labels.js';
 import type { MeasuredPosture } from './posture.js';
-
-const MAC_PURPOSE = 'engine-posture';
 
 /** The role label of a canary a stored measurement names (kept on the daemon between processes). */
 export const KEPT_CANARY_ROLE = 'posture-canary';
@@ -75,17 +71,13 @@ export type StoredPosture = Omit<z.infer<typeof recordSchema>, 'mac' | 'schemaVe
  * own event log still holds the probe (the log lives in the daemon's memory: a restarted daemon has none of it)
  * with no reload since. Anything else, or anything that cannot be checked, and the engine is measured again.
  */
-export class PostureStore {
-  readonly dir: string;
-  readonly #key: StateKey;
-
+export class PostureStore extends MacRecordStore {
   constructor(options: { stateDir: string; key: StateKey }) {
-    this.dir = path.join(options.stateDir, 'engine-posture');
-    this.#key = options.key;
+    super(options, 'engine-posture', 'engine-posture');
   }
 
   fileFor(address: string): string {
-    return stateRecordFile(this.dir, address);
+    return this.recordFile(address);
   }
 
   /** The record for `address` when it is capsule's own (its MAC verifies), else undefined. */
@@ -101,19 +93,17 @@ export class PostureStore {
     if (parsed?.success !== true) return undefined;
     const { mac, schemaVersion: _v, ...body } = parsed.data;
     if (body.address !== address) return undefined;
-    const ok = await this.#key.verify(MAC_PURPOSE, address, body, mac).catch(() => false);
+    const ok = await this.verify(address, body, mac).catch(() => false);
     return ok ? body : undefined;
   }
 
   /** Keep a measurement; best effort (a failure to write costs the next process a probe). */
   async save(record: StoredPosture): Promise<void> {
     try {
-      const mac = await this.#key.sign(MAC_PURPOSE, record.address, record);
-      await mkdir(this.dir, { recursive: true, mode: 0o700 });
-      await writeFileAtomic(
+      const mac = await this.sign(record.address, record);
+      await this.writeRecord(
         this.fileFor(record.address),
         JSON.stringify({ schemaVersion: 1, ...record, mac }),
-        0o600,
       );
     } catch {
       // Not kept: measured again next time.

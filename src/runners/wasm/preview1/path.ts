@@ -6,7 +6,17 @@
  */
 import { constants, fstatSync } from 'node:fs';
 import { DIR_RIGHTS, E, FDFLAGS, FILE_RIGHTS, OFLAGS, R } from './abi.js';
-import { encoder, follow, MAX_OPEN_FDS, MAX_U64, times, U64, type Preview1Function } from './call.js';
+import {
+  encoder,
+  follow,
+  MAX_OPEN_FDS,
+  MAX_U64,
+  times,
+  U64,
+  type DirEntry,
+  type Preview1Call,
+  type Preview1Function,
+} from './call.js';
 
 const {
   O_RDONLY,
@@ -23,6 +33,28 @@ const {
 } = constants;
 /** The rights a read-only grant drops from what an open asks for. */
 const RO_DROPPED = R.FD_ALLOCATE | R.FD_FILESTAT_SET_SIZE | R.FD_FILESTAT_SET_TIMES;
+
+/** A guest path beneath a directory fd: the fd, the path's pointer and length, the right the call needs. */
+type DirPath = [fd: number, ptr: number, len: number, right: bigint];
+/** A guest path read, with the directory it is beneath. */
+type GuestPath = { dir: DirEntry['dir']; path: string };
+
+/**
+ * The two paths of path_link and path_rename, each beneath its own directory fd with its own right:
+ * both fds are checked before either path is read.
+ */
+function twoPaths(
+  c: Preview1Call,
+  [fromFd, fromPtr, fromLen, fromRight]: DirPath,
+  [toFd, toPtr, toLen, toRight]: DirPath,
+): [from: GuestPath, to: GuestPath] {
+  const from = c.dirOf(fromFd, fromRight);
+  const to = c.dirOf(toFd, toRight);
+  return [
+    { dir: from.dir, path: c.str(fromPtr, fromLen) },
+    { dir: to.dir, path: c.str(toPtr, toLen) },
+  ];
+}
 
 export const PATH_FUNCTIONS: Record<string, Preview1Function> = {
   path_open: (
@@ -163,9 +195,12 @@ export const PATH_FUNCTIONS: Record<string, Preview1Function> = {
     newPtr: number,
     newLen: number,
   ) => {
-    const a = c.dirOf(oldfd, R.PATH_LINK_SOURCE);
-    const b = c.dirOf(newfd, R.PATH_LINK_TARGET);
-    a.dir.link(c.str(oldPtr, oldLen), { follow: follow(oldflags) }, b.dir, c.str(newPtr, newLen));
+    const [from, to] = twoPaths(
+      c,
+      [oldfd, oldPtr, oldLen, R.PATH_LINK_SOURCE],
+      [newfd, newPtr, newLen, R.PATH_LINK_TARGET],
+    );
+    from.dir.link(from.path, { follow: follow(oldflags) }, to.dir, to.path);
     return E.SUCCESS;
   },
   path_rename: (
@@ -177,9 +212,12 @@ export const PATH_FUNCTIONS: Record<string, Preview1Function> = {
     newPtr: number,
     newLen: number,
   ) => {
-    const a = c.dirOf(oldfd, R.PATH_RENAME_SOURCE);
-    const b = c.dirOf(newfd, R.PATH_RENAME_TARGET);
-    a.dir.rename(c.str(oldPtr, oldLen), b.dir, c.str(newPtr, newLen));
+    const [from, to] = twoPaths(
+      c,
+      [oldfd, oldPtr, oldLen, R.PATH_RENAME_SOURCE],
+      [newfd, newPtr, newLen, R.PATH_RENAME_TARGET],
+    );
+    from.dir.rename(from.path, to.dir, to.path);
     return E.SUCCESS;
   },
   path_symlink: (c, oldPtr: number, oldLen: number, dirfd: number, newPtr: number, newLen: number) => {
