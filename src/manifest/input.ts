@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { Script, createContext, type Context } from 'node:vm';
 import type { Ajv, Options, ValidateFunction } from 'ajv';
 import { CapsuleError } from '../base/errors.js';
+import { parseJsonText } from '../base/json-text.js';
 import { LinearRegexEngine } from '../base/linear-regex.js';
 import { schemaPatternProblem, schemaPatterns } from './schema-patterns.js';
 import type { Capability } from './types.js';
@@ -231,20 +232,16 @@ export class InputValidator {
     if (Buffer.byteLength(inputText) > MAX_INPUT_BYTES) {
       throw new CapsuleError('INPUT_INVALID', `Input is larger than ${MAX_INPUT_BYTES} bytes.`);
     }
-    let value: unknown;
-    try {
-      value = JSON.parse(inputText);
-    } catch (err) {
-      throw new CapsuleError(
-        'INPUT_INVALID',
-        `Input is not valid JSON: ${(err as Error).message}`,
-        {
-          field: 'input',
-          hint: `Pass a JSON document, e.g. --input '{"name":"world"}'.`,
-        },
-        { cause: err },
-      );
-    }
+    const value = parseJsonText(
+      inputText,
+      (reason, cause) =>
+        new CapsuleError(
+          'INPUT_INVALID',
+          `Input is not valid JSON: ${reason}`,
+          { field: 'input', hint: `Pass a JSON document, e.g. --input '{"name":"world"}'.` },
+          cause,
+        ),
+    );
     refuseDeepInput(value);
     let validate: ValidateFunction;
     try {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { CapsuleError } from '../base/errors.js';
 import { parseStrictJson } from '../base/strict-json.js';
+import { keysOfSyntax } from '../base/record-keys.js';
 
 /** Engine names: what `--engine NAME` and `capsule engines` show. */
 const ENGINE_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -67,17 +68,9 @@ const swarmEngineSchema = z
 
 export const enginesSchema = z
   .record(z.string(), z.discriminatedUnion('type', [dockerEngineSchema, swarmEngineSchema]))
-  .superRefine((record, ctx) => {
-    for (const name of Object.keys(record)) {
-      if (!ENGINE_NAME.test(name)) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [name],
-          message: 'is not an engine name (lower-case letters, digits, . _ -; e.g. "build-1")',
-        });
-      }
-    }
-  })
+  .superRefine(
+    keysOfSyntax(ENGINE_NAME, 'is not an engine name (lower-case letters, digits, . _ -; e.g. "build-1")'),
+  )
   .describe(
     'Docker engines docker capabilities run on, by name (docs/scale-out.md). Empty: the one engine of DOCKER_HOST or the local socket. Calls are scheduled across the healthy ones; `--engine NAME` picks one.',
   );

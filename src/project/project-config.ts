@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { enginesSchema } from './engines.js';
 import { CapsuleError } from '../base/errors.js';
 import { fileIssues } from '../base/zod-issues.js';
+import { keysOfSyntax } from '../base/record-keys.js';
 import { parseStrictJson } from '../base/strict-json.js';
 import { ENVIRONMENTS } from './environments.js';
 import { KEY_SYNTAX, RULE_SYNTAX } from './key-syntax.js';
@@ -102,27 +103,22 @@ export const projectConfigSchema = z
       .describe('Permission mode at start: default | plan | edit | bypass. `--mode` overrides it.'),
     allowlist: z
       .record(z.string(), allowlistEntrySchema)
-      .superRefine((record, ctx) => {
-        // Checked here rather than as a key schema so the issue names the offending key as its field.
-        for (const key of Object.keys(record)) {
-          if (!KEY_SYNTAX.test(key)) {
-            ctx.addIssue({
-              code: 'custom',
-              path: [key],
-              message: 'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)',
-            });
-            continue;
-          }
-          const i = key.indexOf(':');
-          const never = grantNeverMatches(key.slice(0, i), key.slice(i + 1));
-          if (never !== undefined)
-            ctx.addIssue({
-              code: 'custom',
-              path: [key],
-              message: `can never match: ${never.why}. ${never.hint}`,
-            });
-        }
-      })
+      .superRefine(
+        keysOfSyntax(
+          KEY_SYNTAX,
+          'is not a permission key (expected TOOL:ACTION, e.g. run_capability:hello)',
+          (key, ctx) => {
+            const i = key.indexOf(':');
+            const never = grantNeverMatches(key.slice(0, i), key.slice(i + 1));
+            if (never !== undefined)
+              ctx.addIssue({
+                code: 'custom',
+                path: [key],
+                message: `can never match: ${never.why}. ${never.hint}`,
+              });
+          },
+        ),
+      )
       .default({})
       .describe(
         'Project allowlist: permission key → level. Read at start and on explicit reload only. run_command keys and unsandboxed capabilities are refused here (ceiling rule).',

@@ -9,6 +9,7 @@ import { askHost, defineTool, askNone, type AgentTool } from './define.js';
 import { unifiedDiff } from '../base/text-diff.js';
 import type { DeclaredPermission } from './tool.js';
 import type { ResolvedPath, Workspace } from './workspace.js';
+import type { AgentToolContext } from './ports.js';
 
 /** Files larger than this are not read whole by read_file / grep / diff. */
 export const MAX_READ_BYTES = 4 * 1024 * 1024;
@@ -106,6 +107,31 @@ async function readPermission(workspace: Workspace, rawPath: string): Promise<De
   return askNone((await workspace.resolve(rawPath, 'path')).relative);
 }
 
+/**
+ * A read-only tool of one path (read_file, glob, grep): Permission::None on `reads(args)` as above, after
+ * `check` has refused arguments it cannot take.
+ */
+function defineReadTool<S extends z.ZodType, R>(tool: {
+  name: string;
+  description: string;
+  parameters: S;
+  reads(args: z.infer<S>): string;
+  check?(args: z.infer<S>): void;
+  execute(args: z.infer<S>, ctx: AgentToolContext): Promise<R>;
+}): AgentTool {
+  return defineTool({
+    name: tool.name,
+    description: tool.description,
+    kind: 'READ_ONLY',
+    parameters: tool.parameters,
+    async permission(args, ctx) {
+      tool.check?.(args);
+      return readPermission(ctx.workspace, tool.reads(args));
+    },
+    execute: (args, ctx) => tool.execute(args, ctx),
+  });
+}
+
 // --- read-only ---------------------------------------------------------------------------------
 
 const readFileParameters = z.strictObject({
@@ -115,14 +141,11 @@ const readFileParameters = z.strictObject({
 });
 
 export function createReadFileTool(): AgentTool {
-  return defineTool({
+  return defineReadTool({
     name: 'read_file',
     description: 'Read a text file inside the project (optionally a range of lines).',
-    kind: 'READ_ONLY',
     parameters: readFileParameters,
-    async permission(args, ctx) {
-      return readPermission(ctx.workspace, args.path);
-    },
+    reads: (args) => args.path,
     async execute(args, ctx) {
       const file = await ctx.workspace.resolve(args.path, 'path');
       const text = await readText(file, 'path');
@@ -152,15 +175,12 @@ const globParameters = z.strictObject({
 });
 
 export function createGlobTool(): AgentTool {
-  return defineTool({
+  return defineReadTool({
     name: 'glob',
     description: 'List files inside the project whose path matches a glob (relative to the search folder).',
-    kind: 'READ_ONLY',
     parameters: globParameters,
-    async permission(args, ctx) {
-      checkGlob(args.pattern, 'pattern');
-      return readPermission(ctx.workspace, args.path ?? '.');
-    },
+    reads: (args) => args.path ?? '.',
+    check: (args) => checkGlob(args.pattern, 'pattern'),
     async execute(args, ctx) {
       checkGlob(args.pattern, 'pattern');
       const base = await ctx.workspace.resolve(args.path ?? '.', 'path');
@@ -203,15 +223,14 @@ const grepParameters = z.strictObject({
 
 export function createGrepTool(): AgentTool {
   const regex = new LinearRegexEngine();
-  return defineTool({
+  return defineReadTool({
     name: 'grep',
     description:
       'Search text files inside the project for a regular expression; returns file, line number and line.',
-    kind: 'READ_ONLY',
     parameters: grepParameters,
-    async permission(args, ctx) {
+    reads: (args) => args.path ?? '.',
+    check: (args) => {
       if (args.glob !== undefined) checkGlob(args.glob, 'glob');
-      return readPermission(ctx.workspace, args.path ?? '.');
     },
     async execute(args, ctx) {
       // The agent's pattern meets the project's files: linear-time matching, so no pair of them can

@@ -10,6 +10,7 @@ import {
   type ClaudeSettingsScope,
 } from '../../permissions/claude-settings.js';
 import { CapsuleError, isCapsuleError } from '../../base/errors.js';
+import { parseJsonText } from '../../base/json-text.js';
 import { isInside } from '../../manifest/paths.js';
 import type { CommandParser } from '../../permissions/commands/parser.js';
 import type { Explanation, PermissionEngine } from '../../permissions/engine.js';
@@ -122,17 +123,11 @@ function claudeProjectDir(io: CliIO): string {
 
 /** Parse the envelope, or say exactly what is wrong with it. */
 export function parseEnvelope(text: string): PreToolUseEnvelope {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw new CapsuleError(
-      'USAGE',
-      `the hook input is not JSON (${(err as Error).message})`,
-      { field: 'stdin' },
-      { cause: err },
-    );
-  }
+  const doc = parseJsonText(
+    text,
+    (reason, cause) =>
+      new CapsuleError('USAGE', `the hook input is not JSON (${reason})`, { field: 'stdin' }, cause),
+  );
   const parsed = preToolUseEnvelopeSchema.safeParse(doc);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
