@@ -2,9 +2,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { WasmRunner } from '../../../../src/runners/wasm/wasm-runner.js';
 import { assemble, rawSpec } from './helpers.js';
 
-// A preview1 call with nothing granted may run on the runner's own thread (see inline-preview1.ts).
-// Whatever guest it is, that thread stays capsule's: its timers and signals still run while the guest
-// spins, a cancel still stops it, and a guest stopped mid-run leaves nothing for the next call.
+// A spinning preview1 guest with nothing granted never holds the runner's own thread, wherever it runs
+// (a pooled worker today; running such calls on the runner's thread under a slice was tried, see
+// docs/benchmarks.md, and these tests fail for it without the slice): timers still fire while the guest
+// spins, a cancel still stops it, a timeout of 1 ms still holds, and a guest stopped mid-run leaves
+// nothing for the next call of the same module.
 const runner = new WasmRunner({ poolSize: 1 });
 afterAll(() => runner.close());
 
@@ -14,6 +16,10 @@ const text = (b: Uint8Array): string => Buffer.from(b).toString('utf8');
 
 describe('WasmRunner: a preview1 call without grants never holds the runner’s thread', () => {
   it('a timer set before a spinning call fires while the guest still spins', async () => {
+    // Compiled and held first: the spinning call then starts without waiting on anything.
+    const warm = await runner.runRaw(rawSpec('probe.wasm', probe, 'warm', { args: ['cat'] }));
+    expect(text(warm.stdout)).toBe('warm');
+    await new Promise((resolve) => setImmediate(resolve));
     const order: string[] = [];
     setTimeout(() => order.push('timer'), 0);
     const r = await runner.runRaw(rawSpec('probe.wasm', probe, '', { args: ['ispin'], timeoutMs: 1_500 }));
