@@ -1,7 +1,9 @@
 // Part of `npm run build` (after scripts/bundle-cli.mjs): runs the bundled CLI as a user would, with
 // CAPSULE_WRITE_CODE_CACHE=1, so each chunk a command loads gets its V8 code cache written beside it
 // (dist/cli/<chunk>.js.cache, see src/cli/code-cache.ts). The runs are `list`, `run hello` (the shipped
-// component) and `hook claude` on two envelopes: a chunk both load keeps the later, larger cache. A run that fails only
+// component) and `hook claude` on two envelopes. A chunk both `list` and `run` load keeps the later, larger
+// cache; `hook` runs under other V8 flags (--liftoff-only, see src/cli/main.ts), so its chunks get caches of
+// their own (<chunk>.js.liftoff.cache), which never replace the others (V8 would reject them). A run that fails only
 // leaves those chunks without a cache (they compile from source, as without one); the build goes on.
 import { spawnSync } from 'node:child_process';
 import { cp, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';

@@ -14,18 +14,21 @@ if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
 }
 // No top-level await: the build bundles this entry as CommonJS (docs/architecture.md, "The built CLI").
 async function main(): Promise<never> {
-  // Every command runs under the same V8 flags from here on, so the bundle's code caches (made by the
-  // build under them, see code-cache.ts) apply to every chunk; the Wasm runner needs this flag anyway.
+  // The V8 flags are set before the first chunk compiles, so the bundle's code caches (made by the build
+  // under the same flags, see code-cache.ts) apply to every chunk; the Wasm runner needs this flag anyway.
   setFlagsFromString('--experimental-wasm-extended-const');
-  const { useCodeCaches } = await import('./code-cache.js');
-  useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
-    write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
-  });
   // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
   // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
   // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
-  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook')
-    setFlagsFromString('--liftoff-only');
+  // Set before any chunk compiles: V8 takes a code cache only under the flags it was made with, so these
+  // commands read caches of their own (the `liftoff` variant).
+  const liftoff = argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook';
+  if (liftoff) setFlagsFromString('--liftoff-only');
+  const { useCodeCaches } = await import('./code-cache.js');
+  useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
+    write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
+    variant: liftoff ? 'liftoff' : undefined,
+  });
 
   const io = {
     stdin: () => process.stdin,
