@@ -96,6 +96,8 @@ export class ModuleCache {
   #transpiler: string | undefined;
   readonly #maxEntries: number;
   readonly #entries = new Map<string, Promise<Prepared>>();
+  /** Preloads still reading the disk cache, by entry key (see preload). */
+  readonly #preloads = new Map<string, Promise<void>>();
   /** Content hash per byte buffer already seen, so a warm call does not rehash a 1.5 MB component. */
   readonly #hashes = new WeakMap<Uint8Array, string>();
   /** Bytes per file identity (path, inode, size, mtime): a warm call stats the file instead of reading it. */
@@ -145,6 +147,8 @@ export class ModuleCache {
   async prepare(bytes: Uint8Array, options: { file: string; capPages: number }): Promise<Prepared> {
     const hash = this.#hashOf(bytes);
     const key = `${hash}:${options.capPages}`;
+    // A preload still reading the disk cache: wait for it rather than do its work twice.
+    await this.#preloads.get(key)?.catch(() => undefined);
     const hit = this.#entries.get(key);
     if (hit !== undefined) {
       this.#entries.delete(key);
@@ -165,7 +169,22 @@ export class ModuleCache {
   async preload(bytes: Uint8Array, options: { file: string; capPages: number }): Promise<void> {
     const hash = this.#hashOf(bytes);
     const key = `${hash}:${options.capPages}`;
-    if (this.#entries.has(key)) return;
+    if (this.#entries.has(key) || this.#preloads.has(key)) return;
+    const work = this.#preloadWork(bytes, hash, key, options);
+    this.#preloads.set(key, work);
+    try {
+      await work;
+    } finally {
+      this.#preloads.delete(key);
+    }
+  }
+
+  async #preloadWork(
+    bytes: Uint8Array,
+    hash: string,
+    key: string,
+    options: { file: string; capPages: number },
+  ): Promise<void> {
     let files: TranspiledFiles | undefined;
     if (detectWasmKind(bytes, options.file) === 'component') {
       const dir = this.#entryDir(hash);
