@@ -1,8 +1,11 @@
 // Part of `npm run build` (after scripts/bundle-cli.mjs): runs the bundled CLI as a user would, with
 // CAPSULE_WRITE_CODE_CACHE=1, so each chunk a command loads gets its V8 code cache written beside it
 // (dist/cli/<chunk>.js.cache, see src/cli/code-cache.ts). The runs are `list`, `run hello` (the shipped
-// component) and `hook claude` on two envelopes: a chunk both load keeps the later, larger cache. A run that fails only
-// leaves those chunks without a cache (they compile from source, as without one); the build goes on.
+// component), `key` and `hook claude` on two envelopes: a chunk two runs load keeps the later, larger cache.
+// `key` and `hook` run under other V8 flags (--liftoff-only, see src/cli/main.ts), so their chunks get
+// caches of their own (<chunk>.js.liftoff.cache), which never replace the others (V8 would reject them).
+// A run that fails only leaves those chunks without a cache (they compile from source, as without one);
+// the build goes on.
 import { spawnSync } from 'node:child_process';
 import { cp, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -38,6 +41,9 @@ try {
   const runs = [
     [['list']],
     [['run', 'hello', '--grant', 'run_capability:hello', '--no-prompt', '--input', '{"name":"build"}']],
+    // `key` runs under the hook's flags but through the program (commander); the hook runs after it, so a
+    // chunk both load keeps the hook's cache (it runs on every tool call).
+    [['key', '--', 'git status']],
     [['hook', 'claude'], envelope('Write', { file_path: path.join(project, 'a.txt'), content: '' })],
     [['hook', 'claude'], envelope('Bash', { command: 'git status' })],
   ];

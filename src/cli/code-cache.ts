@@ -6,7 +6,9 @@
  * (`<chunk>.js.cache`); later starts compile a chunk from its cache. A cache file carries the SHA-256
  * of the source it was made from and is used only for that source: V8's own check is little more
  * than the source's length. V8 rejects a cache made by another V8 or under other flags; the chunk
- * then compiles from source, as it would without one.
+ * then compiles from source, as it would without one — and a rejected cache costs more than none (V8
+ * reads it before it gives up), so each set of V8 flags a command runs under has caches of its own
+ * (`variant`, see main.ts): `<chunk>.js.cache` for the default flags, `<chunk>.js.<variant>.cache` else.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -67,11 +69,18 @@ export function compileModule(
 
 /**
  * Compiles the CommonJS modules in `dir` (the bundle's folder) from their code caches; with `write`,
- * (re)writes the cache of every module loaded there when the process exits. Modules elsewhere
- * (node_modules, Node's own) load as usual. Does nothing if this Node has no `Module.prototype._compile`.
+ * (re)writes the cache of every module loaded there when the process exits (each `variant` its own).
+ * Modules elsewhere (node_modules, Node's own) load as usual. Does nothing if this Node has no `Module.prototype._compile`.
  * Returns what puts Node's own compile back.
  */
-export function useCodeCaches(dir: string, options: { write: boolean }): () => void {
+export function useCodeCaches(
+  dir: string,
+  options: {
+    write: boolean;
+    /** The V8 flag set this process runs under, when not the default (e.g. `liftoff`). */
+    variant?: string | undefined;
+  },
+): () => void {
   const proto = Module.prototype as unknown as {
     _compile?: (this: LoadingModule, source: string, filename: string) => unknown;
   };
@@ -80,7 +89,8 @@ export function useCodeCaches(dir: string, options: { write: boolean }): () => v
   const prefix = dir.endsWith(path.sep) ? dir : `${dir}${path.sep}`;
   const loaded: Array<{ file: string; source: string; script: vm.Script }> = [];
   proto._compile = function compileFromCache(this: LoadingModule, source: string, filename: string) {
-    const cacheFile = `${filename}.cache`;
+    const cacheFile =
+      options.variant === undefined ? `${filename}.cache` : `${filename}.${options.variant}.cache`;
     const cachedData = filename.startsWith(prefix) ? readCodeCache(cacheFile, source) : undefined;
     if (cachedData === undefined && !(options.write && filename.startsWith(prefix))) {
       return original.call(this, source, filename);

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { createRequire } from 'node:module';
 import { isatty } from 'node:tty';
 import { setFlagsFromString } from 'node:v8';
 import path from 'node:path';
@@ -12,20 +13,50 @@ if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
   process.stdout.write(`${VERSION}\n`);
   process.exit(0);
 }
+/**
+ * Node's builtin modules that commands load, required before the V8 flags change: Node compiles a builtin
+ * from its own embedded code cache only under the flags that cache was made with, and from source after
+ * any setFlagsFromString (3–5 times slower). Loaded here, they cost what they cost in a plain `node`.
+ * Those almost every command loads, and those a command that runs capabilities adds (the Wasm worker
+ * pool, the egress resolver). A module left out only loads slower; one loaded here and not used costs
+ * little (its top level, from the cache).
+ */
+const EARLY_BUILTINS = [
+  'node:crypto',
+  'node:vm',
+  'node:module',
+  'node:os',
+  'node:fs/promises',
+  'node:child_process',
+  'node:timers/promises',
+  'node:readline',
+  'node:readline/promises',
+  'node:assert',
+  'node:constants',
+];
+const RUNNING_BUILTINS = ['node:worker_threads', 'node:dns/promises', 'node:perf_hooks'];
+const RUNS_CAPABILITIES = new Set(['run', 'ci', 'compare', 'learn', 'wasm', 'mcp']);
+
 // No top-level await: the build bundles this entry as CommonJS (docs/architecture.md, "The built CLI").
 async function main(): Promise<never> {
-  // Every command runs under the same V8 flags from here on, so the bundle's code caches (made by the
-  // build under them, see code-cache.ts) apply to every chunk; the Wasm runner needs this flag anyway.
+  const load = createRequire(import.meta.url);
+  for (const id of EARLY_BUILTINS) load(id);
+  if (RUNS_CAPABILITIES.has(argv[0] ?? '')) for (const id of RUNNING_BUILTINS) load(id);
+  // The V8 flags are set before the first chunk compiles, so the bundle's code caches (made by the build
+  // under the same flags, see code-cache.ts) apply to every chunk; the Wasm runner needs this flag anyway.
   setFlagsFromString('--experimental-wasm-extended-const');
-  const { useCodeCaches } = await import('./code-cache.js');
-  useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
-    write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
-  });
   // These parse a shell command and exit without running any Wasm capability: V8's optimizing tier would
   // only compile the bash grammar's large lexer in the background, and the exit waits for it (~0.4 s of CPU).
   // Commands that run capabilities (run, ci, compare, wasm) and the long-lived mcp server keep it.
-  if (argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook')
-    setFlagsFromString('--liftoff-only');
+  // Set before any chunk compiles: V8 takes a code cache only under the flags it was made with, so these
+  // commands read caches of their own (the `liftoff` variant).
+  const liftoff = argv[0] === 'key' || argv[0] === 'explain' || argv[0] === 'exec' || argv[0] === 'hook';
+  if (liftoff) setFlagsFromString('--liftoff-only');
+  const { useCodeCaches } = await import('./code-cache.js');
+  useCodeCaches(path.dirname(fileURLToPath(import.meta.url)), {
+    write: process.env.CAPSULE_WRITE_CODE_CACHE === '1',
+    variant: liftoff ? 'liftoff' : undefined,
+  });
 
   const io = {
     stdin: () => process.stdin,

@@ -160,6 +160,11 @@ export class Executor {
       try {
         await this.#measure(capability.environment);
         const staged = await this.#stage.stage(capability);
+        // The staged bytes are read and compiled while the gate judges them (nothing of them runs).
+        void this.#runners
+          .get(staged.environment)
+          ?.preload?.(staged)
+          .catch(() => undefined);
         await validator;
         return staged;
       } catch (err) {

@@ -1,4 +1,4 @@
-import type { Environment } from '../manifest/types.js';
+import type { Capability, Environment } from '../manifest/types.js';
 import { assertPermit, type RunnerPermit } from './permit.js';
 import type { Runner, RunRequest, RunResult } from './types.js';
 
@@ -46,6 +46,12 @@ export class LazyRunner implements Runner {
   async warm(count?: number): Promise<void> {
     if (this.options.warms !== true) return;
     await (await this.#get()).warm?.(count);
+  }
+
+  /** Passes the hint on to a runner that warms (the same one a warm() hint loaded), loading no other. */
+  async preload(capability: Capability): Promise<void> {
+    if (this.options.warms !== true) return;
+    await (await this.#get()).preload?.(capability);
   }
 
   async close(): Promise<void> {

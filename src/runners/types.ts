@@ -113,6 +113,14 @@ export interface Runner {
   warm?(count?: number): Promise<void>;
 
   /**
+   * Starts reading and compiling the staged `capability` (a Wasm binary from capsule's verified cache)
+   * while its call is still judged, so the run after the permit finds it ready. Runs none of its code,
+   * decides nothing and writes nothing: what is not ready by then is done by the run, which checks
+   * everything again (its bytes are named by their hash). Errors are the run's to report.
+   */
+  preload?(capability: Capability): Promise<void>;
+
+  /**
    * Runners whose isolation depends on what is measured where they run (several Docker engines): why their
    * capabilities are not a sandbox there, or undefined when the measurement found nothing missing. The executor
    * asks before each call of this environment is judged: cheap while what was measured still answers (the same

@@ -96,6 +96,8 @@ export class ModuleCache {
   #transpiler: string | undefined;
   readonly #maxEntries: number;
   readonly #entries = new Map<string, Promise<Prepared>>();
+  /** Preloads still reading the disk cache, by entry key (see preload). */
+  readonly #preloads = new Map<string, Promise<void>>();
   /** Content hash per byte buffer already seen, so a warm call does not rehash a 1.5 MB component. */
   readonly #hashes = new WeakMap<Uint8Array, string>();
   /** Bytes per file identity (path, inode, size, mtime): a warm call stats the file instead of reading it. */
@@ -143,12 +145,10 @@ export class ModuleCache {
   }
 
   async prepare(bytes: Uint8Array, options: { file: string; capPages: number }): Promise<Prepared> {
-    let hash = this.#hashes.get(bytes);
-    if (hash === undefined) {
-      hash = createHash('sha256').update(bytes).digest('hex');
-      this.#hashes.set(bytes, hash);
-    }
+    const hash = this.#hashOf(bytes);
     const key = `${hash}:${options.capPages}`;
+    // A preload still reading the disk cache: wait for it rather than do its work twice.
+    await this.#preloads.get(key)?.catch(() => undefined);
     const hit = this.#entries.get(key);
     if (hit !== undefined) {
       this.#entries.delete(key);
@@ -156,20 +156,74 @@ export class ModuleCache {
       return hit;
     }
     const pending = this.#build(bytes, hash, options);
+    this.#remember(key, pending);
+    return pending;
+  }
+
+  /**
+   * Starts preparing `bytes` ahead of its run when that needs no transpile: a module, or a component
+   * whose transpiled files the disk cache holds (checked as every read is). A later prepare() of the
+   * same bytes and cap gets this work. Runs no code of it and writes nothing: a component not in the
+   * cache (or a damaged entry) is left to prepare(), which transpiles it, or reports why not.
+   */
+  async preload(bytes: Uint8Array, options: { file: string; capPages: number }): Promise<void> {
+    const hash = this.#hashOf(bytes);
+    const key = `${hash}:${options.capPages}`;
+    if (this.#entries.has(key) || this.#preloads.has(key)) return;
+    const work = this.#preloadWork(bytes, hash, key, options);
+    this.#preloads.set(key, work);
+    try {
+      await work;
+    } finally {
+      this.#preloads.delete(key);
+    }
+  }
+
+  async #preloadWork(
+    bytes: Uint8Array,
+    hash: string,
+    key: string,
+    options: { file: string; capPages: number },
+  ): Promise<void> {
+    let files: TranspiledFiles | undefined;
+    if (detectWasmKind(bytes, options.file) === 'component') {
+      const dir = this.#entryDir(hash);
+      if (dir === undefined) return;
+      const cached = await readCached(dir, { component: hash, transpiler: this.#transpilerId() });
+      if (!cached.ok) return;
+      files = cached.files;
+    }
+    if (this.#entries.has(key)) return;
+    this.#remember(key, this.#build(bytes, hash, options, files));
+  }
+
+  #hashOf(bytes: Uint8Array): string {
+    let hash = this.#hashes.get(bytes);
+    if (hash === undefined) {
+      hash = createHash('sha256').update(bytes).digest('hex');
+      this.#hashes.set(bytes, hash);
+    }
+    return hash;
+  }
+
+  #remember(key: string, pending: Promise<Prepared>): void {
     this.#entries.set(key, pending);
-    pending.catch(() => this.#entries.delete(key));
+    pending.catch(() => {
+      if (this.#entries.get(key) === pending) this.#entries.delete(key);
+    });
     while (this.#entries.size > this.#maxEntries) {
       const oldest = this.#entries.keys().next().value;
       if (oldest === undefined) break;
       this.#entries.delete(oldest);
     }
-    return pending;
   }
 
   async #build(
     bytes: Uint8Array,
     hash: string,
     options: { file: string; capPages: number },
+    /** The component's transpiled files, already read from the disk cache and checked (preload). */
+    cachedFiles?: TranspiledFiles,
   ): Promise<Prepared> {
     const kind = detectWasmKind(bytes, options.file);
     if (kind === 'module') {
@@ -189,7 +243,7 @@ export class ModuleCache {
       const maxPages = capped.maxPages[0] ?? 0;
       return { kind, key, module, memory: hosted?.memory, maxPages, foreignImports };
     }
-    const files = await this.#transpiled(bytes, hash, options.file);
+    const files = cachedFiles ?? (await this.#transpiled(bytes, hash, options.file));
     const modules: Record<string, WasmModule> = {};
     const memories: Record<string, HostMemory> = {};
     let maxPages = 0;
@@ -232,13 +286,18 @@ export class ModuleCache {
     return this.#transpiler;
   }
 
-  async #transpiled(bytes: Uint8Array, hash: string, file: string): Promise<TranspiledFiles> {
+  /** `<cacheDir>/wasm/<transpiler version>/<component sha256>/`, or undefined when nothing is kept on disk. */
+  #entryDir(hash: string): string | undefined {
     const transpiler = this.#transpilerId();
     const versionDir = transpiler.slice(transpiler.lastIndexOf('@') + 1).replace(/[^A-Za-z0-9._-]/g, '_');
-    const dir =
-      this.#cacheDir === undefined || versionDir === 'unknown'
-        ? undefined
-        : path.join(this.#cacheDir, 'wasm', versionDir, hash);
+    return this.#cacheDir === undefined || versionDir === 'unknown'
+      ? undefined
+      : path.join(this.#cacheDir, 'wasm', versionDir, hash);
+  }
+
+  async #transpiled(bytes: Uint8Array, hash: string, file: string): Promise<TranspiledFiles> {
+    const transpiler = this.#transpilerId();
+    const dir = this.#entryDir(hash);
     const expect = { component: hash, transpiler };
     if (dir !== undefined) {
       const cached = await readCached(dir, expect);

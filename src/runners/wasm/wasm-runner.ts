@@ -7,6 +7,7 @@ import { DEFAULT_WRITE_BYTES } from '../../manifest/schema.js';
 import { EgressSession, type Resolver } from '../../network/egress.js';
 import { NO_NETWORK_GRANT, type HttpAnswer, type HttpRequestWire } from './http-bridge.js';
 import { assertGrantsUnprotected, RESERVED_NAME_PATTERN } from '../../project/protected-state.js';
+import type { Capability } from '../../manifest/types.js';
 import { finishedRun, type Observation, type Runner, type RunRequest, type RunResult } from '../types.js';
 import { redeemPermit, type RunnerPermit } from '../permit.js';
 import { WASM_PAGE_BYTES } from './binary.js';
@@ -108,6 +109,20 @@ export class WasmRunner implements Runner {
   async warm(count?: number): Promise<void> {
     if (this.#closed) return;
     await this.#pool.warm(count);
+  }
+
+  /**
+   * Reads and compiles a staged capability's binary while its call is judged (the gate's audit append
+   * waits on the disk meanwhile): compiled modules only, nothing instantiated, nothing written (see
+   * ModuleCache.preload). run() reads the file again and finds the work by the bytes' hash.
+   */
+  async preload(capability: Capability): Promise<void> {
+    if (this.#closed || capability.environment !== 'wasm') return;
+    const bytes = await this.#cache.read(capability.entryPath);
+    await this.#cache.preload(bytes, {
+      file: capability.entryPath,
+      capPages: capPages(capability.manifest.limits.memoryMb),
+    });
   }
 
   async run(request: RunRequest, permit: RunnerPermit): Promise<RunResult> {
