@@ -79,7 +79,8 @@ class HeldLock implements LockHold {
     private readonly lockPath: string,
     private readonly staleMs: number,
   ) {
-    this.#mtimeMs = this.touch();
+    // The mkdir just stamped it: only read what it set.
+    this.#mtimeMs = fs.statSync(lockPath).mtimeMs;
     this.#refresh = setInterval(() => this.keepFresh(), Math.floor(staleMs / 2));
     this.#refresh.unref();
     // A process that exits while holding (a signal's handler, process.exit) leaves no lock for others
