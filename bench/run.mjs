@@ -7,6 +7,7 @@ import { benchDocker } from './docker.mjs';
 import { benchLearn } from './learn.mjs';
 import { benchLimits } from './limits.mjs';
 import { benchEgress } from './egress.mjs';
+import { benchGate } from './gate.mjs';
 import { benchEnginePin } from './engine-pin.mjs';
 import { benchPeers } from './peers.mjs';
 import { benchPermissions } from './permissions.mjs';
@@ -37,6 +38,7 @@ const suites = [
   ['schema', () => benchSchema()],
   ['stage', () => benchStage({ root })],
   ['permissions', () => benchPermissions()],
+  ['gate', () => benchGate({ root })],
   ['peers', () => benchPeers({ root })],
   ['limits', () => benchLimits({ root })],
   ['learn', () => benchLearn({ root })],

@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CapsuleError } from './errors.js';
@@ -16,45 +16,30 @@ export interface FileLockOptions {
 
 /**
  * Cross-process mutual exclusion for every read-modify-write of capsule.json and every audit append,
- * in one process or several: proper-lockfile's lock (an atomic mkdir, its mtime kept fresh while
- * held, so a crashed holder's lock goes stale and a live one's never does).
+ * in one process or several: the lock is a folder made by an atomic mkdir, its mtime kept fresh while
+ * held (every half of the stale threshold), so a crashed holder's lock goes stale and a live one's
+ * never does. Taking and releasing are synchronous calls of microseconds: an audit append holds the
+ * lock once per batch, and a trip through the thread pool for each step cost more than the append.
  *
- * Breaking a stale lock is the one part done here: proper-lockfile judges staleness and then removes
- * the lock, and a second breaker that judged the same stale lock can remove the fresh lock the first
- * breaker made in between — two holders, and the audit chain forks. Here the removal happens only
- * under a short second lock (`<lock>.break`), after judging staleness again under it.
+ * A stale lock is removed only under a short second lock (`<lock>.break`), after judging staleness
+ * again under it: two breakers that judged the same stale lock can otherwise remove the fresh lock
+ * the first one made in between — two holders, and the audit chain forks. A holder that stalled past
+ * the threshold (its lock broken and taken by another) finds out at its next refresh or at release:
+ * its work is refused and the other's lock is left alone.
  */
 export async function withFileLock<T>(
   lockPath: string,
-  fn: () => Promise<T>,
+  fn: (lock: LockHold) => Promise<T>,
   options: FileLockOptions = {},
 ): Promise<T> {
   const timeoutMs = options.timeoutMs ?? 10_000;
   const staleMs = Math.max(options.staleMs ?? 5_000, 2_000);
-  await mkdir(path.dirname(lockPath), { recursive: true });
-  const { lock } = await import('proper-lockfile');
-  const state = { held: false, lost: undefined as Error | undefined };
-  const lockOptions = {
-    lockfilePath: lockPath,
-    realpath: false,
-    stale: staleMs,
-    retries: 0,
-    fs: breakingFs(lockPath, staleMs, state),
-    onCompromised: (err: Error) => {
-      state.lost = err;
-    },
-  };
   const deadline = Date.now() + timeoutMs;
   let delay = 2;
-  let release: () => Promise<void>;
+  let held: HeldLock | undefined;
   for (;;) {
-    try {
-      release = await lock(lockPath, lockOptions);
-      state.held = true;
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ELOCKED') throw err;
-    }
+    held = tryLock(lockPath, staleMs);
+    if (held !== undefined) break;
     if (Date.now() > deadline) {
       throw new CapsuleError('LOCK_TIMEOUT', `Timed out waiting for the lock ${lockPath}.`, {
         file: lockPath,
@@ -64,47 +49,136 @@ export async function withFileLock<T>(
     await sleep(delay + Math.random() * delay);
     delay = Math.min(delay * 2, 50);
   }
+  let result: T;
   try {
-    const result = await fn();
-    if (state.lost !== undefined) {
-      throw new CapsuleError(
-        'LOCK_TIMEOUT',
-        `Lost the lock ${lockPath} while holding it (this process stalled past ${staleMs} ms).`,
-        { file: lockPath, hint: 'Run the command again.' },
-        { cause: state.lost },
-      );
-    }
-    return result;
+    result = await fn(held);
   } finally {
-    await release().catch(() => undefined);
-    state.held = false;
+    // Removed through the thread pool: whoever fn already answered goes on meanwhile.
+    await held.releaseLater();
+  }
+  if (held.lost) throw held.lostError();
+  return result;
+}
+
+/** The lock as its holder sees it. */
+export interface LockHold {
+  /**
+   * Throws LOCK_TIMEOUT unless the lock is still this holder's now: what was done under it was done
+   * alone, and may be answered for before the lock is released.
+   */
+  confirm(): void;
+}
+
+/** A lock this process made: its mtime is what we last set, or it is no longer ours. */
+class HeldLock implements LockHold {
+  lost = false;
+  #mtimeMs: number;
+  readonly #refresh: NodeJS.Timeout;
+
+  constructor(
+    private readonly lockPath: string,
+    private readonly staleMs: number,
+  ) {
+    // The mkdir just stamped it: only read what it set.
+    this.#mtimeMs = fs.statSync(lockPath).mtimeMs;
+    this.#refresh = setInterval(() => this.keepFresh(), Math.floor(staleMs / 2));
+    this.#refresh.unref();
+    // A process that exits while holding (a signal's handler, process.exit) leaves no lock for others
+    // to wait out.
+    process.once('exit', this.#atExit);
+  }
+
+  readonly #atExit = (): void => this.release();
+
+  private touch(): number {
+    const now = new Date();
+    fs.utimesSync(this.lockPath, now, now);
+    return fs.statSync(this.lockPath).mtimeMs;
+  }
+
+  /** Still ours (the folder we made, with the mtime we set)? */
+  private ours(): boolean {
+    try {
+      return fs.statSync(this.lockPath).mtimeMs === this.#mtimeMs;
+    } catch {
+      return false;
+    }
+  }
+
+  private keepFresh(): void {
+    if (this.lost) return;
+    if (!this.ours()) {
+      this.lost = true;
+      clearInterval(this.#refresh);
+      return;
+    }
+    try {
+      this.#mtimeMs = this.touch();
+    } catch {
+      this.lost = true;
+    }
+  }
+
+  lostError(): CapsuleError {
+    return new CapsuleError(
+      'LOCK_TIMEOUT',
+      `Lost the lock ${this.lockPath} while holding it (this process stalled past ${this.staleMs} ms).`,
+      { file: this.lockPath, hint: 'Run the command again.' },
+    );
+  }
+
+  confirm(): void {
+    if (!this.lost && !this.ours()) this.lost = true;
+    if (this.lost) throw this.lostError();
+  }
+
+  /** Whether the folder is still ours to remove (stops keeping it fresh either way). */
+  #letGo(): boolean {
+    process.removeListener('exit', this.#atExit);
+    clearInterval(this.#refresh);
+    if (!this.lost && !this.ours()) this.lost = true;
+    return !this.lost;
+  }
+
+  release(): void {
+    if (!this.#letGo()) return;
+    try {
+      fs.rmdirSync(this.lockPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
+
+  async releaseLater(): Promise<void> {
+    if (!this.#letGo()) return;
+    try {
+      await rmdir(this.lockPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
   }
 }
 
-type Callback = (err: NodeJS.ErrnoException | null) => void;
-
-/**
- * node:fs for proper-lockfile, with its one removal of another's lock (`rmdir` of a lock we do not
- * hold: it judged the lock stale) replaced by the serialized break. The break runs synchronously, so
- * no other lock call of this process interleaves with it.
- */
-function breakingFs(lockPath: string, staleMs: number, state: { held: boolean }): typeof fs {
-  return {
-    ...fs,
-    // proper-lockfile calls rmdir(path, callback) only.
-    rmdir(p: string, cb: Callback): void {
-      if (state.held || p !== lockPath) {
-        fs.rm(p, { recursive: true, force: true }, cb);
-        return;
-      }
-      try {
-        breakIfStale(lockPath, staleMs);
-        cb(null);
-      } catch (err) {
-        cb(err as NodeJS.ErrnoException);
-      }
-    },
-  } as typeof fs;
+/** The lock, taken now (its folder made), or undefined while another holds it (a stale one is broken). */
+function tryLock(lockPath: string, staleMs: number): HeldLock | undefined {
+  try {
+    fs.mkdirSync(lockPath);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') {
+      fs.mkdirSync(path.dirname(lockPath), { recursive: true });
+      return tryLock(lockPath, staleMs);
+    }
+    if (code !== 'EEXIST') throw err;
+    breakIfStale(lockPath, staleMs);
+    return undefined;
+  }
+  try {
+    return new HeldLock(lockPath, staleMs);
+  } catch (err) {
+    fs.rmSync(lockPath, { recursive: true, force: true });
+    throw err;
+  }
 }
 
 function isStale(file: string, staleMs: number): boolean {

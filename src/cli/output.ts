@@ -5,7 +5,7 @@ import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
  * Where a command hears SIGINT / SIGTERM: `process` in the binary, an EventEmitter in a test. A command
- * listens with `on` until it is done, never `once`: a library's exit hook (proper-lockfile's) re-raises a
+ * listens with `on` until it is done, never `once`: a library's exit hook (signal-exit's, which execa installs) re-raises a
  * signal that no other listener holds any more, which would kill the command before it reports the cancel.
  */
 export interface SignalSource {

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { lstatSync } from 'node:fs';
 import { chmod, lstat, mkdir, mkdtemp, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -152,7 +153,8 @@ export class CapabilityStage {
     if (copy === undefined) return false;
     try {
       for (const { file, stamp } of copy.stamps) {
-        const st = await lstat(file);
+        // Synchronous: one cached lookup per file, on every call of a staged capability.
+        const st = lstatSync(file);
         if (!st.isFile() || stampOf(st) !== stamp) return false;
       }
       return true;

@@ -1,6 +1,16 @@
 import { createHash } from 'node:crypto';
-import { constants } from 'node:fs';
-import { lstat, open, readdir, realpath } from 'node:fs/promises';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readFile as readFileCallback,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+} from 'node:fs';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import { CapsuleError } from '../base/errors.js';
 import { isInside } from './paths.js';
@@ -19,7 +29,19 @@ export interface FolderWalk {
   problems: Array<{ file: string; message: string }>;
 }
 
-/** Walk a capability folder; symlinks must resolve inside it (they are not followed for listing). */
+const readFd = promisify(readFileCallback);
+
+/**
+ * Files up to this size are read synchronously: microseconds each, where a trip through the thread pool
+ * per open, stat, read and close costs more, on every call (the executor reads and hashes the folder it
+ * runs). Larger files are read without holding the thread.
+ */
+const SYNC_READ_BYTES = 1024 * 1024;
+
+/**
+ * Walk a capability folder; symlinks must resolve inside it (they are not followed for listing). The
+ * listing is synchronous (a folder of at most MAX_FILES entries, cached lookups).
+ */
 export async function walkFolder(dir: string): Promise<FolderWalk> {
   const files: string[] = [];
   const problems: FolderWalk['problems'] = [];
@@ -28,7 +50,7 @@ export async function walkFolder(dir: string): Promise<FolderWalk> {
     const rel = stack.pop() as string;
     let entries;
     try {
-      entries = await readdir(path.join(dir, rel), { withFileTypes: true });
+      entries = readdirSync(path.join(dir, rel), { withFileTypes: true });
     } catch (err) {
       problems.push({
         file: rel || '.',
@@ -41,7 +63,7 @@ export async function walkFolder(dir: string): Promise<FolderWalk> {
       const abs = path.join(dir, childRel);
       if (entry.isSymbolicLink()) {
         try {
-          const target = await realpath(abs);
+          const target = realpathSync.native(abs);
           if (!isInside(dir, target)) {
             problems.push({
               file: childRel,
@@ -49,7 +71,7 @@ export async function walkFolder(dir: string): Promise<FolderWalk> {
             });
             continue;
           }
-          const st = await lstat(target);
+          const st = lstatSync(target);
           if (st.isFile()) files.push(childRel);
         } catch {
           problems.push({ file: childRel, message: 'is a dangling symlink' });
@@ -111,11 +133,11 @@ async function readAndHash(dir: string, files: readonly string[], keep: boolean)
   const out: SnapshotFile[] = [];
   let total = 0;
   for (const rel of files) {
-    const handle = await open(path.join(dir, rel), constants.O_RDONLY | constants.O_NONBLOCK);
+    const fd = openSync(path.join(dir, rel), constants.O_RDONLY | constants.O_NONBLOCK);
     let bytes: Buffer;
     let mode: number;
     try {
-      const st = await handle.stat();
+      const st = fstatSync(fd);
       if (!st.isFile()) {
         throw new CapsuleError('MANIFEST_INVALID', `${rel} is not a regular file`, {
           file: path.join(dir, rel),
@@ -133,10 +155,10 @@ async function readAndHash(dir: string, files: readonly string[], keep: boolean)
           },
         );
       }
-      bytes = await handle.readFile();
+      bytes = st.size <= SYNC_READ_BYTES ? readFileSync(fd) : await readFd(fd);
       mode = st.mode;
     } finally {
-      await handle.close();
+      closeSync(fd);
     }
     hash.update(`${rel}\0${bytes.length}\0`);
     hash.update(bytes);

@@ -5,6 +5,7 @@ import { CapsuleError } from '../base/errors.js';
 import { parseJsonText } from '../base/json-text.js';
 import { LinearRegexEngine } from '../base/linear-regex.js';
 import { schemaPatternProblem, schemaPatterns } from './schema-patterns.js';
+import { boundedCheck, schemaWork, type SchemaWork } from './schema-work.js';
 import type { Capability } from './types.js';
 
 const MAX_INPUT_BYTES = 8 * 1024 * 1024;
@@ -62,6 +63,12 @@ export const SCHEMA_CHECK_DEADLINE_MS = 1000;
  */
 function deadlineFor(baseMs: number, bytes: number): number {
   return Math.round(baseMs * (1 + (4 * Math.min(bytes, MAX_INPUT_BYTES)) / MAX_INPUT_BYTES));
+}
+
+/** A compiled schema and what its checks can cost. */
+interface Compiled {
+  readonly validate: ValidateFunction;
+  readonly work: SchemaWork | undefined;
 }
 
 /** A check that passed its deadline (deadlineFor): its work was stopped. */
@@ -135,7 +142,7 @@ export class InputValidator {
   readonly #regex = new LinearRegexEngine();
   readonly #deadline = new Deadline();
   readonly #deadlineMs: number;
-  private readonly cache = new Map<string, ValidateFunction>();
+  private readonly cache = new Map<string, Compiled>();
 
   constructor(options: InputValidatorOptions = {}) {
     this.#deadlineMs = options.deadlineMs ?? SCHEMA_CHECK_DEADLINE_MS;
@@ -243,9 +250,9 @@ export class InputValidator {
         ),
     );
     refuseDeepInput(value);
-    let validate: ValidateFunction;
+    let compiled: Compiled;
     try {
-      validate = this.compile(capability.manifest.inputSchema, 'inputSchema');
+      compiled = this.compile(capability.manifest.inputSchema, 'inputSchema');
     } catch (err) {
       throw new CapsuleError(
         'MANIFEST_INVALID',
@@ -257,8 +264,8 @@ export class InputValidator {
         { cause: err },
       );
     }
-    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(inputText));
-    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
+    const { validate } = compiled;
+    const verdict = this.#check(compiled, value, Buffer.byteLength(inputText));
     if (verdict instanceof PastDeadline) {
       this.#forgetCompiled();
       throw new CapsuleError(
@@ -324,17 +331,17 @@ export class InputValidator {
         message: `the output of "${capability.name}" nests deeper than ${MAX_JSON_DEPTH} levels`,
       };
     }
-    let validate: ValidateFunction;
+    let compiled: Compiled;
     try {
-      validate = this.compile(schema, 'outputSchema');
+      compiled = this.compile(schema, 'outputSchema');
     } catch (err) {
       return {
         ok: false,
         message: `the outputSchema of "${capability.name}" cannot be compiled: ${(err as Error).message}`,
       };
     }
-    const ms = deadlineFor(this.#deadlineMs, Buffer.byteLength(stdout));
-    const verdict = this.#deadline.run(ms, () => runValidator(validate, value));
+    const { validate } = compiled;
+    const verdict = this.#check(compiled, value, Buffer.byteLength(stdout));
     if (verdict instanceof PastDeadline) {
       this.#forgetCompiled();
       return {
@@ -358,7 +365,18 @@ export class InputValidator {
     };
   }
 
-  private compile(schema: Record<string, unknown>, field: string): ValidateFunction {
+  /**
+   * A document of `bytes` against a compiled schema: under the deadline, unless the schema's work bound
+   * (schema-work.ts) proves the check short — its watchdog thread costs more than such a check.
+   */
+  #check(compiled: Compiled, value: unknown, bytes: number): boolean | Error | PastDeadline {
+    if (boundedCheck(compiled.work, bytes)) return runValidator(compiled.validate, value);
+    return this.#deadline.run(deadlineFor(this.#deadlineMs, bytes), () =>
+      runValidator(compiled.validate, value),
+    );
+  }
+
+  private compile(schema: Record<string, unknown>, field: string): Compiled {
     const key = JSON.stringify(schema);
     let fn = this.cache.get(key);
     if (fn === undefined) {
@@ -376,7 +394,7 @@ export class InputValidator {
         this.#forgetCompiled();
         throw new Error(`compiling it took longer than ${compiled.ms} ms`);
       }
-      fn = compiled;
+      fn = { validate: compiled, work: schemaWork(schema, key) };
       this.cache.set(key, fn);
     }
     return fn;

@@ -1,5 +1,5 @@
-import { readFileSync, statSync } from 'node:fs';
-import { realpath, stat } from 'node:fs/promises';
+import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
 import {
@@ -73,7 +73,7 @@ export async function loadCapability(folderPath: string, options: LoadOptions): 
   }
   const entry = await checkEntry(dir, manifest, manifestPath, issues);
   if (manifest.source !== undefined) {
-    const source = await resolveInside(dir, manifest.source, dir);
+    const source = resolveInside(dir, manifest.source, dir);
     if (!source.ok)
       issues.push({ file: manifestPath, field: 'source', message: `${manifest.source} ${source.message}` });
   }
@@ -116,7 +116,7 @@ async function readManifest(
 ): Promise<{ ok: true; dir: string; text: string } | { ok: false; issues: Issues }> {
   let dir: string;
   try {
-    dir = await realpath(folderPath);
+    dir = realpathSync.native(folderPath);
   } catch (err) {
     return {
       ok: false,
@@ -163,7 +163,7 @@ async function checkEntry(
   manifestPath: string,
   issues: Issues,
 ): Promise<Awaited<ReturnType<typeof resolveInside>>> {
-  const entry = await resolveInside(dir, manifest.entry, dir);
+  const entry = resolveInside(dir, manifest.entry, dir);
   if (!entry.ok)
     issues.push({ file: manifestPath, field: 'entry', message: `${manifest.entry} ${entry.message}` });
   else {
@@ -197,7 +197,7 @@ async function resolveFsGrants(
   const grantFields: string[] = [];
   for (const [i, grant] of manifest.grants.fs.entries()) {
     const field = `grants.fs[${i}].path`;
-    const resolved = await resolveInside(options.projectRoot, grant.path, options.projectRoot);
+    const resolved = resolveInside(options.projectRoot, grant.path, options.projectRoot);
     if (!resolved.ok) {
       issues.push({ file: manifestPath, field, message: `${grant.path} ${resolved.message}` });
       continue;

@@ -1,4 +1,4 @@
-import { realpath } from 'node:fs/promises';
+import { realpathSync } from 'node:fs';
 import path from 'node:path';
 
 /** True when `child` is `parent` or inside it (both absolute, normalized). */
@@ -11,16 +11,18 @@ export function isInside(parent: string, child: string): boolean {
  * Resolve `relative` against `base` following every symlink, and require the real path to stay
  * inside `allowedRoot` (itself a real path). Returns the real path, or an error message.
  */
-export async function resolveInside(
+export function resolveInside(
   base: string,
   relative: string,
   allowedRoot: string,
-): Promise<{ ok: true; realPath: string } | { ok: false; message: string }> {
+): { ok: true; realPath: string } | { ok: false; message: string } {
   const joined = path.resolve(base, relative);
   if (!isInside(allowedRoot, joined)) return { ok: false, message: `resolves outside ${allowedRoot}` };
   let real: string;
   try {
-    real = await realpath(joined);
+    // Synchronous: resolving a path is microseconds of cached lookups, and the registry resolves a
+    // capability's paths on every call (a round trip through the thread pool costs more).
+    real = realpathSync.native(joined);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return {

@@ -1,4 +1,5 @@
-import { lstat, readdir, realpath, stat } from 'node:fs/promises';
+import { lstatSync, realpathSync } from 'node:fs';
+import { readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { CapsuleError } from '../base/errors.js';
 import { InputValidator } from '../manifest/input.js';
@@ -194,13 +195,14 @@ export class Registry {
         hint: 'Names are 1-64 chars of a-z, 0-9, "-" and "_". Run "capsule list" to see what exists.',
       });
     }
-    const projectRoot = await realpath(this.options.projectRoot);
+    // Synchronous lookups (cached, microseconds): a call resolves its capability afresh every time.
+    const projectRoot = realpathSync.native(this.options.projectRoot);
     const found: Capability[] = [];
     for (const rootPath of this.roots) {
       let root: string;
       try {
-        root = await realpath(rootPath);
-        await lstat(path.join(root, name));
+        root = realpathSync.native(rootPath);
+        lstatSync(path.join(root, name));
       } catch {
         continue;
       }

@@ -4,7 +4,7 @@
  */
 import { mkdir, rename, truncate } from 'node:fs/promises';
 import path from 'node:path';
-import { withFileLock } from '../../base/file-lock.js';
+import { withFileLock, type LockHold } from '../../base/file-lock.js';
 import { CapsuleError } from '../../base/errors.js';
 import type { Clock } from '../session-allowlist.js';
 import {
@@ -115,14 +115,22 @@ export class JsonlAuditLog implements AuditSink {
     const batch = this.waiting.splice(0, MAX_BATCH);
     if (this.waiting.length > 0) this.queueFlush();
     if (batch.length === 0) return;
+    // Answered as soon as the batch is durable and the lock proved still held: the callers act
+    // while the lock is let go. (A promise answered twice keeps its first answer.)
+    const answer = () => {
+      for (const w of batch) w.resolve();
+    };
     try {
-      await this.appendBatch(batch.map((w) => w.event));
+      await this.appendBatch(
+        batch.map((w) => w.event),
+        answer,
+      );
     } catch (err) {
       const failure = this.failure(err);
       for (const w of batch) w.reject(failure);
       return;
     }
-    for (const w of batch) w.resolve();
+    answer();
   }
 
   private failure(err: unknown): CapsuleError {
@@ -139,14 +147,15 @@ export class JsonlAuditLog implements AuditSink {
     );
   }
 
-  private lock<T>(fn: () => Promise<T>): Promise<T> {
+  private lock<T>(fn: (lock: LockHold) => Promise<T>): Promise<T> {
     return withFileLock(`${this.file}.lock`, fn);
   }
 
-  private async appendBatch(events: readonly AuditEvent[]): Promise<void> {
+  /** `durable`: called once the batch is on disk, the head says so and the lock is still ours. */
+  private async appendBatch(events: readonly AuditEvent[], durable: () => void): Promise<void> {
     // The lock below creates the folder too; this is only for a log this instance has not written yet.
     if (this.tail === undefined) await makeLogDir(path.dirname(this.file));
-    await this.lock(async () => {
+    await this.lock(async (held) => {
       const size = fileSize(this.file);
       const notes: AuditEvent[] = [];
       let last = this.tail !== undefined && this.tail.size === size ? this.tail : undefined;
@@ -172,7 +181,9 @@ export class JsonlAuditLog implements AuditSink {
       });
       await appendDurably(this.file, bytes);
       await this.writeHead(seq + 1, prev, last.size + bytes.length);
+      held.confirm();
       this.tail = { size: last.size + bytes.length, seq, hash: prev };
+      durable();
     });
   }
 

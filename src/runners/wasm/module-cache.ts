@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -120,7 +120,8 @@ export class ModuleCache {
   async read(file: string): Promise<Uint8Array> {
     let st;
     try {
-      st = await stat(file);
+      // Synchronous: one cached lookup on every warm call, cheaper than a trip through the thread pool.
+      st = statSync(file);
     } catch (err) {
       throw new CapsuleError(
         'NOT_FOUND',

@@ -1,9 +1,12 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { withFileLock } from '../../../src/base/file-lock.js';
 
 const LOCK_MODULE = path.resolve('dist', 'base', 'file-lock.js');
 const AUDIT_WRITER = path.resolve('dist', 'permissions', 'audit', 'writer.js');
@@ -46,6 +49,25 @@ await Promise.all(Array.from({ length: 4 }, (_, i) => withFileLock(lock, async (
 }, { timeoutMs: 60_000 })));
 `;
 
+// Holds the lock (stale threshold 2 s), says so, then waits for \`go\` before its work ends; prints the
+// error code its withFileLock ended with, if any.
+const STALLING = `
+import { existsSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+const { withFileLock } = await import(process.argv[2]);
+const [lock, dir] = process.argv.slice(3);
+try {
+  await withFileLock(lock, async () => {
+    writeFileSync(path.join(dir, 'held'), '');
+    while (!existsSync(path.join(dir, 'go'))) await sleep(20);
+  }, { staleMs: 2000 });
+  process.stdout.write('done');
+} catch (err) {
+  process.stdout.write(String(err.code));
+}
+`;
+
 function runChild(script: string, args: string[], module = LOCK_MODULE): Promise<number | null> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [script, pathToFileURL(module).href, ...args], {
@@ -79,6 +101,58 @@ describe('file lock: a stale lock is broken by one process only', () => {
         expect(names.filter((n) => n.startsWith('violation-'))).toEqual([]);
         expect(names.filter((n) => n.startsWith('held-'))).toHaveLength(16);
       }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a holder stalled past the threshold loses its lock: its work is refused and the new holder keeps it', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'capsule-lock-stall-'));
+    try {
+      const script = path.join(dir, 'stall.mjs');
+      await writeFile(script, STALLING);
+      const lock = path.join(dir, 'x.lock');
+      const child = spawn(process.execPath, [script, pathToFileURL(LOCK_MODULE).href, lock, dir], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let out = '';
+      child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+      const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+      while (!existsSync(path.join(dir, 'held'))) await sleep(20);
+      // Stopped while holding: its lock's mtime is no longer kept fresh, and goes stale.
+      child.kill('SIGSTOP');
+      let insideOurs = false;
+      await withFileLock(
+        lock,
+        async () => {
+          child.kill('SIGCONT');
+          await writeFile(path.join(dir, 'go'), '');
+          expect(await exited).toBe(0);
+          // The stalled holder's release left the lock we hold in place.
+          insideOurs = existsSync(lock);
+        },
+        { staleMs: 2000, timeoutMs: 30_000 },
+      );
+      expect(out).toBe('LOCK_TIMEOUT');
+      expect(insideOurs).toBe(true);
+      expect(existsSync(lock)).toBe(false);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a process that exits while holding leaves no lock behind', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'capsule-lock-exit-'));
+    try {
+      const script = path.join(dir, 'exit.mjs');
+      await writeFile(
+        script,
+        `const { withFileLock } = await import(process.argv[2]);
+await withFileLock(process.argv[3], async () => process.exit(3));`,
+      );
+      const lock = path.join(dir, 'x.lock');
+      expect(await runChild(script, [lock])).toBe(3);
+      expect(existsSync(lock)).toBe(false);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

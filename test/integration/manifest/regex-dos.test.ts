@@ -60,6 +60,38 @@ function multiplyingSchema(): Record<string, unknown> {
   return { type: 'object', $defs: defs, properties: { x: { $ref: '#/$defs/l0' } } };
 }
 
+/**
+ * Schemas without any reference whose checks still multiply with the document: each is seconds of work
+ * on its document (a thousand schemas applied to each of 200,000 items; the items of a 20,000-long array
+ * compared pairwise). A reference-free schema is not by itself a bounded check.
+ */
+const REFERENCE_FREE: readonly (readonly [label: string, schema: Record<string, unknown>, input: unknown])[] =
+  [
+    [
+      'a wide allOf applied to every item',
+      {
+        type: 'object',
+        properties: {
+          xs: {
+            type: 'array',
+            items: {
+              allOf: Array.from({ length: 1000 }, (_, i) => ({
+                type: 'object',
+                properties: { [`k${i % 7}`]: { type: 'number' } },
+              })),
+            },
+          },
+        },
+      },
+      { xs: Array.from({ length: 200_000 }, () => ({ k1: 1 })) },
+    ],
+    [
+      'uniqueItems over distinct objects',
+      { type: 'object', properties: { xs: { type: 'array', uniqueItems: true } } },
+      { xs: Array.from({ length: 20_000 }, (_, i) => ({ a: [i] })) },
+    ],
+  ];
+
 /** A shell script printing `text` exactly (single-quoted for sh). */
 const printing = (text: string): string => `cat >/dev/null; printf '%s' '${text.replace(/'/g, `'\\''`)}'\n`;
 
@@ -221,6 +253,35 @@ describe('a hostile pattern and input get an answer from the CLI', () => {
     expect(o.exitCode, o.stderr).toBe(1);
     expect(o.stderr).toMatch(/outputSchema of "multiply-out" did not finish checking the output/);
   });
+});
+
+describe('a schema without references still has its deadline when its checks multiply', () => {
+  for (const [label, schema, input] of REFERENCE_FREE) {
+    it(`${label}: run refuses the call at the deadline (65) and the capability never runs`, async () => {
+      const { root, capRoot } = await tempProject('capsule-redos-');
+      const marker = path.join(root, 'ran');
+      await writeCapability(
+        capRoot,
+        'wide',
+        { inputSchema: schema },
+        { 'run.sh': `cat >/dev/null; : > '${marker}'\n` },
+      );
+      const inputFile = path.join(root, 'input.json');
+      await writeFile(inputFile, JSON.stringify(input));
+      const r = await run(root, [
+        'run',
+        'wide',
+        '--grant',
+        'run_capability:wide',
+        '--no-prompt',
+        '--input-file',
+        inputFile,
+      ]);
+      expect(r.exitCode, r.stderr).toBe(65);
+      expect(r.stderr).toMatch(/inputSchema of "wide" did not finish checking the input within \d+ ms/);
+      expect(existsSync(marker)).toBe(false);
+    });
+  }
 });
 
 describe('a pattern the linear engine cannot run is refused when the manifest loads', () => {
