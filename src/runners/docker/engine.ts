@@ -105,6 +105,8 @@ export interface EngineEvent {
   action: string;
   /** The object's id (a container's, a volume's name; empty for the daemon's own events). */
   id: string;
+  /** When the daemon logged it (seconds since the epoch, its own clock; 0 when it did not say). */
+  time?: number | undefined;
 }
 
 /** An engine bound to the daemon it measured; once lost it sends nothing more (a new connection measures again). */

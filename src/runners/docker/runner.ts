@@ -118,6 +118,8 @@ export class DockerRunner implements Runner {
   /** The watchdog's busybox for other images, copies of capability folders for remote engines. */
   private readonly volumes: RunnerVolumes;
   private ready: Promise<EngineInfo> | undefined;
+  /** The reap of dead processes' leftovers, started when the engine is first reached. */
+  private reaping: Promise<void> | undefined;
   private closed = false;
   private readonly detachSignals: (() => void) | undefined;
 
@@ -194,9 +196,15 @@ export class DockerRunner implements Runner {
     const { capability } = request;
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
     this.checkRunnable(capability);
-    const info = await this.ensureEngine();
     const docker = capability.manifest.docker;
     if (docker === undefined) throw new Error('unreachable: checked by checkRunnable');
+    // The image is looked up while the engine is first reached (one round trip instead of three in a row);
+    // an engine that does not answer is the error reported, not the image.
+    const image = this.images.ensure(docker.image, this.onProgress).then(
+      () => undefined,
+      (err: unknown) => ({ err }),
+    );
+    const info = await this.ensureEngine();
     if (docker.runtime !== 'runc' && !info.runtimes.includes(docker.runtime)) {
       throw new CapsuleError('RUNNER_UNAVAILABLE', `the Docker engine has no "${docker.runtime}" runtime`, {
         file: capability.manifestPath,
@@ -204,11 +212,13 @@ export class DockerRunner implements Runner {
         hint: 'install gVisor (apt-get install runsc) and register it with dockerd (--add-runtime runsc=/usr/bin/runsc), or use "runc"',
       });
     }
-    await this.images.ensure(docker.image, this.onProgress).catch((err: unknown) => {
+    const failed = await image;
+    if (failed !== undefined) {
+      const { err } = failed;
       if (err instanceof CapsuleError)
         throw new CapsuleError(err.code, err.message, { ...err.details, file: capability.manifestPath });
       throw err;
-    });
+    }
     await this.checkGrantedPaths(capability);
     // grants.network: this run's own proxy socket, closed (and its requests audited) when the run ends.
     const egress = await openDockerEgress(capability, {
@@ -296,7 +306,7 @@ export class DockerRunner implements Runner {
     for (const controller of this.active.keys()) controller.abort();
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
-    await Promise.all([...this.removals]);
+    await Promise.all([...this.removals, this.reaping]);
     await this.volumes.removeAll();
     // Anything of ours still there (e.g. a call that raced close()). Skipped when the engine was never
     // reached, so closing a runner that never ran (or has no engine) does not wait on one.
@@ -425,10 +435,20 @@ export class DockerRunner implements Runner {
     if (this.ready === undefined) {
       const attempt = (async () => {
         try {
-          await this.engine.ping(this.engineTimeoutMs);
-          const info = await this.engine.info();
-          await this.reapOrphans().catch(() => 0);
-          return info;
+          // Both at once: the ping bounds the wait for a hung engine, the info answers right behind it.
+          const info = this.engine.info();
+          info.catch(() => {});
+          await this.engine.ping(this.engineTimeoutMs).catch((err: unknown) => {
+            // A hung engine: the info request sent beside the ping must not hold the process open.
+            this.engine.disconnect?.();
+            throw err;
+          });
+          const answered = await info;
+          // Leftovers of dead processes are reaped beside the first call, not in front of it; close() waits.
+          this.reaping ??= this.reapOrphans()
+            .catch(() => 0)
+            .then(() => undefined);
+          return answered;
         } catch (err) {
           // Nothing there at all: the one line says what to do. Anything else keeps its hint.
           throw new CapsuleError(
