@@ -106,6 +106,8 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   private readonly socketPath: string | undefined;
   private readonly connections: PinnedConnections | undefined;
   private pinned: Promise<EnginePin> | undefined;
+  /** What GET /info said when the pin bound this engine to its daemon (the runner asks again right after). */
+  private pinnedInfo: EngineInfo | undefined;
 
   constructor(options: DockerodeEngineOptions) {
     this.options = options;
@@ -280,6 +282,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       const socket = await socketNow();
       if (before !== undefined && (socket?.dev !== before.dev || socket.ino !== before.ino))
         connections.lose(`the socket ${this.socketPath ?? ''} was re-pointed while the engine was measured`);
+      this.pinnedInfo = this.infoOf(info);
       const identity: EngineIdentity = {
         id: info.ID ?? '',
         name: info.Name ?? '',
@@ -319,14 +322,23 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async info(): Promise<EngineInfo> {
-    const info = await engineJson<{ ServerVersion?: string; Runtimes?: Record<string, unknown> }>(
-      this.ep(),
-      'GET',
-      '/info',
-    );
+    // The pin's own reading of the daemon stands while the pin holds: the same daemon, no reload or restart
+    // seen since (its watch loses the pin on either), so asking again would only repeat it.
+    if (this.pinnedInfo !== undefined && this.connections?.lost() === undefined) return this.pinnedInfo;
+    return this.infoOf(await engineJson<Record<string, unknown>>(this.ep(), 'GET', '/info'));
+  }
+
+  /** Whether the engine is reached over TCP: known from its address, without asking it. */
+  reachedRemotely(): boolean {
+    return this.remote;
+  }
+
+  private infoOf(info: { ServerVersion?: unknown; Runtimes?: unknown }): EngineInfo {
     return {
-      serverVersion: info.ServerVersion ?? 'unknown',
-      runtimes: Object.keys(info.Runtimes ?? {}),
+      serverVersion: typeof info.ServerVersion === 'string' ? info.ServerVersion : 'unknown',
+      runtimes: Object.keys(
+        typeof info.Runtimes === 'object' && info.Runtimes !== null ? info.Runtimes : {},
+      ),
       remote: this.remote,
     };
   }

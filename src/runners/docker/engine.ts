@@ -131,6 +131,11 @@ export interface BuildProgress {
 /** The operations capsule needs. Every method returns a promise; failures reject with an Error. */
 export interface DockerEngine {
   info(): Promise<EngineInfo>;
+  /**
+   * EngineInfo.remote without a request (it follows from the address): a call whose runtime is runc then needs
+   * no GET /info at all.
+   */
+  reachedRemotely?(): boolean;
   ping(timeoutMs: number): Promise<void>;
   /**
    * Bind this engine to the daemon that answers now (once): the canary volume is made there and from then on

@@ -117,7 +117,8 @@ export class DockerRunner implements Runner {
   private readonly callsByKey = new Map<string, number>();
   /** The watchdog's busybox for other images, copies of capability folders for remote engines. */
   private readonly volumes: RunnerVolumes;
-  private ready: Promise<EngineInfo> | undefined;
+  private ready: Promise<EngineReach> | undefined;
+  private info: Promise<EngineInfo> | undefined;
   /** The reap of dead processes' leftovers, started when the engine is first reached. */
   private reaping: Promise<void> | undefined;
   private closed = false;
@@ -205,7 +206,7 @@ export class DockerRunner implements Runner {
       (err: unknown) => ({ err }),
     );
     const info = await this.ensureEngine();
-    if (docker.runtime !== 'runc' && !info.runtimes.includes(docker.runtime)) {
+    if (docker.runtime !== 'runc' && !(await this.engineInfo()).runtimes.includes(docker.runtime)) {
       throw new CapsuleError('RUNNER_UNAVAILABLE', `the Docker engine has no "${docker.runtime}" runtime`, {
         file: capability.manifestPath,
         field: 'docker.runtime',
@@ -234,7 +235,7 @@ export class DockerRunner implements Runner {
 
   private async runWith(
     request: RunRequest,
-    info: EngineInfo,
+    info: EngineReach,
     egressDir: string | undefined,
   ): Promise<RunResult> {
     const { capability } = request;
@@ -431,24 +432,26 @@ export class DockerRunner implements Runner {
     }
   }
 
-  private ensureEngine(): Promise<EngineInfo> {
+  private ensureEngine(): Promise<EngineReach> {
     if (this.ready === undefined) {
       const attempt = (async () => {
         try {
-          // Both at once: the ping bounds the wait for a hung engine, the info answers right behind it.
-          const info = this.engine.info();
-          info.catch(() => {});
+          // Known from the address, a runc call needs no GET /info; otherwise it goes beside the ping (the ping
+          // bounds the wait for a hung engine, the info answers right behind it).
+          const known = this.engine.reachedRemotely?.();
+          const info = known === undefined ? this.engineInfo() : undefined;
+          info?.catch(() => {});
           await this.engine.ping(this.engineTimeoutMs).catch((err: unknown) => {
-            // A hung engine: the info request sent beside the ping must not hold the process open.
+            // A hung engine: a request sent beside the ping must not hold the process open.
             this.engine.disconnect?.();
             throw err;
           });
-          const answered = await info;
+          const remote = known ?? (await (info ?? this.engineInfo())).remote;
           // Leftovers of dead processes are reaped beside the first call, not in front of it; close() waits.
           this.reaping ??= this.reapOrphans()
             .catch(() => 0)
             .then(() => undefined);
-          return answered;
+          return { remote };
         } catch (err) {
           // Nothing there at all: the one line says what to do. Anything else keeps its hint.
           throw new CapsuleError(
@@ -468,9 +471,21 @@ export class DockerRunner implements Runner {
     return this.ready;
   }
 
+  /** GET /info once (its runtimes: asked only for a call that names another runtime than runc). */
+  private engineInfo(): Promise<EngineInfo> {
+    if (this.info === undefined) {
+      const asked = this.engine.info();
+      this.info = asked;
+      asked.catch(() => {
+        if (this.info === asked) this.info = undefined;
+      });
+    }
+    return this.info;
+  }
+
   private async specFor(
     capability: Capability,
-    info: EngineInfo,
+    info: EngineReach,
     egressDir?: string | undefined,
   ): Promise<ContainerSpec> {
     const copy = this.filesMode === 'copy' || (this.filesMode === 'auto' && info.remote);
@@ -525,6 +540,12 @@ export class DockerRunner implements Runner {
   private ownImage(capability: Capability): boolean {
     return this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined;
   }
+}
+
+/** What a call needs to know of its engine before its spec is made. */
+interface EngineReach {
+  /** Reached over TCP: capability files are copied in, not bind-mounted. */
+  remote: boolean;
 }
 
 /** Same configuration → same key → interchangeable prewarmed containers. */
