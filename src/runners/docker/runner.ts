@@ -271,6 +271,15 @@ export class DockerRunner implements Runner {
     return { ...emptyResult('docker'), ...fields, durationMs: Math.round(performance.now() - started) };
   }
 
+  /**
+   * The executor's hint that a call is being staged and judged: the engine is reached meanwhile (the ping, and
+   * the reap of dead processes' leftovers beside it). Nothing is created and nothing runs before the call.
+   */
+  async warm(): Promise<void> {
+    if (this.closed) return;
+    await this.ensureEngine().catch(() => undefined);
+  }
+
   /** Containers this runner prestarted that wait for a call (running, but nobody's load yet). */
   waitingContainers(): number {
     return this.pool.idleCount();
