@@ -112,7 +112,7 @@ export class DockerRunner implements Runner {
   /** Calls in flight: canceled by close(), which then waits for them to finish. */
   private readonly active = new Map<AbortController, Promise<unknown>>();
   /** Removals running in the background after a call returned; close() waits for them. */
-  private readonly removals = new Set<Promise<void>>();
+  private readonly removals = new Map<string, Promise<boolean>>();
   /** Calls seen per configuration: prewarming starts with the second. */
   private readonly callsByKey = new Map<string, number>();
   /** The watchdog's busybox for other images, copies of capability folders for remote engines. */
@@ -307,7 +307,7 @@ export class DockerRunner implements Runner {
 
   async close(): Promise<void> {
     if (this.closed) {
-      await Promise.all([...this.removals]);
+      await Promise.all([...this.removals.values()]);
       return;
     }
     const engineReached = this.ready !== undefined;
@@ -316,15 +316,24 @@ export class DockerRunner implements Runner {
     for (const controller of this.active.keys()) controller.abort();
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
-    await Promise.all([...this.removals, this.reaping]);
+    // Anything of ours still there (e.g. a call that raced close()), listed while the removals after the last
+    // calls finish: what one of them removed is not removed twice, what one failed to remove is removed now.
+    // Not listed when the engine was never reached, so closing a runner that never ran does not wait on one.
+    const removing = [...this.removals];
+    const [leftovers] = await Promise.all([
+      engineReached
+        ? this.engine.listContainers([`capsule.instance=${this.owner.instance}`]).catch(() => [])
+        : [],
+      ...removing.map(([, removal]) => removal),
+      this.reaping,
+    ]);
+    const removed = new Set<string>();
+    for (const [id, removal] of removing) if (await removal) removed.add(id);
+    await Promise.all(
+      leftovers.filter((c) => !removed.has(c.id)).map((c) => this.engine.remove(c.id).catch(() => {})),
+    );
+    // After the containers: a volume still in use is not removable.
     await this.volumes.removeAll();
-    // Anything of ours still there (e.g. a call that raced close()). Skipped when the engine was never
-    // reached, so closing a runner that never ran (or has no engine) does not wait on one.
-    if (!engineReached) return;
-    const leftovers = await this.engine
-      .listContainers([`capsule.instance=${this.owner.instance}`])
-      .catch(() => []);
-    await Promise.all(leftovers.map((c) => this.engine.remove(c.id).catch(() => {})));
   }
 
   private async runFresh(
@@ -368,9 +377,12 @@ export class DockerRunner implements Runner {
       // The container has exited (or never started): remove it off the result's critical path.
       const removal = this.engine
         .remove(id)
-        .catch(() => {})
-        .finally(() => this.removals.delete(removal));
-      this.removals.add(removal);
+        .then(
+          () => true,
+          () => false,
+        )
+        .finally(() => this.removals.delete(id));
+      this.removals.set(id, removal);
     }
   }
 
