@@ -84,6 +84,8 @@ interface Member {
   epoch: Epoch | undefined;
   generation: number;
   inFlight: number;
+  /** Calls this pool placed there that do not hold their container yet (the engine cannot count them). */
+  pending: number;
   calls: number;
   /** Set when a call or a health check found the engine gone; it is checked again before it is used. */
   downSince: number | undefined;
@@ -160,6 +162,7 @@ export class EnginePool implements Runner {
       epoch: undefined,
       generation: 0,
       inFlight: 0,
+      pending: 0,
       calls: 0,
       downSince: undefined,
       downWhy: undefined,
@@ -373,10 +376,22 @@ export class EnginePool implements Runner {
       }
       const best = usable[at] as (typeof usable)[number];
       best.m.inFlight += 1;
+      best.m.pending += 1;
       best.m.calls += 1;
       let placed!: () => void;
-      const held = new Promise<void>((resolve) => (placed = resolve));
+      const held = new Promise<void>((resolve) => {
+        let once = false;
+        placed = () => {
+          if (once) return;
+          once = true;
+          best.m.pending -= 1;
+          resolve();
+        };
+      });
       chosen({ member: best.m, epoch: best.epoch, placed });
+      // Without the lock only this process places: its own calls not yet on a docker engine are counted from
+      // memory (pending, in loadOf), so the next placement need not wait for this one's container.
+      if (this.placementLock === undefined && best.m.kind === 'docker') return;
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         held,
@@ -416,7 +431,7 @@ export class EnginePool implements Runner {
         : engine.listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`]).then((cs) => {
             const busy = cs.filter((c) => c.state === 'running' || c.state === 'created').length;
             const waiting = runner instanceof DockerRunner ? runner.waitingContainers() : 0;
-            return Math.max(0, busy - waiting);
+            return Math.max(0, busy - waiting) + m.pending;
           });
     let timer: NodeJS.Timeout | undefined;
     try {
