@@ -277,7 +277,12 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       watch.on('error', () => lost(`the connection to the daemon at ${this.where} failed`));
       watch.on('close', () => lost(`the daemon at ${this.where} went away (restarted or stopped)`));
       const info = await engineJson<
-        Record<string, unknown> & { ID?: string; Name?: string; DockerRootDir?: string; ServerVersion?: string }
+        Record<string, unknown> & {
+          ID?: string;
+          Name?: string;
+          DockerRootDir?: string;
+          ServerVersion?: string;
+        }
       >(ep, 'GET', '/info');
       const socket = await socketNow();
       if (before !== undefined && (socket?.dev !== before.dev || socket.ino !== before.ino))
@@ -336,9 +341,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   private infoOf(info: { ServerVersion?: unknown; Runtimes?: unknown }): EngineInfo {
     return {
       serverVersion: typeof info.ServerVersion === 'string' ? info.ServerVersion : 'unknown',
-      runtimes: Object.keys(
-        typeof info.Runtimes === 'object' && info.Runtimes !== null ? info.Runtimes : {},
-      ),
+      runtimes: Object.keys(typeof info.Runtimes === 'object' && info.Runtimes !== null ? info.Runtimes : {}),
       remote: this.remote,
     };
   }
@@ -362,46 +365,46 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   async createContainer(spec: ContainerSpec): Promise<string> {
     const created = await engineJson<{ Id: string }>(this.ep(), 'POST', '/containers/create', {
       body: {
-      Image: spec.image,
-      ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
-      Cmd: spec.cmd,
-      WorkingDir: spec.workingDir,
-      User: spec.user,
-      Env: spec.env,
-      Labels: spec.labels,
-      AttachStdin: spec.openStdin,
-      AttachStdout: true,
-      AttachStderr: true,
-      OpenStdin: spec.openStdin,
-      StdinOnce: spec.openStdin,
-      Tty: false,
-      NetworkDisabled: spec.networkDisabled,
-      HostConfig: {
-        Runtime: spec.runtime,
-        NetworkMode: spec.networkMode,
-        PidMode: spec.pidMode,
-        IpcMode: spec.ipcMode,
-        Privileged: spec.privileged,
-        ReadonlyRootfs: spec.readonlyRootfs,
-        CapDrop: spec.capDrop,
-        CapAdd: spec.capAdd,
-        SecurityOpt: spec.securityOpt,
-        Memory: spec.memoryBytes,
-        MemorySwap: spec.memorySwapBytes,
-        PidsLimit: spec.pidsLimit,
-        NanoCpus: spec.nanoCpus,
-        Ulimits: spec.ulimits.map((u) => ({ Name: u.name, Soft: u.soft, Hard: u.hard })),
-        Tmpfs: spec.tmpfs,
-        Mounts: spec.mounts.map((m) => ({
-          Type: m.type,
-          Source: m.source,
-          Target: m.target,
-          ReadOnly: m.readOnly,
-        })),
-        ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
-        LogConfig: { Type: spec.logDriver, Config: {} },
-        AutoRemove: false,
-      },
+        Image: spec.image,
+        ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
+        Cmd: spec.cmd,
+        WorkingDir: spec.workingDir,
+        User: spec.user,
+        Env: spec.env,
+        Labels: spec.labels,
+        AttachStdin: spec.openStdin,
+        AttachStdout: true,
+        AttachStderr: true,
+        OpenStdin: spec.openStdin,
+        StdinOnce: spec.openStdin,
+        Tty: false,
+        NetworkDisabled: spec.networkDisabled,
+        HostConfig: {
+          Runtime: spec.runtime,
+          NetworkMode: spec.networkMode,
+          PidMode: spec.pidMode,
+          IpcMode: spec.ipcMode,
+          Privileged: spec.privileged,
+          ReadonlyRootfs: spec.readonlyRootfs,
+          CapDrop: spec.capDrop,
+          CapAdd: spec.capAdd,
+          SecurityOpt: spec.securityOpt,
+          Memory: spec.memoryBytes,
+          MemorySwap: spec.memorySwapBytes,
+          PidsLimit: spec.pidsLimit,
+          NanoCpus: spec.nanoCpus,
+          Ulimits: spec.ulimits.map((u) => ({ Name: u.name, Soft: u.soft, Hard: u.hard })),
+          Tmpfs: spec.tmpfs,
+          Mounts: spec.mounts.map((m) => ({
+            Type: m.type,
+            Source: m.source,
+            Target: m.target,
+            ReadOnly: m.readOnly,
+          })),
+          ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
+          LogConfig: { Type: spec.logDriver, Config: {} },
+          AutoRemove: false,
+        },
       },
     });
     return created.Id;
@@ -503,12 +506,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async listContainers(labelFilters: string[]): Promise<ContainerSummary[]> {
-    const list = await engineJson<Array<{ Id: string; Labels?: Record<string, string> | null; State: string }>>(
-      this.ep(),
-      'GET',
-      '/containers/json',
-      { query: { all: true, filters: { label: labelFilters } } },
-    );
+    const list = await engineJson<
+      Array<{ Id: string; Labels?: Record<string, string> | null; State: string }>
+    >(this.ep(), 'GET', '/containers/json', { query: { all: true, filters: { label: labelFilters } } });
     return list.map((c) => ({ id: c.Id, labels: c.Labels ?? {}, state: c.State }));
   }
 
@@ -550,15 +550,24 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async listVolumes(labelFilters: string[]): Promise<string[]> {
-    const result = await engineJson<{ Volumes?: Array<{ Name: string }> | null }>(this.ep(), 'GET', '/volumes', {
-      query: { filters: { label: labelFilters } },
-    });
+    const result = await engineJson<{ Volumes?: Array<{ Name: string }> | null }>(
+      this.ep(),
+      'GET',
+      '/volumes',
+      {
+        query: { filters: { label: labelFilters } },
+      },
+    );
     return (result.Volumes ?? []).map((v) => v.Name);
   }
 
   private imageRaw(
     ref: string,
-  ): Promise<{ Id: string; RepoTags?: string[] | null; Config?: { Labels?: Record<string, string> | null } }> {
+  ): Promise<{
+    Id: string;
+    RepoTags?: string[] | null;
+    Config?: { Labels?: Record<string, string> | null };
+  }> {
     return engineJson(this.ep(), 'GET', `/images/${imagePath(ref)}/json`);
   }
 
@@ -598,10 +607,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       // No registry is reachable: never try to pull a base image.
       pull: false,
     };
-    const stream: NodeJS.ReadableStream = await (await this.docker()).buildImage(
-      context as NodeJS.ReadableStream,
-      buildOptions,
-    );
+    const stream: NodeJS.ReadableStream = await (
+      await this.docker()
+    ).buildImage(context as NodeJS.ReadableStream, buildOptions);
     await new Promise<void>((resolve, reject) => {
       let buffered = '';
       let failure: string | undefined;
@@ -647,7 +655,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   // --- Swarm (asked of a manager) -------------------------------------------------------------
 
   async createConfig(name: string, data: Buffer, labels: Record<string, string>): Promise<string> {
-    const created = (await (await this.docker()).createConfig({
+    const created = (await (
+      await this.docker()
+    ).createConfig({
       Name: name,
       Labels: labels,
       Data: data.toString('base64'),
@@ -664,7 +674,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async createService(spec: SwarmServiceSpec): Promise<string> {
-    const created = (await (await this.docker()).createService({
+    const created = (await (
+      await this.docker()
+    ).createService({
       Name: spec.name,
       Labels: spec.labels,
       TaskTemplate: {
@@ -735,7 +747,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async serviceLogs(serviceId: string): Promise<Buffer> {
-    const logs = (await (await this.docker())
+    const logs = (await (
+      await this.docker()
+    )
       .getService(serviceId)
       .logs({ stdout: true, stderr: true, follow: false })) as unknown as Buffer | NodeJS.ReadableStream;
     if (Buffer.isBuffer(logs)) return logs;

@@ -104,9 +104,7 @@ export async function engineCall(
         ep,
         method,
         target(path, options.query),
-        payload === undefined
-          ? {}
-          : { 'Content-Type': 'application/json', 'Content-Length': payload.length },
+        payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': payload.length },
       ),
     );
     req.once('response', resolve);
