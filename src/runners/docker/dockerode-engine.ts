@@ -561,9 +561,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     return (result.Volumes ?? []).map((v) => v.Name);
   }
 
-  private imageRaw(
-    ref: string,
-  ): Promise<{
+  private imageRaw(ref: string): Promise<{
     Id: string;
     RepoTags?: string[] | null;
     Config?: { Labels?: Record<string, string> | null };
