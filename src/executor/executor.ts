@@ -158,8 +158,12 @@ export class Executor {
         .preload([inputSchema, outputSchema])
         .catch(() => undefined);
       try {
-        await this.#measure(capability.environment);
-        const staged = await this.#stage.stage(capability);
+        // The engine's measurement (requests to it) and the staging (a copy and a hash on this host) at once:
+        // neither reads the other, and both are done before the call is judged.
+        const [, staged] = await Promise.all([
+          this.#measure(capability.environment),
+          this.#stage.stage(capability),
+        ]);
         // The staged bytes are read and compiled while the gate judges them (nothing of them runs).
         void this.#runners
           .get(staged.environment)

@@ -62,16 +62,22 @@ export function createDefaultRunners(options: DefaultRunnerOptions): Runner[] {
     ),
     // A missing capsule image is built on first use, with its progress reported.
     engines.length === 0
-      ? new LazyRunner('docker', async () => {
-          const { DockerRunner } = await import('../runners/docker/runner.js');
-          return new DockerRunner({
-            env,
-            projectRoot: options.projectRoot,
-            cacheDir,
-            stateDir,
-            onProgress: options.onProgress,
-          });
-        })
+      ? new LazyRunner(
+          'docker',
+          async () => {
+            const { DockerRunner } = await import('../runners/docker/runner.js');
+            return new DockerRunner({
+              env,
+              projectRoot: options.projectRoot,
+              cacheDir,
+              stateDir,
+              onProgress: options.onProgress,
+            });
+          },
+          // The engine is reached while the call is staged and judged (no dockerode to load any more: a call
+          // the gate denies pays a ping).
+          { warms: true },
+        )
       : // Several engines: the pool schedules across them and measures each one's posture before judging.
         new LazyRunner(
           'docker',

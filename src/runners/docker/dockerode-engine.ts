@@ -1,11 +1,12 @@
-import Docker from 'dockerode';
-import { createHash } from 'node:crypto';
-import { canonicalJson } from '../../project/state-key.js';
+import type Docker from 'dockerode';
 import { realpath, stat } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';
 import { pinnedConnections } from './engine-pin.js';
 import type { PinnedConnections } from './engine-pin.js';
+import { configFingerprint } from './engine-config.js';
+import { engineCall, engineJson, engineStream, engineUpgrade } from './engine-http.js';
+import type { EngineEndpoint } from './engine-http.js';
 import type {
   BuildProgress,
   ContainerSpec,
@@ -46,7 +47,7 @@ export type DockerodeEngineOptions = EngineConnection &
 const WAIT_PING_EVERY_MS = 1000;
 const WAIT_PING_TIMEOUT_MS = 5000;
 
-/** Status codes the Engine API answers with, carried on dockerode's errors. */
+/** Status codes the Engine API answers with, carried on its errors (ours and dockerode's). */
 function statusOf(err: unknown): number | undefined {
   const code = (err as { statusCode?: unknown } | null)?.statusCode;
   return typeof code === 'number' ? code : undefined;
@@ -61,18 +62,19 @@ async function removeIfPresent(remove: () => Promise<unknown>): Promise<void> {
   }
 }
 
+/** Where the engine answers, read from the injected environment (never process.env). */
+interface Connection {
+  socketPath?: string | undefined;
+  host?: string | undefined;
+  port?: number | undefined;
+  protocol?: 'http' | 'https' | undefined;
+}
+
 /**
- * dockerode behind our DockerEngine interface. Only this file imports dockerode, so its
- * callback-or-promise overloads and loose typings stay here.
+ * unix:// → a socket path; tcp:// / http(s):// → host and port; nothing → the local socket. Any other scheme
+ * (ssh://, npipe://) is not one capsule speaks: undefined, and every request says so.
  */
-/**
- * dockerode's own DOCKER_HOST lookup reads process.env; the injected environment decides here.
- * unix:// → a socket path; tcp:// / http(s):// → host and port; anything else → dockerode's defaults.
- */
-function connectionOptions(
-  socketPath: string | undefined,
-  host: string | undefined,
-): Docker.DockerOptions | undefined {
+function connectionOptions(socketPath: string | undefined, host: string | undefined): Connection | undefined {
   if (socketPath !== undefined) return { socketPath };
   if (host === undefined || host === '') return { socketPath: '/var/run/docker.sock' };
   if (host.startsWith('unix://')) return { socketPath: host.slice('unix://'.length) };
@@ -87,43 +89,25 @@ function connectionOptions(
   return undefined;
 }
 
-/** The /info fields a daemon's configuration shows in (not its counters or clock), hashed. */
-const CONFIG_FIELDS = [
-  'Runtimes',
-  'DefaultRuntime',
-  'SecurityOptions',
-  'InitBinary',
-  'InitCommit',
-  'RuncCommit',
-  'ContainerdCommit',
-  'CgroupDriver',
-  'CgroupVersion',
-  'Driver',
-  'KernelVersion',
-  'OperatingSystem',
-  'LiveRestoreEnabled',
-  'Isolation',
-  'Labels',
-  'ExperimentalBuild',
-  'ServerVersion',
-  'DockerRootDir',
-  'ID',
-  'Name',
-] as const;
-
-function configFingerprint(info: Record<string, unknown>): string {
-  const picked = Object.fromEntries(CONFIG_FIELDS.map((k) => [k, info[k] ?? null]));
-  return `sha256:${createHash('sha256').update(canonicalJson(picked)).digest('hex')}`;
-}
-
+/**
+ * capsule's Docker engine client behind the DockerEngine interface. The requests of a call (ping, info, inspect,
+ * create, attach, start, wait, remove, list, volumes, events) go over node:http (engine-http.ts); the rest
+ * (builds, exec, archives, top, swarm) through dockerode, imported the first time one is asked for, so a
+ * one-shot `capsule run` never loads it. Only this file imports dockerode, so its callback-or-promise overloads
+ * and loose typings stay here. Both paths send every request through the one pinned agent.
+ */
 export class DockerodeEngine implements DockerEngine, SwarmApi {
-  private readonly docker: Docker;
+  private client: Promise<Docker> | undefined;
+  private readonly connection: Connection | undefined;
+  private readonly endpoint: EngineEndpoint | undefined;
   private readonly remote: boolean;
   private readonly options: DockerodeEngineOptions;
   private readonly where: string;
   private readonly socketPath: string | undefined;
   private readonly connections: PinnedConnections | undefined;
   private pinned: Promise<EnginePin> | undefined;
+  /** What GET /info said when the pin bound this engine to its daemon (the runner asks again right after). */
+  private pinnedInfo: EngineInfo | undefined;
 
   constructor(options: DockerodeEngineOptions) {
     this.options = options;
@@ -131,6 +115,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     this.remote =
       options.socketPath === undefined && host !== undefined && host !== '' && !host.startsWith('unix://');
     const connection = connectionOptions(options.socketPath, host);
+    this.connection = connection;
     this.socketPath = connection?.socketPath;
     this.where =
       this.socketPath !== undefined
@@ -141,14 +126,43 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     const tls = options.tls !== undefined && connection !== undefined;
     // Every request goes through connections that can be bound to one daemon (pin()).
     this.connections = connection === undefined ? undefined : pinnedConnections({ tls, where: this.where });
-    const agent = this.connections === undefined ? {} : { agent: this.connections.agent };
-    this.docker = new Docker(
-      connection === undefined
-        ? connection
-        : tls
-          ? { ...connection, protocol: 'https', ...options.tls, ...agent }
+    this.endpoint =
+      connection === undefined || this.connections === undefined
+        ? undefined
+        : {
+            socketPath: connection.socketPath,
+            hostname: connection.host,
+            port: connection.port,
+            tls: tls ? options.tls : undefined,
+            agent: this.connections.agent,
+          };
+  }
+
+  /** dockerode, loaded on first use, on the same pinned agent as every other request. */
+  private docker(): Promise<Docker> {
+    this.client ??= (async () => {
+      const connection = this.connection;
+      if (connection === undefined || this.connections === undefined) throw this.unreachable();
+      const { default: Dockerode } = await import('dockerode');
+      const agent = { agent: this.connections.agent };
+      return new Dockerode(
+        this.options.tls !== undefined
+          ? { ...connection, protocol: 'https', ...this.options.tls, ...agent }
           : { ...connection, ...agent },
+      );
+    })();
+    return this.client;
+  }
+
+  private unreachable(): Error {
+    return new Error(
+      `cannot reach the engine at ${this.where}: capsule speaks unix://, tcp:// and http(s):// Docker hosts`,
     );
+  }
+
+  private ep(): EngineEndpoint {
+    if (this.endpoint === undefined) throw this.unreachable();
+    return this.endpoint;
   }
 
   another(): DockerodeEngine {
@@ -177,7 +191,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     // Asked before anything is armed: a daemon without it leaves this engine free to be pinned afresh.
     if (this.connections === undefined) return undefined;
     try {
-      await this.docker.getVolume(canary.name).inspect();
+      await engineCall(this.ep(), 'GET', `/volumes/${encodeURIComponent(canary.name)}`);
     } catch (err) {
       if (statusOf(err) === 404) return undefined;
       throw err;
@@ -191,22 +205,30 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     until: number;
     filters: Record<string, string[]>;
   }): Promise<EngineEvent[]> {
-    const stream = (await this.docker.getEvents({
-      // Seconds with a fraction: the daemon reads the digits after the point as a fraction of a second.
-      since: Math.round(options.since * 1000) / 1000,
-      until: Math.round(options.until * 1000) / 1000,
-      filters: JSON.stringify(options.filters),
-    })) as unknown as AsyncIterable<Buffer>;
-    let text = '';
-    for await (const chunk of stream) text += chunk.toString('utf8');
+    const text = (
+      await engineCall(this.ep(), 'GET', '/events', {
+        query: {
+          // Seconds with a fraction: the daemon reads the digits after the point as a fraction of a second.
+          since: Math.round(options.since * 1000) / 1000,
+          until: Math.round(options.until * 1000) / 1000,
+          filters: options.filters,
+        },
+      })
+    ).toString('utf8');
     const found: EngineEvent[] = [];
     for (const line of text.split('\n')) {
       if (line.trim() === '') continue;
-      const e = JSON.parse(line) as { Type?: unknown; Action?: unknown; Actor?: { ID?: unknown } };
+      const e = JSON.parse(line) as {
+        Type?: unknown;
+        Action?: unknown;
+        Actor?: { ID?: unknown };
+        time?: unknown;
+      };
       found.push({
         type: typeof e.Type === 'string' ? e.Type : '',
         action: typeof e.Action === 'string' ? e.Action : '',
         id: typeof e.Actor?.ID === 'string' ? e.Actor.ID : '',
+        time: typeof e.time === 'number' ? e.time : 0,
       });
     }
     return found;
@@ -218,6 +240,11 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   ): Promise<EnginePin> {
     const connections = this.connections;
     if (connections === undefined) throw new Error(`cannot bind the engine at ${this.where} to its daemon`);
+    const ep = this.ep();
+    const removeCanary = (): Promise<void> =>
+      removeIfPresent(() =>
+        engineCall(ep, 'DELETE', `/volumes/${encodeURIComponent(canary)}`, { query: { force: true } }),
+      ).catch(() => {});
     const socketNow = async (): Promise<EngineIdentity['socket']> => {
       if (this.socketPath === undefined) return undefined;
       const st = await stat(this.socketPath);
@@ -230,13 +257,14 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     };
     const before = await socketNow();
     if (options.labels !== undefined)
-      await this.docker.createVolume({ Name: canary, Labels: options.labels });
+      await engineCall(ep, 'POST', '/volumes/create', { body: { Name: canary, Labels: options.labels } });
     // From here on only the daemon that holds the canary gets a request: what is read and measured next is its.
     connections.arm(canary);
     let released = false;
     let watch: IncomingMessage | undefined;
     try {
-      watch = (await this.docker.getEvents({ filters: { type: ['daemon'] } })) as unknown as IncomingMessage;
+      // The watch is open (the daemon answered it) before the identity is read: a reload after the read is seen.
+      watch = await engineStream(ep, '/events', { filters: { type: ['daemon'] } });
       // The watch is how a restart or reload is seen; it must not keep a process alive.
       watch.socket?.unref();
       const lost = (why: string): void => {
@@ -248,15 +276,18 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       });
       watch.on('error', () => lost(`the connection to the daemon at ${this.where} failed`));
       watch.on('close', () => lost(`the daemon at ${this.where} went away (restarted or stopped)`));
-      const info = (await this.docker.info()) as Record<string, unknown> & {
-        ID?: string;
-        Name?: string;
-        DockerRootDir?: string;
-        ServerVersion?: string;
-      };
+      const info = await engineJson<
+        Record<string, unknown> & {
+          ID?: string;
+          Name?: string;
+          DockerRootDir?: string;
+          ServerVersion?: string;
+        }
+      >(ep, 'GET', '/info');
       const socket = await socketNow();
       if (before !== undefined && (socket?.dev !== before.dev || socket.ino !== before.ino))
         connections.lose(`the socket ${this.socketPath ?? ''} was re-pointed while the engine was measured`);
+      this.pinnedInfo = this.infoOf(info);
       const identity: EngineIdentity = {
         id: info.ID ?? '',
         name: info.Name ?? '',
@@ -284,26 +315,33 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
           if (released) return;
           released = true;
           watch?.destroy();
-          if (connections.lost() === undefined && !options.keep)
-            await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(
-              () => {},
-            );
+          if (connections.lost() === undefined && !options.keep) await removeCanary();
         },
       };
     } catch (err) {
       released = true;
       watch?.destroy();
-      if (!options.keep)
-        await removeIfPresent(() => this.docker.getVolume(canary).remove({ force: true })).catch(() => {});
+      if (!options.keep) await removeCanary();
       throw err;
     }
   }
 
   async info(): Promise<EngineInfo> {
-    const info = (await this.docker.info()) as { ServerVersion?: string; Runtimes?: Record<string, unknown> };
+    // The pin's own reading of the daemon stands while the pin holds: the same daemon, no reload or restart
+    // seen since (its watch loses the pin on either), so asking again would only repeat it.
+    if (this.pinnedInfo !== undefined && this.connections?.lost() === undefined) return this.pinnedInfo;
+    return this.infoOf(await engineJson<Record<string, unknown>>(this.ep(), 'GET', '/info'));
+  }
+
+  /** Whether the engine is reached over TCP: known from its address, without asking it. */
+  reachedRemotely(): boolean {
+    return this.remote;
+  }
+
+  private infoOf(info: { ServerVersion?: unknown; Runtimes?: unknown }): EngineInfo {
     return {
-      serverVersion: info.ServerVersion ?? 'unknown',
-      runtimes: Object.keys(info.Runtimes ?? {}),
+      serverVersion: typeof info.ServerVersion === 'string' ? info.ServerVersion : 'unknown',
+      runtimes: Object.keys(typeof info.Runtimes === 'object' && info.Runtimes !== null ? info.Runtimes : {}),
       remote: this.remote,
     };
   }
@@ -318,67 +356,71 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       );
     });
     try {
-      await Promise.race([this.docker.ping() as Promise<unknown>, timeout]);
+      await Promise.race([engineCall(this.ep(), 'GET', '/_ping'), timeout]);
     } finally {
       clearTimeout(timer);
     }
   }
 
   async createContainer(spec: ContainerSpec): Promise<string> {
-    const container = await this.docker.createContainer({
-      Image: spec.image,
-      ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
-      Cmd: spec.cmd,
-      WorkingDir: spec.workingDir,
-      User: spec.user,
-      Env: spec.env,
-      Labels: spec.labels,
-      AttachStdin: spec.openStdin,
-      AttachStdout: true,
-      AttachStderr: true,
-      OpenStdin: spec.openStdin,
-      StdinOnce: spec.openStdin,
-      Tty: false,
-      NetworkDisabled: spec.networkDisabled,
-      HostConfig: {
-        Runtime: spec.runtime,
-        NetworkMode: spec.networkMode,
-        PidMode: spec.pidMode,
-        IpcMode: spec.ipcMode,
-        Privileged: spec.privileged,
-        ReadonlyRootfs: spec.readonlyRootfs,
-        CapDrop: spec.capDrop,
-        CapAdd: spec.capAdd,
-        SecurityOpt: spec.securityOpt,
-        Memory: spec.memoryBytes,
-        MemorySwap: spec.memorySwapBytes,
-        PidsLimit: spec.pidsLimit,
-        NanoCpus: spec.nanoCpus,
-        Ulimits: spec.ulimits.map((u) => ({ Name: u.name, Soft: u.soft, Hard: u.hard })),
-        Tmpfs: spec.tmpfs,
-        Mounts: spec.mounts.map((m) => ({
-          Type: m.type,
-          Source: m.source,
-          Target: m.target,
-          ReadOnly: m.readOnly,
-        })),
-        ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
-        LogConfig: { Type: spec.logDriver, Config: {} },
-        AutoRemove: false,
+    const created = await engineJson<{ Id: string }>(this.ep(), 'POST', '/containers/create', {
+      body: {
+        Image: spec.image,
+        ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
+        Cmd: spec.cmd,
+        WorkingDir: spec.workingDir,
+        User: spec.user,
+        Env: spec.env,
+        Labels: spec.labels,
+        AttachStdin: spec.openStdin,
+        AttachStdout: true,
+        AttachStderr: true,
+        OpenStdin: spec.openStdin,
+        StdinOnce: spec.openStdin,
+        Tty: false,
+        NetworkDisabled: spec.networkDisabled,
+        HostConfig: {
+          Runtime: spec.runtime,
+          NetworkMode: spec.networkMode,
+          PidMode: spec.pidMode,
+          IpcMode: spec.ipcMode,
+          Privileged: spec.privileged,
+          ReadonlyRootfs: spec.readonlyRootfs,
+          CapDrop: spec.capDrop,
+          CapAdd: spec.capAdd,
+          SecurityOpt: spec.securityOpt,
+          Memory: spec.memoryBytes,
+          MemorySwap: spec.memorySwapBytes,
+          PidsLimit: spec.pidsLimit,
+          NanoCpus: spec.nanoCpus,
+          Ulimits: spec.ulimits.map((u) => ({ Name: u.name, Soft: u.soft, Hard: u.hard })),
+          Tmpfs: spec.tmpfs,
+          Mounts: spec.mounts.map((m) => ({
+            Type: m.type,
+            Source: m.source,
+            Target: m.target,
+            ReadOnly: m.readOnly,
+          })),
+          ...(spec.sysctls !== undefined ? { Sysctls: spec.sysctls } : {}),
+          LogConfig: { Type: spec.logDriver, Config: {} },
+          AutoRemove: false,
+        },
       },
     });
-    return container.id;
+    return created.Id;
   }
 
   async attach(id: string): Promise<Duplex> {
-    const stream = await this.docker
-      .getContainer(id)
-      .attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true });
-    return stream as unknown as Duplex;
+    return engineUpgrade(this.ep(), `/containers/${encodeURIComponent(id)}/attach`, {
+      stream: 1,
+      stdin: 1,
+      stdout: 1,
+      stderr: 1,
+    });
   }
 
   async start(id: string): Promise<void> {
-    await this.docker.getContainer(id).start();
+    await engineCall(this.ep(), 'POST', `/containers/${encodeURIComponent(id)}/start`);
   }
 
   async wait(id: string): Promise<number> {
@@ -400,9 +442,10 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       timer = setTimeout(tick, WAIT_PING_EVERY_MS);
     });
     try {
-      const result = (await Promise.race([this.docker.getContainer(id).wait(), watch])) as {
-        StatusCode?: number;
-      };
+      const result = await Promise.race([
+        engineJson<{ StatusCode?: number }>(this.ep(), 'POST', `/containers/${encodeURIComponent(id)}/wait`),
+        watch,
+      ]);
       return result.StatusCode ?? -1;
     } finally {
       done = true;
@@ -410,20 +453,26 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
     }
   }
 
+  private inspectRaw(
+    id: string,
+  ): Promise<{ Id: string; State: { Running: boolean; ExitCode: number; OOMKilled: boolean; Pid: number } }> {
+    return engineJson(this.ep(), 'GET', `/containers/${encodeURIComponent(id)}/json`);
+  }
+
   async inspect(id: string): Promise<ContainerState> {
-    const info = await this.docker.getContainer(id).inspect();
+    const info = await this.inspectRaw(id);
     return { running: info.State.Running, exitCode: info.State.ExitCode, oomKilled: info.State.OOMKilled };
   }
 
   async pidsHits(id: string): Promise<PidsHits | undefined> {
     if (this.remote) return undefined;
-    const info = await this.docker.getContainer(id).inspect();
+    const info = await this.inspectRaw(id);
     if (!info.State.Running) return undefined;
     return containerPidsHits(info.State.Pid, info.Id);
   }
 
   async processes(id: string): Promise<number[]> {
-    const top = (await this.docker.getContainer(id).top({ ps_args: '-o pid' })) as {
+    const top = (await (await this.docker()).getContainer(id).top({ ps_args: '-o pid' })) as {
       Titles?: string[];
       Processes?: string[][];
     };
@@ -434,7 +483,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
 
   async kill(id: string): Promise<void> {
     try {
-      await this.docker.getContainer(id).kill({ signal: 'SIGKILL' });
+      await engineCall(this.ep(), 'POST', `/containers/${encodeURIComponent(id)}/kill`, {
+        query: { signal: 'SIGKILL' },
+      });
     } catch (err) {
       // 409: not running any more (it exited on its own meanwhile); 404: already gone.
       const status = statusOf(err);
@@ -444,7 +495,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
 
   async remove(id: string): Promise<void> {
     try {
-      await this.docker.getContainer(id).remove({ force: true, v: true });
+      await engineCall(this.ep(), 'DELETE', `/containers/${encodeURIComponent(id)}`, {
+        query: { force: true, v: true },
+      });
     } catch (err) {
       // 404: gone; 409: removal already in progress.
       const status = statusOf(err);
@@ -453,19 +506,21 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async listContainers(labelFilters: string[]): Promise<ContainerSummary[]> {
-    const list = await this.docker.listContainers({ all: true, filters: { label: labelFilters } });
+    const list = await engineJson<
+      Array<{ Id: string; Labels?: Record<string, string> | null; State: string }>
+    >(this.ep(), 'GET', '/containers/json', { query: { all: true, filters: { label: labelFilters } } });
     return list.map((c) => ({ id: c.Id, labels: c.Labels ?? {}, state: c.State }));
   }
 
   async putArchive(id: string, path: string, tar: Readable): Promise<void> {
-    await this.docker.getContainer(id).putArchive(tar, { path });
+    await (await this.docker()).getContainer(id).putArchive(tar, { path });
   }
 
   async exec(
     id: string,
     options: { cmd: string[]; user: string; workingDir: string; env: string[] },
   ): Promise<{ execId: string; stream: Duplex }> {
-    const exec = await this.docker.getContainer(id).exec({
+    const exec = await (await this.docker()).getContainer(id).exec({
       Cmd: options.cmd,
       User: options.user,
       WorkingDir: options.workingDir,
@@ -480,28 +535,45 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async execExitCode(execId: string): Promise<number | null> {
-    const info = await this.docker.getExec(execId).inspect();
+    const info = await (await this.docker()).getExec(execId).inspect();
     return info.Running ? null : (info.ExitCode ?? null);
   }
 
   async createVolume(name: string, labels: Record<string, string>): Promise<void> {
-    await this.docker.createVolume({ Name: name, Labels: labels });
+    await engineCall(this.ep(), 'POST', '/volumes/create', { body: { Name: name, Labels: labels } });
   }
 
   async removeVolume(name: string): Promise<void> {
-    await removeIfPresent(() => this.docker.getVolume(name).remove({ force: true }));
+    await removeIfPresent(() =>
+      engineCall(this.ep(), 'DELETE', `/volumes/${encodeURIComponent(name)}`, { query: { force: true } }),
+    );
   }
 
   async listVolumes(labelFilters: string[]): Promise<string[]> {
-    const result = await this.docker.listVolumes({ filters: { label: labelFilters } });
+    const result = await engineJson<{ Volumes?: Array<{ Name: string }> | null }>(
+      this.ep(),
+      'GET',
+      '/volumes',
+      {
+        query: { filters: { label: labelFilters } },
+      },
+    );
     return (result.Volumes ?? []).map((v) => v.Name);
+  }
+
+  private imageRaw(ref: string): Promise<{
+    Id: string;
+    RepoTags?: string[] | null;
+    Config?: { Labels?: Record<string, string> | null };
+  }> {
+    return engineJson(this.ep(), 'GET', `/images/${imagePath(ref)}/json`);
   }
 
   async imageInfo(
     ref: string,
   ): Promise<{ id: string; tags: string[]; labels: Record<string, string> } | undefined> {
     try {
-      const info = await this.docker.getImage(ref).inspect();
+      const info = await this.imageRaw(ref);
       const tags = (info.RepoTags ?? []).filter((t) => t !== '<none>:<none>');
       return { id: info.Id, tags, labels: info.Config?.Labels ?? {} };
     } catch (err) {
@@ -512,7 +584,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
 
   async imageExists(ref: string): Promise<boolean> {
     try {
-      await this.docker.getImage(ref).inspect();
+      await this.imageRaw(ref);
       return true;
     } catch (err) {
       if (statusOf(err) === 404) return false;
@@ -533,10 +605,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       // No registry is reachable: never try to pull a base image.
       pull: false,
     };
-    const stream: NodeJS.ReadableStream = await this.docker.buildImage(
-      context as NodeJS.ReadableStream,
-      buildOptions,
-    );
+    const stream: NodeJS.ReadableStream = await (
+      await this.docker()
+    ).buildImage(context as NodeJS.ReadableStream, buildOptions);
     await new Promise<void>((resolve, reject) => {
       let buffered = '';
       let failure: string | undefined;
@@ -575,12 +646,16 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeImage(ref: string, options: { force: boolean } = { force: true }): Promise<void> {
-    await removeIfPresent(() => this.docker.getImage(ref).remove({ force: options.force }));
+    await removeIfPresent(() =>
+      engineCall(this.ep(), 'DELETE', `/images/${imagePath(ref)}`, { query: { force: options.force } }),
+    );
   }
   // --- Swarm (asked of a manager) -------------------------------------------------------------
 
   async createConfig(name: string, data: Buffer, labels: Record<string, string>): Promise<string> {
-    const created = (await this.docker.createConfig({
+    const created = (await (
+      await this.docker()
+    ).createConfig({
       Name: name,
       Labels: labels,
       Data: data.toString('base64'),
@@ -589,15 +664,17 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeConfig(id: string): Promise<void> {
-    await removeIfPresent(() => this.docker.getConfig(id).remove());
+    await removeIfPresent(async () => (await this.docker()).getConfig(id).remove());
   }
 
   async listConfigs(labelFilters: string[]): Promise<string[]> {
-    return idsOf(await this.docker.listConfigs({ filters: { label: labelFilters } }));
+    return idsOf(await (await this.docker()).listConfigs({ filters: { label: labelFilters } }));
   }
 
   async createService(spec: SwarmServiceSpec): Promise<string> {
-    const created = (await this.docker.createService({
+    const created = (await (
+      await this.docker()
+    ).createService({
       Name: spec.name,
       Labels: spec.labels,
       TaskTemplate: {
@@ -639,15 +716,15 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async removeService(id: string): Promise<void> {
-    await removeIfPresent(() => this.docker.getService(id).remove());
+    await removeIfPresent(async () => (await this.docker()).getService(id).remove());
   }
 
   async listServices(labelFilters: string[]): Promise<string[]> {
-    return idsOf(await this.docker.listServices({ filters: { label: labelFilters } }));
+    return idsOf(await (await this.docker()).listServices({ filters: { label: labelFilters } }));
   }
 
   async serviceTasks(serviceId: string): Promise<SwarmTask[]> {
-    const list = (await this.docker.listTasks({ filters: { service: [serviceId] } })) as Array<{
+    const list = (await (await this.docker()).listTasks({ filters: { service: [serviceId] } })) as Array<{
       ID: string;
       NodeID?: string;
       Status?: {
@@ -668,7 +745,9 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   }
 
   async serviceLogs(serviceId: string): Promise<Buffer> {
-    const logs = (await this.docker
+    const logs = (await (
+      await this.docker()
+    )
       .getService(serviceId)
       .logs({ stdout: true, stderr: true, follow: false })) as unknown as Buffer | NodeJS.ReadableStream;
     if (Buffer.isBuffer(logs)) return logs;
@@ -680,7 +759,7 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
   async nodes(): Promise<
     Array<{ id: string; hostname: string; state: string; role: string; version: number }>
   > {
-    const list = (await this.docker.listNodes()) as Array<{
+    const list = (await (await this.docker()).listNodes()) as Array<{
       ID: string;
       Version?: { Index?: number };
       Description?: { Hostname?: string };
@@ -695,6 +774,11 @@ export class DockerodeEngine implements DockerEngine, SwarmApi {
       version: n.Version?.Index ?? -1,
     }));
   }
+}
+
+/** An image reference in a path: its slashes kept (the name's parts), every other part escaped. */
+function imagePath(ref: string): string {
+  return ref.split('/').map(encodeURIComponent).join('/');
 }
 
 /** The id a swarm create answers with (spelled `id` or `ID`, by engine version). */

@@ -2,7 +2,7 @@ import { CapsuleError } from '../../base/errors.js';
 import type { Runner, RunRequest, RunResult } from '../types.js';
 import { assertPermit, type RunnerPermit } from '../permit.js';
 import { engineMessage } from './engine.js';
-import type { DockerEngine, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
+import type { DockerEngine, EngineEvent, EngineIdentity, EnginePin, SwarmApi } from './engine.js';
 import { ImageBuilder } from './images.js';
 import type { ImageProgress } from './images.js';
 import { withFileLock } from '../../base/file-lock.js';
@@ -14,7 +14,7 @@ import {
   ownerLabels,
   processOwner,
 } from './labels.js';
-import { keptCanary, postureOf, sameDaemon } from './posture-store.js';
+import { keptCanary, postureOf, sameDaemon, witnessOf } from './posture-store.js';
 import type { PostureStore, StoredPosture } from './posture-store.js';
 import type { Owner } from './labels.js';
 import { judgePosture, probePosture } from './posture.js';
@@ -84,6 +84,8 @@ interface Member {
   epoch: Epoch | undefined;
   generation: number;
   inFlight: number;
+  /** Calls this pool placed there that do not hold their container yet (the engine cannot count them). */
+  pending: number;
   calls: number;
   /** Set when a call or a health check found the engine gone; it is checked again before it is used. */
   downSince: number | undefined;
@@ -160,6 +162,7 @@ export class EnginePool implements Runner {
       epoch: undefined,
       generation: 0,
       inFlight: 0,
+      pending: 0,
       calls: 0,
       downSince: undefined,
       downWhy: undefined,
@@ -373,10 +376,22 @@ export class EnginePool implements Runner {
       }
       const best = usable[at] as (typeof usable)[number];
       best.m.inFlight += 1;
+      best.m.pending += 1;
       best.m.calls += 1;
       let placed!: () => void;
-      const held = new Promise<void>((resolve) => (placed = resolve));
+      const held = new Promise<void>((resolve) => {
+        let once = false;
+        placed = () => {
+          if (once) return;
+          once = true;
+          best.m.pending -= 1;
+          resolve();
+        };
+      });
       chosen({ member: best.m, epoch: best.epoch, placed });
+      // Without the lock only this process places: its own calls not yet on a docker engine are counted from
+      // memory (pending, in loadOf), so the next placement need not wait for this one's container.
+      if (this.placementLock === undefined && best.m.kind === 'docker') return;
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         held,
@@ -416,7 +431,7 @@ export class EnginePool implements Runner {
         : engine.listContainers([`${MANAGED_LABEL}=1`, `${ROLE_LABEL}=call`]).then((cs) => {
             const busy = cs.filter((c) => c.state === 'running' || c.state === 'created').length;
             const waiting = runner instanceof DockerRunner ? runner.waitingContainers() : 0;
-            return Math.max(0, busy - waiting);
+            return Math.max(0, busy - waiting) + m.pending;
           });
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -645,8 +660,21 @@ export class EnginePool implements Runner {
         generation,
       };
     }
-    if (stored !== undefined && (await this.stillMeasured(engine, stored, identity))) {
+    const kept = stored === undefined ? undefined : await this.stillMeasured(engine, stored, identity);
+    if (stored !== undefined && kept !== undefined) {
       const posture = postureOf(stored);
+      const pin = epoch.pin;
+      // The record moves on to a newer witness (beside the call, while the pin holds): the next process needs
+      // the daemon's log to reach back to it only, not to the probe.
+      if (kept.next !== undefined && store !== undefined) {
+        const next = kept.next;
+        const saving = (async () => {
+          if ((await pin.check()) === undefined) await store.save({ ...stored, witness: next });
+        })()
+          .catch(() => {})
+          .finally(() => this.retiring.delete(saving));
+        this.retiring.add(saving);
+      }
       return {
         identity,
         posture,
@@ -683,33 +711,43 @@ export class EnginePool implements Runner {
   /**
    * Whether a stored measurement still holds for the daemon the pin reached (its canary already checked): the
    * same identity and configuration, and the same daemon process since — its own event log, which lives in its
-   * memory, still holds the probe's creation and no reload after it. Any doubt (an older daemon log that no
-   * longer reaches back that far, an error, no answer in time) is a no: the engine is measured again.
+   * memory, still holds the record's witness (the probe's creation, or a later one a process checked) and no
+   * reload after it. Any doubt (a log that no longer reaches back that far, an error, no answer in time) is a
+   * no: the engine is measured again. Yes comes with the newest creation the log holds since, when there is
+   * one: the same process, unchanged since the witness, logged it — the next witness.
    */
   private async stillMeasured(
     engine: DockerEngine,
     stored: StoredPosture,
     identity: EngineIdentity,
-  ): Promise<boolean> {
-    if (!sameDaemon(stored.identity, identity) || engine.events === undefined) return false;
-    const events = engine.events.bind(engine);
-    const since = stored.measuredAt / 1000;
-    const until = Date.now() / 1000;
+  ): Promise<{ next: { id: string; since: number } | undefined } | undefined> {
+    if (!sameDaemon(stored.identity, identity) || engine.events === undefined) return undefined;
+    const witness = witnessOf(stored);
     let timer: NodeJS.Timeout | undefined;
     try {
-      const [probe, daemon] = await Promise.race([
-        Promise.all([
-          // A little before: the daemon's clock may lag this one.
-          events({ since: since - 5, until, filters: { container: [stored.probe], event: ['create'] } }),
-          events({ since, until, filters: { type: ['daemon'] } }),
-        ]),
+      const log = await Promise.race([
+        engine.events({
+          since: witness.since,
+          until: Date.now() / 1000,
+          filters: { type: ['container', 'daemon'] },
+        }),
         new Promise<never>((_, reject) => {
           timer = setTimeout(() => reject(new Error('no answer in time')), this.healthTimeoutMs);
         }),
       ]);
-      return probe.some((e) => e.id === stored.probe) && daemon.length === 0;
+      const created = (e: EngineEvent): boolean =>
+        e.type === 'container' && e.action === 'create' && /^[0-9a-f]{64}$/.test(e.id);
+      if (log.some((e) => e.type === 'daemon')) return undefined;
+      if (!log.some((e) => created(e) && e.id === witness.id)) return undefined;
+      const newest = log.findLast((e) => created(e) && (e.time ?? 0) > 0);
+      const next =
+        newest === undefined || newest.id === witness.id
+          ? undefined
+          : // A second before: the daemon logs whole seconds here and reads `since` to the fraction.
+            { id: newest.id, since: (newest.time ?? 0) - 1 };
+      return { next };
     } catch {
-      return false;
+      return undefined;
     } finally {
       clearTimeout(timer);
     }

@@ -105,6 +105,8 @@ export interface EngineEvent {
   action: string;
   /** The object's id (a container's, a volume's name; empty for the daemon's own events). */
   id: string;
+  /** When the daemon logged it (seconds since the epoch, its own clock; 0 when it did not say). */
+  time?: number | undefined;
 }
 
 /** An engine bound to the daemon it measured; once lost it sends nothing more (a new connection measures again). */
@@ -129,6 +131,11 @@ export interface BuildProgress {
 /** The operations capsule needs. Every method returns a promise; failures reject with an Error. */
 export interface DockerEngine {
   info(): Promise<EngineInfo>;
+  /**
+   * EngineInfo.remote without a request (it follows from the address): a call whose runtime is runc then needs
+   * no GET /info at all.
+   */
+  reachedRemotely?(): boolean;
   ping(timeoutMs: number): Promise<void>;
   /**
    * Bind this engine to the daemon that answers now (once): the canary volume is made there and from then on

@@ -50,6 +50,15 @@ const recordSchema = z
       .describe(
         "The probe container's id: the daemon's event log holds its creation while it is the same process.",
       ),
+    witness: z
+      .strictObject({
+        id: z.string().regex(/^[0-9a-f]{64}$/),
+        since: z.number(),
+      })
+      .optional()
+      .describe(
+        "A container's creation the daemon logged after the probe, with no reload between (checked by a later process): the log need only reach back to it. Absent: the probe's own creation.",
+      ),
     mac: z
       .string()
       .describe('HMAC-SHA256 with the per-user key (StateKey) of the other fields, for `address`.'),
@@ -68,8 +77,8 @@ export type StoredPosture = Omit<z.infer<typeof recordSchema>, 'mac' | 'schemaVe
  * per-user key (a record capsule did not write, or one edited, is ignored and the engine measured again), then
  * the daemon answering now must be the one measured — it holds the record's canary volume, reports the same
  * identity and configuration, reached through the same socket (dockerd makes a new one when it starts), and its
- * own event log still holds the probe (the log lives in the daemon's memory: a restarted daemon has none of it)
- * with no reload since. Anything else, or anything that cannot be checked, and the engine is measured again.
+ * own event log still holds the probe, or a later witness (the log lives in the daemon's memory: a restarted daemon
+ * has none of it), with no reload since. Anything else, or anything that cannot be checked, and the engine is measured again.
  */
 export class PostureStore extends MacRecordStore {
   constructor(options: { stateDir: string; key: StateKey }) {
@@ -147,6 +156,14 @@ export function sameDaemon(stored: StoredPosture['identity'], now: EngineIdentit
     now.config !== undefined &&
     stored.config === now.config
   );
+}
+
+/**
+ * The creation the daemon's log must still hold for the record to be reused, and from when (seconds, the
+ * daemon's clock for a witness, this host's less a margin for the probe).
+ */
+export function witnessOf(stored: StoredPosture): { id: string; since: number } {
+  return stored.witness ?? { id: stored.probe, since: stored.measuredAt / 1000 - 5 };
 }
 
 /** A posture as stored (a copy: no shared arrays with the caller). */

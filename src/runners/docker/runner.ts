@@ -112,12 +112,15 @@ export class DockerRunner implements Runner {
   /** Calls in flight: canceled by close(), which then waits for them to finish. */
   private readonly active = new Map<AbortController, Promise<unknown>>();
   /** Removals running in the background after a call returned; close() waits for them. */
-  private readonly removals = new Set<Promise<void>>();
+  private readonly removals = new Map<string, Promise<boolean>>();
   /** Calls seen per configuration: prewarming starts with the second. */
   private readonly callsByKey = new Map<string, number>();
   /** The watchdog's busybox for other images, copies of capability folders for remote engines. */
   private readonly volumes: RunnerVolumes;
-  private ready: Promise<EngineInfo> | undefined;
+  private ready: Promise<EngineReach> | undefined;
+  private info: Promise<EngineInfo> | undefined;
+  /** The reap of dead processes' leftovers, started when the engine is first reached. */
+  private reaping: Promise<void> | undefined;
   private closed = false;
   private readonly detachSignals: (() => void) | undefined;
 
@@ -194,21 +197,29 @@ export class DockerRunner implements Runner {
     const { capability } = request;
     if (this.closed) throw new CapsuleError('RUNNER_UNAVAILABLE', 'the docker runner was closed');
     this.checkRunnable(capability);
-    const info = await this.ensureEngine();
     const docker = capability.manifest.docker;
     if (docker === undefined) throw new Error('unreachable: checked by checkRunnable');
-    if (docker.runtime !== 'runc' && !info.runtimes.includes(docker.runtime)) {
+    // The image is looked up while the engine is first reached (one round trip instead of three in a row);
+    // an engine that does not answer is the error reported, not the image.
+    const image = this.images.ensure(docker.image, this.onProgress).then(
+      () => undefined,
+      (err: unknown) => ({ err }),
+    );
+    const info = await this.ensureEngine();
+    if (docker.runtime !== 'runc' && !(await this.engineInfo()).runtimes.includes(docker.runtime)) {
       throw new CapsuleError('RUNNER_UNAVAILABLE', `the Docker engine has no "${docker.runtime}" runtime`, {
         file: capability.manifestPath,
         field: 'docker.runtime',
         hint: 'install gVisor (apt-get install runsc) and register it with dockerd (--add-runtime runsc=/usr/bin/runsc), or use "runc"',
       });
     }
-    await this.images.ensure(docker.image, this.onProgress).catch((err: unknown) => {
+    const failed = await image;
+    if (failed !== undefined) {
+      const { err } = failed;
       if (err instanceof CapsuleError)
         throw new CapsuleError(err.code, err.message, { ...err.details, file: capability.manifestPath });
       throw err;
-    });
+    }
     await this.checkGrantedPaths(capability);
     // grants.network: this run's own proxy socket, closed (and its requests audited) when the run ends.
     const egress = await openDockerEgress(capability, {
@@ -224,7 +235,7 @@ export class DockerRunner implements Runner {
 
   private async runWith(
     request: RunRequest,
-    info: EngineInfo,
+    info: EngineReach,
     egressDir: string | undefined,
   ): Promise<RunResult> {
     const { capability } = request;
@@ -260,6 +271,15 @@ export class DockerRunner implements Runner {
     return { ...emptyResult('docker'), ...fields, durationMs: Math.round(performance.now() - started) };
   }
 
+  /**
+   * The executor's hint that a call is being staged and judged: the engine is reached meanwhile (the ping, and
+   * the reap of dead processes' leftovers beside it). Nothing is created and nothing runs before the call.
+   */
+  async warm(): Promise<void> {
+    if (this.closed) return;
+    await this.ensureEngine().catch(() => undefined);
+  }
+
   /** Containers this runner prestarted that wait for a call (running, but nobody's load yet). */
   waitingContainers(): number {
     return this.pool.idleCount();
@@ -287,7 +307,7 @@ export class DockerRunner implements Runner {
 
   async close(): Promise<void> {
     if (this.closed) {
-      await Promise.all([...this.removals]);
+      await Promise.all([...this.removals.values()]);
       return;
     }
     const engineReached = this.ready !== undefined;
@@ -296,15 +316,24 @@ export class DockerRunner implements Runner {
     for (const controller of this.active.keys()) controller.abort();
     await Promise.allSettled([...this.active.values()]);
     await Promise.all([this.pool.close(), this.execPool?.close()]);
-    await Promise.all([...this.removals]);
+    // Anything of ours still there (e.g. a call that raced close()), listed while the removals after the last
+    // calls finish: what one of them removed is not removed twice, what one failed to remove is removed now.
+    // Not listed when the engine was never reached, so closing a runner that never ran does not wait on one.
+    const removing = [...this.removals];
+    const [leftovers] = await Promise.all([
+      engineReached
+        ? this.engine.listContainers([`capsule.instance=${this.owner.instance}`]).catch(() => [])
+        : [],
+      ...removing.map(([, removal]) => removal),
+      this.reaping,
+    ]);
+    const removed = new Set<string>();
+    for (const [id, removal] of removing) if (await removal) removed.add(id);
+    await Promise.all(
+      leftovers.filter((c) => !removed.has(c.id)).map((c) => this.engine.remove(c.id).catch(() => {})),
+    );
+    // After the containers: a volume still in use is not removable.
     await this.volumes.removeAll();
-    // Anything of ours still there (e.g. a call that raced close()). Skipped when the engine was never
-    // reached, so closing a runner that never ran (or has no engine) does not wait on one.
-    if (!engineReached) return;
-    const leftovers = await this.engine
-      .listContainers([`capsule.instance=${this.owner.instance}`])
-      .catch(() => []);
-    await Promise.all(leftovers.map((c) => this.engine.remove(c.id).catch(() => {})));
   }
 
   private async runFresh(
@@ -348,9 +377,12 @@ export class DockerRunner implements Runner {
       // The container has exited (or never started): remove it off the result's critical path.
       const removal = this.engine
         .remove(id)
-        .catch(() => {})
-        .finally(() => this.removals.delete(removal));
-      this.removals.add(removal);
+        .then(
+          () => true,
+          () => false,
+        )
+        .finally(() => this.removals.delete(id));
+      this.removals.set(id, removal);
     }
   }
 
@@ -421,14 +453,26 @@ export class DockerRunner implements Runner {
     }
   }
 
-  private ensureEngine(): Promise<EngineInfo> {
+  private ensureEngine(): Promise<EngineReach> {
     if (this.ready === undefined) {
       const attempt = (async () => {
         try {
-          await this.engine.ping(this.engineTimeoutMs);
-          const info = await this.engine.info();
-          await this.reapOrphans().catch(() => 0);
-          return info;
+          // Known from the address, a runc call needs no GET /info; otherwise it goes beside the ping (the ping
+          // bounds the wait for a hung engine, the info answers right behind it).
+          const known = this.engine.reachedRemotely?.();
+          const info = known === undefined ? this.engineInfo() : undefined;
+          info?.catch(() => {});
+          await this.engine.ping(this.engineTimeoutMs).catch((err: unknown) => {
+            // A hung engine: a request sent beside the ping must not hold the process open.
+            this.engine.disconnect?.();
+            throw err;
+          });
+          const remote = known ?? (await (info ?? this.engineInfo())).remote;
+          // Leftovers of dead processes are reaped beside the first call, not in front of it; close() waits.
+          this.reaping ??= this.reapOrphans()
+            .catch(() => 0)
+            .then(() => undefined);
+          return { remote };
         } catch (err) {
           // Nothing there at all: the one line says what to do. Anything else keeps its hint.
           throw new CapsuleError(
@@ -448,9 +492,21 @@ export class DockerRunner implements Runner {
     return this.ready;
   }
 
+  /** GET /info once (its runtimes: asked only for a call that names another runtime than runc). */
+  private engineInfo(): Promise<EngineInfo> {
+    if (this.info === undefined) {
+      const asked = this.engine.info();
+      this.info = asked;
+      asked.catch(() => {
+        if (this.info === asked) this.info = undefined;
+      });
+    }
+    return this.info;
+  }
+
   private async specFor(
     capability: Capability,
-    info: EngineInfo,
+    info: EngineReach,
     egressDir?: string | undefined,
   ): Promise<ContainerSpec> {
     const copy = this.filesMode === 'copy' || (this.filesMode === 'auto' && info.remote);
@@ -505,6 +561,12 @@ export class DockerRunner implements Runner {
   private ownImage(capability: Capability): boolean {
     return this.images.recipeFor(capability.manifest.docker?.image ?? '') !== undefined;
   }
+}
+
+/** What a call needs to know of its engine before its spec is made. */
+interface EngineReach {
+  /** Reached over TCP: capability files are copied in, not bind-mounted. */
+  remote: boolean;
 }
 
 /** Same configuration → same key → interchangeable prewarmed containers. */

@@ -163,4 +163,40 @@ describe('engine posture kept between processes', () => {
     await symlink(weak.slice('unix://'.length), link);
     expect(await p.run()).toMatchObject({ code: 77, stdout: '', probes: 1 });
   });
+
+  it('a reuse moves the record on to a newer witness: the probe may roll out of the daemon log, the record still holds', async () => {
+    const p = await project(strong);
+    expect(await p.run()).toMatchObject({ code: 0, probes: 1 });
+    expect(await p.run()).toMatchObject({ code: 0, stdout: 'ran-here\n', probes: 0 });
+    const record = await recordOf(p.stateDir, strong);
+    const witness = record['witness'] as { id: string } | undefined;
+    expect(witness?.id).toMatch(/^[0-9a-f]{64}$/);
+    expect(witness?.id).not.toBe(record['probe']);
+    // As if the probe's creation had rolled out of the daemon's 256-event log: the witness proves the daemon.
+    await writeRecord(p.stateDir, strong, { ...record, probe: 'f'.repeat(64) }, true);
+    expect(await p.run()).toMatchObject({ code: 0, stdout: 'ran-here\n', probes: 0 });
+  });
+
+  it('a witness the daemon never logged (a record naming another creation) is not reused: measured again', async () => {
+    const p = await project(strong);
+    expect(await p.run()).toMatchObject({ code: 0, probes: 1 });
+    const record = await recordOf(p.stateDir, strong);
+    await writeRecord(
+      p.stateDir,
+      strong,
+      { ...record, witness: { id: 'e'.repeat(64), since: Date.now() / 1000 - 60 } },
+      true,
+    );
+    expect(await p.run()).toMatchObject({ code: 0, stdout: 'ran-here\n', probes: 1 });
+    // Control: the probe's own creation, named as the witness, is found and reused.
+    const again = await recordOf(p.stateDir, strong);
+    const probe = again['probe'] as string;
+    await writeRecord(
+      p.stateDir,
+      strong,
+      { ...again, witness: { id: probe, since: (again['measuredAt'] as number) / 1000 - 5 } },
+      true,
+    );
+    expect(await p.run()).toMatchObject({ code: 0, stdout: 'ran-here\n', probes: 0 });
+  });
 });
