@@ -71,7 +71,6 @@ describe('a capability folder whose files are swapped while capsule reads them',
         root,
         i % 2 === 0 ? ['list'] : ['run', 'swapped', '--grant', 'run_capability:swapped', '--no-prompt'],
       );
-      if (process.env.RT_LOG) console.log(i, r.code, r.hung, r.stderr.slice(0, 120));
       expect(r.hung, `capsule ${i % 2 === 0 ? 'list' : 'run'} hung on a FIFO manifest`).toBe(false);
     }
   }, 300_000);
@@ -97,7 +96,6 @@ describe('a capability folder whose files are swapped while capsule reads them',
     ]);
     for (let i = 0; i < 30; i++) {
       const r = await capsule(root, ['run', 'swapped', '--grant', 'run_capability:swapped', '--no-prompt']);
-      if (process.env.RT_LOG) console.log(i, r.code, r.hung, r.stderr.slice(100, 400));
       expect(r.hung, 'capsule run hung on a swapped file').toBe(false);
       expect(r.stdout).not.toContain('OUTSIDE-SECRET');
     }
