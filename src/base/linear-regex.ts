@@ -17,6 +17,11 @@ export interface LinearRegex {
   test(text: string): boolean;
   /** The pattern as written (JavaScript syntax). */
   readonly source: string;
+  /**
+   * The instructions of its compiled program: matching steps through at most these per character of
+   * text. Counted repetition makes it far larger than the source (`(?:a?){1000}` is 12 characters).
+   */
+  readonly steps: number;
 }
 
 type Re2Module = typeof Re2;
@@ -146,6 +151,9 @@ export class LinearRegexEngine {
         reason: `capsule matches patterns in linear time (RE2), which has no backreferences, lookahead or lookbehind, and this one does not compile there (${(err as Error).message})`,
       };
     }
-    return { ok: true, regex: { source, test: (text) => compiled.matcher(text).find() } };
+    return {
+      ok: true,
+      regex: { source, steps: compiled.programSize(), test: (text) => compiled.matcher(text).find() },
+    };
   }
 }

@@ -376,6 +376,20 @@ export class InputValidator {
     );
   }
 
+  /**
+   * The work bound of a compiled schema (schema-work.ts), its patterns sized by their compiled programs;
+   * undefined (always the deadline) where one of them has no program here.
+   */
+  #work(schema: Record<string, unknown>, text: string, field: string): SchemaWork | undefined {
+    let patternSteps = 0;
+    for (const p of schemaPatterns(schema, field)) {
+      const r = this.#regex.compile(p.source);
+      if (!r.ok) return undefined;
+      patternSteps += r.regex.steps;
+    }
+    return schemaWork(schema, text, patternSteps);
+  }
+
   private compile(schema: Record<string, unknown>, field: string): Compiled {
     const key = JSON.stringify(schema);
     let fn = this.cache.get(key);
@@ -394,7 +408,7 @@ export class InputValidator {
         this.#forgetCompiled();
         throw new Error(`compiling it took longer than ${compiled.ms} ms`);
       }
-      fn = { validate: compiled, work: schemaWork(schema, key) };
+      fn = { validate: compiled, work: this.#work(schema, key, field) };
       this.cache.set(key, fn);
     }
     return fn;

@@ -1,4 +1,4 @@
-import { readFileSync, realpathSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseManifest } from './parse.js';
@@ -140,12 +140,19 @@ async function readManifest(
   });
   try {
     // Synchronous: a manifest is a few hundred bytes, read in microseconds, and a scan reads
-    // thousands — each a round trip through the thread pool otherwise.
-    const st = statSync(manifestPath);
-    // A FIFO or device would block the read (and with it the process): only a regular file is read.
-    if (!st.isFile()) return refuse('is not a regular file');
-    if (st.size > 1024 * 1024) return refuse('is larger than 1 MiB');
-    return { ok: true, dir, text: readFileSync(manifestPath, 'utf8') };
+    // thousands — each a round trip through the thread pool otherwise. A FIFO or device would block
+    // the read (and with it the process): only a regular file is read, and the file checked is the
+    // one read — opened without blocking and checked through its descriptor, so a FIFO swapped in
+    // after a check by path cannot hold capsule's thread.
+    const fd = openSync(manifestPath, constants.O_RDONLY | constants.O_NONBLOCK);
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) return refuse('is not a regular file');
+      if (st.size > 1024 * 1024) return refuse('is larger than 1 MiB');
+      return { ok: true, dir, text: readFileSync(fd, 'utf8') };
+    } finally {
+      closeSync(fd);
+    }
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return refuse(

@@ -62,7 +62,8 @@ function multiplyingSchema(): Record<string, unknown> {
 
 /**
  * Schemas without any reference whose checks still multiply with the document: each is seconds of work
- * on its document (a thousand schemas applied to each of 200,000 items; the items of a 20,000-long array
+ * on its document (a thousand schemas applied to each of 200,000 items; a pattern of 200 bytes over a
+ * 4,000-byte string, within the bound were a pattern's text its cost; the items of a 20,000-long array
  * compared pairwise). A reference-free schema is not by itself a bounded check.
  */
 const REFERENCE_FREE: readonly (readonly [label: string, schema: Record<string, unknown>, input: unknown])[] =
@@ -84,6 +85,13 @@ const REFERENCE_FREE: readonly (readonly [label: string, schema: Record<string, 
         },
       },
       { xs: Array.from({ length: 200_000 }, () => ({ k1: 1 })) },
+    ],
+    [
+      // 12 bytes of pattern compile to a thousand RE2 instructions, each stepped through per character:
+      // (schema bytes × document bytes) stays under the bound while the match takes seconds.
+      'a short pattern whose compiled program is a thousand times its text',
+      { type: 'object', properties: { s: { type: 'string', pattern: `${'(?:a?){1000}'.repeat(16)}b` } } },
+      { s: `${'a'.repeat(3900)}cb` },
     ],
     [
       'uniqueItems over distinct objects',
