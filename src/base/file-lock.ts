@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
 import { rmdir } from 'node:fs/promises';
+import { createServer, type Server } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CapsuleError } from './errors.js';
@@ -38,8 +39,17 @@ export async function withFileLock<T>(
   let delay = 2;
   let held: HeldLock | undefined;
   for (;;) {
-    held = tryLock(lockPath, staleMs);
-    if (held !== undefined) break;
+    const kernel = await claimKernelHold(lockPath);
+    if (kernel !== 'busy') {
+      try {
+        held = tryLock(lockPath, staleMs, kernel);
+      } catch (err) {
+        kernel?.close();
+        throw err;
+      }
+      if (held !== undefined) break;
+      kernel?.close();
+    }
     if (Date.now() > deadline) {
       throw new CapsuleError('LOCK_TIMEOUT', `Timed out waiting for the lock ${lockPath}.`, {
         file: lockPath,
@@ -78,6 +88,7 @@ class HeldLock implements LockHold {
   constructor(
     private readonly lockPath: string,
     private readonly staleMs: number,
+    private readonly kernel: Server | undefined,
   ) {
     // The mkdir just stamped it: only read what it set.
     this.#mtimeMs = fs.statSync(lockPath).mtimeMs;
@@ -141,40 +152,71 @@ class HeldLock implements LockHold {
   }
 
   release(): void {
-    if (!this.#letGo()) return;
     try {
-      fs.rmdirSync(this.lockPath);
+      if (this.#letGo()) fs.rmdirSync(this.lockPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    } finally {
+      this.kernel?.close();
     }
   }
 
   async releaseLater(): Promise<void> {
-    if (!this.#letGo()) return;
     try {
-      await rmdir(this.lockPath);
+      if (this.#letGo()) await rmdir(this.lockPath);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    } finally {
+      // The folder first: whoever takes the kernel hold next finds no fresh folder to wait out.
+      this.kernel?.close();
     }
   }
 }
 
+/**
+ * The kernel's half of the lock: a listening socket in Linux's abstract namespace, named after the lock
+ * folder's parent (device and inode) and the lock's name. The kernel lets one process bind a name at a
+ * time and frees it only when that process closes it or dies — not when it is stopped. A holder stopped
+ * past the stale threshold therefore still holds it, and no process that shares its network namespace
+ * breaks the folder under it and writes meanwhile (a lease alone cannot fence a stopped holder: it wakes
+ * and writes on what it read before). Processes in other network namespaces (a container sharing the
+ * project folder) meet only at the folder. 'busy': another process holds the name; undefined: no such
+ * namespace here (not Linux), and the folder alone decides.
+ */
+async function claimKernelHold(lockPath: string): Promise<Server | 'busy' | undefined> {
+  const dir = path.dirname(lockPath);
+  fs.mkdirSync(dir, { recursive: true });
+  const st = fs.statSync(dir);
+  const name = `\0capsule-lock:${st.dev}:${st.ino}:${path.basename(lockPath)}`.slice(0, 107);
+  return new Promise((resolve) => {
+    // Nothing is ever served: a connection is closed at once.
+    const server = createServer((socket) => socket.destroy());
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      resolve(err.code === 'EADDRINUSE' ? 'busy' : undefined),
+    );
+    server.listen(name, () => {
+      server.unref();
+      resolve(server);
+    });
+  });
+}
+
 /** The lock, taken now (its folder made), or undefined while another holds it (a stale one is broken). */
-function tryLock(lockPath: string, staleMs: number): HeldLock | undefined {
+function tryLock(lockPath: string, staleMs: number, kernel: Server | undefined): HeldLock | undefined {
   try {
     fs.mkdirSync(lockPath);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
       fs.mkdirSync(path.dirname(lockPath), { recursive: true });
-      return tryLock(lockPath, staleMs);
+      return tryLock(lockPath, staleMs, kernel);
     }
     if (code !== 'EEXIST') throw err;
     breakIfStale(lockPath, staleMs);
     return undefined;
   }
   try {
-    return new HeldLock(lockPath, staleMs);
+    return new HeldLock(lockPath, staleMs, kernel);
   } catch (err) {
     fs.rmSync(lockPath, { recursive: true, force: true });
     throw err;

@@ -106,37 +106,40 @@ describe('file lock: a stale lock is broken by one process only', () => {
     }
   });
 
-  it('a holder stalled past the threshold loses its lock: its work is refused and the new holder keeps it', async () => {
+  it('a holder stopped past the stale threshold keeps the lock: nobody writes under it, and it finishes when resumed', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'capsule-lock-stall-'));
+    const script = path.join(dir, 'stall.mjs');
+    await writeFile(script, STALLING);
+    const lock = path.join(dir, 'x.lock');
+    const child = spawn(process.execPath, [script, pathToFileURL(LOCK_MODULE).href, lock, dir], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     try {
-      const script = path.join(dir, 'stall.mjs');
-      await writeFile(script, STALLING);
-      const lock = path.join(dir, 'x.lock');
-      const child = spawn(process.execPath, [script, pathToFileURL(LOCK_MODULE).href, lock, dir], {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
       let out = '';
       child.stdout.on('data', (b: Buffer) => (out += b.toString()));
       const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
       while (!existsSync(path.join(dir, 'held'))) await sleep(20);
-      // Stopped while holding: its lock's mtime is no longer kept fresh, and goes stale.
+      // Stopped while holding: its lock's mtime is no longer kept fresh and goes stale (2 s) — a lease alone
+      // would now be broken, and the stopped holder would write on what it read when it wakes.
       child.kill('SIGSTOP');
-      let insideOurs = false;
-      await withFileLock(
-        lock,
-        async () => {
-          child.kill('SIGCONT');
-          await writeFile(path.join(dir, 'go'), '');
-          expect(await exited).toBe(0);
-          // The stalled holder's release left the lock we hold in place.
-          insideOurs = existsSync(lock);
-        },
-        { staleMs: 2000, timeoutMs: 30_000 },
-      );
-      expect(out).toBe('LOCK_TIMEOUT');
-      expect(insideOurs).toBe(true);
+      await sleep(2_500);
+      let ranInside = false;
+      await expect(
+        withFileLock(lock, () => Promise.resolve((ranInside = true)), { staleMs: 2000, timeoutMs: 1500 }),
+      ).rejects.toMatchObject({ code: 'LOCK_TIMEOUT' });
+      expect(ranInside).toBe(false);
+      expect(existsSync(lock)).toBe(true);
+      child.kill('SIGCONT');
+      await writeFile(path.join(dir, 'go'), '');
+      expect(await exited).toBe(0);
+      expect(out).toBe('done');
+      // Released: the next holder takes it.
+      await withFileLock(lock, () => Promise.resolve((ranInside = true)), { staleMs: 2000, timeoutMs: 5000 });
+      expect(ranInside).toBe(true);
       expect(existsSync(lock)).toBe(false);
     } finally {
+      child.kill('SIGCONT');
+      child.kill('SIGKILL');
       await rm(dir, { recursive: true, force: true });
     }
   });
