@@ -24,9 +24,13 @@ export interface FileLockOptions {
  *
  * A stale lock is removed only under a short second lock (`<lock>.break`), after judging staleness
  * again under it: two breakers that judged the same stale lock can otherwise remove the fresh lock
- * the first one made in between — two holders, and the audit chain forks. A holder that stalled past
- * the threshold (its lock broken and taken by another) finds out at its next refresh or at release:
- * its work is refused and the other's lock is left alone.
+ * the first one made in between — two holders, and the audit chain forks.
+ *
+ * The folder is a lease; the kernel's half (claimKernelHold) is what a stopped holder keeps: within a
+ * network namespace nobody breaks the folder of a live holder, however long it was stopped. Across
+ * namespaces only the lease holds, and a holder that stalled past the threshold (its lock broken and
+ * taken by another) finds out at its next refresh or before it answers: its work is refused and the
+ * other's lock is left alone.
  */
 export async function withFileLock<T>(
   lockPath: string,
@@ -53,7 +57,7 @@ export async function withFileLock<T>(
     if (Date.now() > deadline) {
       throw new CapsuleError('LOCK_TIMEOUT', `Timed out waiting for the lock ${lockPath}.`, {
         file: lockPath,
-        hint: 'Another capsule process holds it; if none is running, delete the lock.',
+        hint: 'Another capsule process holds it (a stopped one keeps it: resume or end it); if none is running, delete the lock folder.',
       });
     }
     await sleep(delay + Math.random() * delay);
