@@ -210,12 +210,8 @@ function tryLock(lockPath: string, staleMs: number, kernel: Server | undefined):
   try {
     fs.mkdirSync(lockPath);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') {
-      fs.mkdirSync(path.dirname(lockPath), { recursive: true });
-      return tryLock(lockPath, staleMs, kernel);
-    }
-    if (code !== 'EEXIST') throw err;
+    // The folder's parent was made by claimKernelHold.
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     breakIfStale(lockPath, staleMs);
     return undefined;
   }
